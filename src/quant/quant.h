@@ -27,8 +27,9 @@
 //        inverse  = 2^(127 - u)                            (exact; x * inverse is exact unless it underflows)
 //        code     = encode(x * inverse)
 //      A NaN amax gives u = 0xFF: scale = inverse = NaN and every code in the block is the format's NaN
-//      code. An Inf amax gives scale = Inf, inverse = 0 (Amax mode) or NaN (PowerOfTwo): the block
-//      dequantizes to NaN everywhere (0 * Inf). NaN is never silently turned into a finite value.
+//      code. An Inf amax gives scale = Inf, inverse = 0 in Amax mode (codes 0, or NaN for the Inf element
+//      itself since Inf * 0 = NaN) and scale = inverse = NaN in PowerOfTwo mode (u = 0xFF): either way the
+//      block dequantizes to NaN everywhere. NaN/Inf is never silently turned into a finite value.
 //   4. fmax and encoders: E4M3 448 (num::e4m3_encode, satfinite, NVIDIA NaN 0x7F); E5M2 57344
 //      (num::e5m2_encode, satfinite); E5M6 65024 (num::e5m6_encode, satfinite, NaN 0x7E0); INT8 127
 //      (num::int8_encode_rne, or num::int8_encode_stochastic with random bits
