@@ -257,7 +257,10 @@ Mismatches check_range(uint64_t count, Input input) {
 
 std::string describe(const Mismatches& m) {
   std::string s = std::to_string(m.count) + " mismatches";
-  for (const auto& e : m.examples) s += "\n  " + e;
+  for (const auto& e : m.examples) {
+    s += "\n  ";
+    s += e;
+  }
   return s;
 }
 
