@@ -1,0 +1,70 @@
+// Training data: loading (UTF-8 text through the byte tokenizer, or a token file), the train/held-out split,
+// seeded random batch sampling with a saveable state, and the fixed evaluation windows.
+//   a sequence window = seq_len + 1 consecutive tokens: inputs are the first seq_len, targets the last seq_len
+//   batches: inputs/targets [batch, seq_len] row-major, as Token
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "train/rng.h"
+#include "train/tokenizer.h"
+
+namespace fp8train::train {
+
+struct TokenData {
+  std::vector<Token> tokens;
+  uint32_t vocab_size = kByteVocabSize;  // tokens are < vocab_size
+  bool byte_tokens = true;               // tokens are bytes (so bits per token = bits per byte)
+  std::string source;                    // "embedded corpus (seed 1, 3000000 bytes)" or the file path
+};
+
+// Reads `path`: a token file (token_file.h) when it starts with the magic, otherwise UTF-8 text (validated:
+// a non-UTF-8 file is an error naming the byte offset). Throws Error for a missing or empty file.
+TokenData load_token_data(const std::string& path);
+
+// The embedded procedural corpus (corpus.h), tokenized.
+TokenData embedded_corpus_data(uint64_t seed, size_t bytes);
+
+// The last `eval_fraction` of the tokens (at least one window of seq_len+1) is held out; both parts must hold
+// at least one window, else Error with the sizes.
+struct TrainEvalSplit {
+  std::vector<Token> train;
+  std::vector<Token> eval;
+};
+TrainEvalSplit split_train_eval(const std::vector<Token>& tokens, double eval_fraction, int64_t seq_len);
+
+// Draws windows at uniformly random offsets from a seeded Rng. The state (Rng state and windows drawn) is all
+// a checkpoint needs to continue the exact same sequence of batches.
+class BatchSampler {
+ public:
+  struct State {
+    uint64_t rng_state = 0;
+    int64_t windows_drawn = 0;
+  };
+
+  BatchSampler(const std::vector<Token>& tokens, int64_t seq_len, uint64_t seed);
+
+  // inputs/targets are resized to [batch, seq_len].
+  void next(int64_t batch, std::vector<Token>& inputs, std::vector<Token>& targets);
+
+  State state() const { return {rng_.state(), windows_drawn_}; }
+  void set_state(const State& s) {
+    rng_.set_state(s.rng_state);
+    windows_drawn_ = s.windows_drawn;
+  }
+  int64_t seq_len() const { return seq_len_; }
+
+ private:
+  const std::vector<Token>& tokens_;
+  int64_t seq_len_;
+  Rng rng_;
+  int64_t windows_drawn_ = 0;
+};
+
+// Start offsets of up to `max_windows` non-overlapping windows of seq_len+1 tokens (consecutive windows share
+// their boundary token so every token after the first is predicted exactly once), from the beginning.
+// max_windows <= 0: as many as fit.
+std::vector<int64_t> eval_window_starts(size_t token_count, int64_t seq_len, int64_t max_windows);
+
+}  // namespace fp8train::train
