@@ -1,0 +1,56 @@
+// CPU embedding lookup and its backward (scatter-add into the table). The backward splits the table's columns
+// over threads and walks the tokens in order inside each, so repeated ids add up in a fixed order.
+#include <algorithm>
+
+#include "common/error.h"
+#include "ops/cpu/cpu_kernels.h"
+
+namespace fp8train::ops::cpu {
+namespace {
+
+void check_ids(const EmbeddingProblem& p, const int32_t* ids) {
+  for (int64_t t = 0; t < p.tokens; ++t)
+    FP8T_CHECK(ids[t] >= 0 && ids[t] < p.vocab, "embedding: token id {} at position {} is outside [0, {})", ids[t], t,
+               p.vocab);
+}
+
+template <class T>
+void forward_impl(const EmbeddingProblem& p, const int32_t* ids, const T* table, T* out) {
+#pragma omp parallel for schedule(static) if (p.tokens * p.dim > 32768)
+  for (int64_t t = 0; t < p.tokens; ++t) std::copy_n(table + ids[t] * p.dim, p.dim, out + t * p.ld_out);
+}
+
+template <class T>
+void backward_impl(const EmbeddingProblem& p, const int32_t* ids, const T* dout, T* dtable) {
+  constexpr int64_t kCols = 32;
+  const int64_t blocks = (p.dim + kCols - 1) / kCols;
+#pragma omp parallel for schedule(static) if (p.tokens * p.dim > 32768)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t c0 = blk * kCols, c1 = std::min(p.dim, c0 + kCols);
+    for (int64_t t = 0; t < p.tokens; ++t) {
+      T* dst = dtable + ids[t] * p.dim;
+      const T* src = dout + t * p.ld_out;
+      for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
+    }
+  }
+}
+
+}  // namespace
+
+void embedding_forward(const EmbeddingProblem& p, const int32_t* ids, const void* table, void* out) {
+  check_ids(p, ids);
+  dispatch_float(p.dtype, "embedding_forward", [&](auto tag) {
+    using T = decltype(tag);
+    forward_impl<T>(p, ids, static_cast<const T*>(table), static_cast<T*>(out));
+  });
+}
+
+void embedding_backward(const EmbeddingProblem& p, const int32_t* ids, const void* dout, void* dtable) {
+  check_ids(p, ids);
+  dispatch_float(p.dtype, "embedding_backward", [&](auto tag) {
+    using T = decltype(tag);
+    backward_impl<T>(p, ids, static_cast<const T*>(dout), static_cast<T*>(dtable));
+  });
+}
+
+}  // namespace fp8train::ops::cpu

@@ -1,0 +1,96 @@
+// CPU GEMM: OpenBLAS sgemm/dgemm, split over OpenMP threads along M (or N when N is the larger side), never
+// along K, so each element's sum runs in OpenBLAS's own order whatever the thread count. round_inputs_bf16
+// first rounds copies of A and B to BF16 (numerics/formats.h), so the product is exactly that of BF16 inputs
+// with FP32 accumulation.
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "common/error.h"
+#include "numerics/formats.h"
+#include "ops/cpu/cpu_kernels.h"
+
+extern "C" void openblas_set_num_threads(int num_threads);
+
+namespace fp8train::ops::cpu {
+namespace {
+
+void blas(const GemmProblem& p, int64_t m, int64_t n, const float* a, const float* b, float* c) {
+  cblas_sgemm(CblasRowMajor, p.trans_a ? CblasTrans : CblasNoTrans, p.trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(p.k), static_cast<float>(p.alpha), a,
+              static_cast<int>(std::max<int64_t>(p.lda, 1)), b, static_cast<int>(std::max<int64_t>(p.ldb, 1)),
+              static_cast<float>(p.beta), c, static_cast<int>(std::max<int64_t>(p.ldc, 1)));
+}
+void blas(const GemmProblem& p, int64_t m, int64_t n, const double* a, const double* b, double* c) {
+  cblas_dgemm(CblasRowMajor, p.trans_a ? CblasTrans : CblasNoTrans, p.trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(p.k), p.alpha, a,
+              static_cast<int>(std::max<int64_t>(p.lda, 1)), b, static_cast<int>(std::max<int64_t>(p.ldb, 1)), p.beta,
+              c, static_cast<int>(std::max<int64_t>(p.ldc, 1)));
+}
+
+// A rounded copy of a stored rows×cols matrix (row stride ld), packed with row stride cols.
+std::vector<float> bf16_copy(const float* src, int64_t rows, int64_t cols, int64_t ld) {
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = num::bf16_round(src[r * ld + c]);
+  return out;
+}
+
+template <class T>
+void gemm_split(const GemmProblem& p, const T* a, const T* b, T* c) {
+  if (p.m == 0 || p.n == 0) return;
+  const double flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
+  const int max_threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  // Below ~0.5 MFLOP a thread fork costs more than it saves.
+  const int threads = flops < 5e5 ? 1 : max_threads;
+  if (threads <= 1) {
+    blas(p, p.m, p.n, a, b, c);
+    return;
+  }
+  const bool split_rows = p.m >= p.n;
+  const int64_t extent = split_rows ? p.m : p.n;
+  constexpr int64_t kAlign = 16;  // chunk boundaries on multiples of 16 keep micro-kernel tiles whole
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t units = (extent + kAlign - 1) / kAlign;
+    const int64_t begin = std::min(extent, units * t / nt * kAlign);
+    const int64_t end = std::min(extent, units * (t + 1) / nt * kAlign);
+    if (end > begin) {
+      if (split_rows) {
+        const T* a0 = p.trans_a ? a + begin : a + begin * p.lda;
+        blas(p, end - begin, p.n, a0, b, c + begin * p.ldc);
+      } else {
+        const T* b0 = p.trans_b ? b + begin * p.ldb : b + begin;
+        blas(p, p.m, end - begin, a, b0, c + begin);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void gemm(const GemmProblem& p, const void* a, const void* b, void* c) {
+  cpu_kernels();  // pins OpenBLAS to one thread before the first split call
+  if (p.round_inputs_bf16) {
+    FP8T_CHECK(p.dtype == DType::F32, "BF16 input rounding is defined for f32 GEMMs only");
+    const int64_t a_rows = p.trans_a ? p.k : p.m, a_cols = p.trans_a ? p.m : p.k;
+    const int64_t b_rows = p.trans_b ? p.n : p.k, b_cols = p.trans_b ? p.k : p.n;
+    const std::vector<float> ra = bf16_copy(static_cast<const float*>(a), a_rows, a_cols, p.lda);
+    const std::vector<float> rb = bf16_copy(static_cast<const float*>(b), b_rows, b_cols, p.ldb);
+    GemmProblem q = p;
+    q.lda = a_cols;
+    q.ldb = b_cols;
+    gemm_split<float>(q, ra.data(), rb.data(), static_cast<float*>(c));
+    return;
+  }
+  dispatch_float(p.dtype, "gemm", [&](auto tag) {
+    using T = decltype(tag);
+    gemm_split<T>(p, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c));
+  });
+}
+
+}  // namespace fp8train::ops::cpu

@@ -1,0 +1,48 @@
+// CPU rotary position embedding on interleaved pairs: for pair i of a head at position pos,
+//   (x0, x1) ← (x0·cos − x1·sin, x0·sin + x1·cos),  angle = pos·theta^(−2i/rope_dim);
+// the inverse (backward) uses −angle. Angles are computed in double once per call ([seq_len, rope_dim/2]).
+#include <cmath>
+#include <vector>
+
+#include "ops/cpu/cpu_kernels.h"
+
+namespace fp8train::ops::cpu {
+namespace {
+
+template <class T>
+void rope_impl(const RopeProblem& p, T* x) {
+  const int64_t half = p.rope_dim / 2;
+  std::vector<T> cos_table(static_cast<size_t>(p.seq_len * half)), sin_table(cos_table.size());
+  for (int64_t pos = 0; pos < p.seq_len; ++pos)
+    for (int64_t i = 0; i < half; ++i) {
+      const double inv_freq = std::pow(p.theta, -2.0 * static_cast<double>(i) / static_cast<double>(p.rope_dim));
+      const double angle = static_cast<double>(pos) * inv_freq;
+      cos_table[pos * half + i] = static_cast<T>(std::cos(angle));
+      sin_table[pos * half + i] = static_cast<T>(p.inverse ? -std::sin(angle) : std::sin(angle));
+    }
+#pragma omp parallel for schedule(static) if (p.rows * p.heads * p.rope_dim > 16384)
+  for (int64_t r = 0; r < p.rows; ++r) {
+    const int64_t pos = r % p.seq_len;
+    const T* cs = cos_table.data() + pos * half;
+    const T* sn = sin_table.data() + pos * half;
+    for (int64_t h = 0; h < p.heads; ++h) {
+      T* v = x + r * p.ld + h * p.head_stride;
+      for (int64_t i = 0; i < half; ++i) {
+        const T x0 = v[2 * i], x1 = v[2 * i + 1];
+        v[2 * i] = x0 * cs[i] - x1 * sn[i];
+        v[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void rope(const RopeProblem& p, void* x) {
+  dispatch_float(p.dtype, "rope", [&](auto tag) {
+    using T = decltype(tag);
+    rope_impl<T>(p, static_cast<T*>(x));
+  });
+}
+
+}  // namespace fp8train::ops::cpu

@@ -1,0 +1,39 @@
+// Embedding entry points (see embedding.h).
+#include "ops/embedding.h"
+
+#include "ops/checks.h"
+#include "ops/kernels.h"
+
+namespace fp8train::ops {
+
+namespace {
+EmbeddingProblem problem(const char* op, const Tensor& ids, const Tensor& table, const Tensor& rows) {
+  check::vector(op, "ids", ids);
+  check::dtype(op, "ids", ids, DType::I32);
+  check::matrix(op, "table", table);
+  FP8T_CHECK(table.is_contiguous(), "{}: table must be contiguous, got {}", op, table.str());
+  check::float_dtype(op, "table", table);
+  check::matrix(op, "token rows", rows, ids.numel(), table.size(1));
+  check::same_dtype(op, {&table, &rows});
+  check::same_device(op, {&ids, &table, &rows});
+  EmbeddingProblem p;
+  p.dtype = table.dtype();
+  p.tokens = ids.numel();
+  p.vocab = table.size(0);
+  p.dim = table.size(1);
+  p.ld_out = rows.size(0) > 1 ? rows.ld() : p.dim;
+  return p;
+}
+}  // namespace
+
+void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
+  const EmbeddingProblem p = problem("embedding_forward", ids, table, out);
+  kernels_for(table.device()).embedding_forward(p, ids.data<int32_t>(), table.raw(), out.raw());
+}
+
+void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
+  const EmbeddingProblem p = problem("embedding_backward", ids, dtable, dout);
+  kernels_for(dtable.device()).embedding_backward(p, ids.data<int32_t>(), dout.raw(), dtable.raw());
+}
+
+}  // namespace fp8train::ops

@@ -1,0 +1,22 @@
+// GEMM entry points: c = alpha·op(a)·op(b) + beta·c on matrix views (2-D, unit column stride, any row stride),
+// f32 or f64, all on one device. op(x) = xᵀ when the matching trans flag is set. `round_inputs_bf16` gives the
+// exact BF16-input product (inputs rounded to nearest-even BF16, FP32 accumulation) — the BF16 baseline.
+//   a: [m,k] or [k,m] (trans_a);  b: [k,n] or [n,k] (trans_b);  c: [m,n]
+#pragma once
+#include "tensor/tensor.h"
+
+namespace fp8train::ops {
+
+struct GemmOptions {
+  double alpha = 1.0;
+  double beta = 0.0;
+  bool round_inputs_bf16 = false;
+};
+
+void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, const GemmOptions& options = {});
+
+// A new [m,n] tensor op(a)·op(b) on a's device.
+Tensor matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+              MemCategory category = MemCategory::Workspace, const GemmOptions& options = {});
+
+}  // namespace fp8train::ops

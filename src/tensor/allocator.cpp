@@ -1,0 +1,74 @@
+// Allocator bookkeeping and the CPU allocator (see allocator.h).
+#include "tensor/allocator.h"
+
+#include <cstdlib>
+#include <new>
+
+#include "common/error.h"
+
+namespace fp8train {
+
+std::string_view mem_category_name(MemCategory c) {
+  switch (c) {
+    case MemCategory::Weights: return "weights";
+    case MemCategory::Gradients: return "gradients";
+    case MemCategory::OptimizerState: return "optimizer_state";
+    case MemCategory::ActivationCache: return "activation_cache";
+    case MemCategory::Workspace: return "workspace";
+    case MemCategory::kCount: break;
+  }
+  return "?";
+}
+
+void Allocator::add(MemCategory c, int64_t delta) {
+  const int i = static_cast<int>(c);
+  stats_.current[i] += delta;
+  stats_.total_current += delta;
+  if (stats_.current[i] > stats_.peak[i]) stats_.peak[i] = stats_.current[i];
+  if (stats_.total_current > stats_.total_peak) stats_.total_peak = stats_.total_current;
+}
+
+void* Allocator::allocate(size_t bytes, MemCategory category) {
+  FP8T_CHECK(category != MemCategory::kCount, "allocate: kCount is not a memory category");
+  void* p = raw_allocate(bytes);
+  std::lock_guard lock(mutex_);
+  add(category, static_cast<int64_t>(bytes));
+  ++stats_.allocations;
+  return p;
+}
+
+void Allocator::deallocate(void* ptr, size_t bytes, MemCategory category) {
+  raw_deallocate(ptr, bytes);
+  std::lock_guard lock(mutex_);
+  add(category, -static_cast<int64_t>(bytes));
+}
+
+void Allocator::move_bytes(size_t bytes, MemCategory from, MemCategory to) {
+  if (from == to) return;
+  std::lock_guard lock(mutex_);
+  add(from, -static_cast<int64_t>(bytes));
+  add(to, static_cast<int64_t>(bytes));
+}
+
+MemoryStats Allocator::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void Allocator::reset_peaks() {
+  std::lock_guard lock(mutex_);
+  stats_.peak = stats_.current;
+  stats_.total_peak = stats_.total_current;
+}
+
+void* CpuAllocator::raw_allocate(size_t bytes) {
+  constexpr size_t kAlign = 64;
+  const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+  void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
+  FP8T_CHECK(p != nullptr, "out of host memory allocating {} bytes", bytes);
+  return p;
+}
+
+void CpuAllocator::raw_deallocate(void* ptr, size_t) { std::free(ptr); }
+
+}  // namespace fp8train

@@ -1,0 +1,78 @@
+// Backend registry and the CPU backend (see backend.h).
+#include "tensor/backend.h"
+
+#include <array>
+#include <cstring>
+#include <mutex>
+
+#include "common/error.h"
+
+namespace fp8train {
+
+void CpuBackend::copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  FP8T_CHECK(dst_device.is_cpu() && src_device.is_cpu(), "CPU backend asked to copy {} -> {}", src_device.str(),
+             dst_device.str());
+  if (bytes) std::memmove(dst, src, bytes);
+}
+
+void CpuBackend::fill_zero(void* dst, size_t bytes) {
+  if (bytes) std::memset(dst, 0, bytes);
+}
+
+namespace {
+struct Registry {
+  std::mutex mutex;
+  CpuBackend cpu;
+  std::array<std::unique_ptr<Backend>, 16> cuda;  // by device index
+  Device default_device = Device::cpu();
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+}  // namespace
+
+Backend& backend(Device device) {
+  Registry& r = registry();
+  if (device.is_cpu()) return r.cpu;
+  FP8T_CHECK(device.index >= 0 && device.index < static_cast<int>(r.cuda.size()), "device index {} out of range",
+             device.index);
+  std::lock_guard lock(r.mutex);
+  Backend* b = r.cuda[device.index].get();
+  FP8T_CHECK(b != nullptr, "no backend registered for {} (was the CUDA backend initialized at start-up?)",
+             device.str());
+  return *b;
+}
+
+void register_backend(std::unique_ptr<Backend> b) {
+  FP8T_CHECK(b != nullptr, "register_backend: null backend");
+  const Device d = b->device();
+  FP8T_CHECK(!d.is_cpu(), "the CPU backend is built in and cannot be replaced");
+  FP8T_CHECK(d.index >= 0 && d.index < 16, "device index {} out of range", d.index);
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.cuda[d.index] = std::move(b);
+}
+
+bool has_backend(Device device) {
+  if (device.is_cpu()) return true;
+  if (device.index < 0 || device.index >= 16) return false;
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return r.cuda[device.index] != nullptr;
+}
+
+Device default_device() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  return r.default_device;
+}
+
+void select_default_device(Device device) {
+  FP8T_CHECK(has_backend(device), "cannot select {}: no backend registered for it", device.str());
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.default_device = device;
+}
+
+}  // namespace fp8train

@@ -1,0 +1,53 @@
+// Backend: one per device kind — its allocator, copies between host and device, zero-fill and a
+// synchronization point. The CPU backend always exists; the CUDA backend (tensor/cuda/) registers itself
+// with register_backend() at start-up. `select_default_device` is called once at start-up: every tensor
+// created without an explicit device lands there, so model code never branches on the device — it creates
+// tensors and calls ops (ops/kernels.h dispatches each op to the implementation of its tensors' device).
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "tensor/allocator.h"
+#include "tensor/device.h"
+
+namespace fp8train {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+  virtual Allocator& allocator() = 0;
+  // Copies `bytes` between two buffers, at least one of them on this backend's device (the other may be host).
+  virtual void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) = 0;
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+  // Waits until every queued operation on the device has finished (a no-op on the CPU).
+  virtual void synchronize() = 0;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  Device device() const override { return Device::cpu(); }
+  std::string name() const override { return "cpu"; }
+  Allocator& allocator() override { return allocator_; }
+  void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) override;
+  void fill_zero(void* dst, size_t bytes) override;
+  void synchronize() override {}
+
+ private:
+  CpuAllocator allocator_;
+};
+
+// The backend of a device; throws when that device kind has no registered backend.
+Backend& backend(Device device);
+// Installs the backend for backend->device() (one per device; replacing one that owns live tensors is an error
+// the caller must avoid, so this is meant for start-up).
+void register_backend(std::unique_ptr<Backend> backend);
+bool has_backend(Device device);
+
+// Where tensors go when no device is named (CPU until a start-up call changes it).
+Device default_device();
+void select_default_device(Device device);
+
+}  // namespace fp8train
