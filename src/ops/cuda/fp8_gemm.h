@@ -1,0 +1,118 @@
+// fp8train's own Hopper FP8 block-scaled GEMMs (WGMMA + TMA, FP32 promotion every 128 elements of K):
+// launchers on raw device pointers and dimensions (tier 2 of the op design). The kernels live in
+// fp8_gemm_kernel.cuh; one .cu file per family documents its problem:
+//   fp8_gemm_dense.cu   Fprop / Dgrad   d[M, N] bf16 = A[M, K] (1x128 scales) . B[N, K]^T (128x128 scales)
+//   fp8_gemm_grouped.cu MoE experts     d[Mtot, N] bf16, rows of E experts concatenated, B[E, N, K]
+//   fp8_gemm_wgrad.cu   Wgrad           d[M, N] fp32 = c + A[M, K] (1x128) . B[N, K]^T (1x128), and the
+//                                       K-grouped form d[e] = c[e] + A[:, Ke] . B[:, Ke]^T for MoE experts
+// Arithmetic (all families): per output element, per 128-wide K block g in order,
+//   partial = 4 chained tensor-core steps of 32 products (FP22, truncating, the first from zero),
+//   acc = fmaf(scale_a[g] * scale_b[g], partial, acc)    (FP32, the scale product rounded first),
+// which is num::hopper_dot_scaled(..., promote_interval = 128) bit for bit; then d = bf16_rn(acc), or
+// d = c + acc (one FP32 add) for Wgrad. Nothing is split along K, so the order never changes.
+//
+// Layouts: A, B row-major with K contiguous ("TN"), FP8 E4M3 bytes, 16-byte aligned; K a multiple of 128;
+// N a multiple of 16; M any positive size. Scales are FP32, addressed through ScaleView so both the
+// QuantTensor row-major layout and cuBLASLt's "MN-major" layout work.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+namespace fp8train::ops::cuda {
+
+// Scale (i, kb) lives at data[group * group_stride + i * row_stride + kb * kblock_stride], where i is the row
+// (1x128 tiles) or the 128-row block (128x128 blocks) and kb the 128-wide K block.
+struct ScaleView {
+  const float* data = nullptr;
+  int64_t row_stride = 0;
+  int64_t kblock_stride = 0;
+  int64_t group_stride = 0;
+};
+// QuantTensor's layout: [rows (or row blocks), K/128] row-major.
+inline ScaleView row_major_scale_view(const float* data, int64_t k_blocks, int64_t group_stride = 0) {
+  return {data, k_blocks, 1, group_stride};
+}
+
+enum class Fp8GemmEpilogue : uint8_t {
+  TmaStore,  // BF16 through swizzled shared memory and TMA stores (default)
+  Direct,    // BF16 straight from registers with st.global (kept as a tested fallback)
+};
+
+// Tuning knobs, separate from the problem. block_n = 0 asks the heuristic.
+struct Fp8GemmConfig {
+  int block_n = 0;           // output tile width (tile = 128 x block_n); see supported_block_ns()
+  int grid = 0;              // persistent CTAs; 0 = one per SM (capped at the tile count)
+  int raster_group_m = 16;   // row blocks per raster band (L2 reuse)
+  Fp8GemmEpilogue epilogue = Fp8GemmEpilogue::TmaStore;
+  std::string describe() const;  // "block 128x176, stages 4, grid 132, raster 16, epilogue tma"
+};
+
+// ---- dense Fprop / Dgrad ------------------------------------------------------------------------------
+struct Fp8GemmDenseProblem {
+  int64_t m = 0, n = 0, k = 0;
+  const uint8_t* a = nullptr;  // [m, k] E4M3
+  ScaleView a_scales;          // 1x128: (row, kb)
+  const uint8_t* b = nullptr;  // [n, k] E4M3
+  ScaleView b_scales;          // 128x128: (n / 128, kb)
+  uint16_t* d = nullptr;       // [m, n] BF16 bits, row-major
+  std::string describe() const;
+};
+// The block_n values the dense family is built for, and the heuristic's choice for a shape on `num_sms` SMs:
+// the fewest "waves" of tiles weighted by tile width (a tile's time grows with block_n), ties to the wider.
+const int* fp8_gemm_dense_block_ns(int* count);
+Fp8GemmConfig fp8_gemm_dense_heuristic(int64_t m, int64_t n, int64_t k, int num_sms);
+// Validates (FP8T_CHECK: sizes, alignment, supported block_n) and launches on `stream`.
+void fp8_gemm_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& config, cudaStream_t stream);
+
+// ---- MoE M-grouped contiguous ------------------------------------------------------------------------
+// Rows of all experts concatenated: expert e owns rows [row_offsets[e], row_offsets[e+1]); every offset is a
+// multiple of 128 (pad each expert's segment), row_offsets[0] = 0, row_offsets[E] = m_total; an expert
+// with no tokens has row_offsets[e] == row_offsets[e+1]. row_offsets lives in DEVICE memory (it is produced
+// on the GPU by routing); the kernel trusts it, so a CPU caller checks it first (check_group_offsets).
+struct Fp8GemmGroupedProblem {
+  int64_t m_total = 0, n = 0, k = 0;
+  int num_groups = 0;
+  const int32_t* row_offsets = nullptr;  // device, [num_groups + 1]
+  const uint8_t* a = nullptr;            // [m_total, k] E4M3
+  ScaleView a_scales;                    // 1x128: (row, kb)
+  const uint8_t* b = nullptr;            // [num_groups, n, k] E4M3
+  ScaleView b_scales;                    // 128x128: (group, n / 128, kb)
+  uint16_t* d = nullptr;                 // [m_total, n] BF16
+  std::string describe() const;
+};
+const int* fp8_gemm_grouped_block_ns(int* count);
+Fp8GemmConfig fp8_gemm_grouped_heuristic(int64_t m_total, int64_t n, int64_t k, int num_sms);
+void fp8_gemm_grouped(const Fp8GemmGroupedProblem& p, const Fp8GemmConfig& config, cudaStream_t stream);
+
+// ---- Wgrad (dense and K-grouped) ------------------------------------------------------------------------
+// d[g] (fp32 [m, n]) = c[g] + A[:, K_g] . B[:, K_g]^T with 1x128 scales on both operands (A = dY^T tiled
+// along tokens, B = X^T tiled along tokens). Dense: num_groups = 1 and k_offsets = nullptr (K_0 = [0, k)).
+// K-grouped (MoE experts): k_offsets in DEVICE memory, [num_groups + 1], multiples of 128, k_offsets[0] = 0,
+// k_offsets[E] = k; an expert with no tokens gets d[e] = c[e] (or zeros without c).
+// c may be null (d = A.B^T) or equal to d (accumulate in place).
+struct Fp8GemmWgradProblem {
+  int64_t m = 0, n = 0, k = 0;
+  int num_groups = 1;
+  const int32_t* k_offsets = nullptr;
+  const uint8_t* a = nullptr;  // [m, k] E4M3
+  ScaleView a_scales;          // 1x128: (row, kb)
+  const uint8_t* b = nullptr;  // [n, k] E4M3
+  ScaleView b_scales;          // 1x128: (row of B, kb)
+  const float* c = nullptr;    // [num_groups, m, n] or null
+  float* d = nullptr;          // [num_groups, m, n]
+  std::string describe() const;
+};
+const int* fp8_gemm_wgrad_block_ns(int* count);
+Fp8GemmConfig fp8_gemm_wgrad_heuristic(int64_t m, int64_t n, int64_t k, int num_groups, int num_sms);
+void fp8_gemm_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& config, cudaStream_t stream);
+
+// Host-side check of a group-offset table (values as they will be copied to the device): non-decreasing,
+// multiples of 128, first 0, last == total. Throws fp8train::Error naming the first bad entry.
+void check_group_offsets(const int32_t* host_offsets, int num_groups, int64_t total, const char* what);
+
+// Number of SMs of the current device (cached per device).
+int fp8_gemm_num_sms();
+
+}  // namespace fp8train::ops::cuda

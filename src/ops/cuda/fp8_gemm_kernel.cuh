@@ -1,0 +1,370 @@
+// The one persistent, warp-specialized Hopper FP8 GEMM kernel template behind the three kernel families
+// (dense Fprop/Dgrad: fp8_gemm_dense.cu, MoE M-grouped: fp8_gemm_grouped.cu, Wgrad and K-grouped Wgrad:
+// fp8_gemm_wgrad.cu). Each family file documents its own problem; this header is the shared machine.
+//
+// D[m, n] = sum over K blocks kb of  scale_a(m, kb) * scale_b(n, kb) * (A[m, kb-block] . B[n, kb-block])
+//   A: [M, K] E4M3 row-major (K contiguous), B: [N, K] E4M3 row-major (per group for grouped-M),
+//   one FP32 scale of A per (row, 128-wide K block); B's scale per (128-row block or row, K block).
+//
+// CTA = 3 warpgroups (384 threads), one CTA per SM, persistent over output tiles of 128 x BN:
+//   warpgroup 2 (producer; setmaxnreg 40): warp 8 alone issues, per K block of 128 and stage s,
+//       - 32 lanes: cp.async of the 128 A-scales (and the B-scales: 1, BN/8 or BN values) into the stage,
+//         then cp.async.mbarrier.arrive.noinc on full[s] (so the scales are part of the stage's arrival),
+//       - lane 0: mbarrier.arrive.expect_tx(full[s], 16 KiB + BN*128 B) and two TMA loads (A 128x128,
+//         B BNx128 bytes, 128-byte swizzle, zero fill outside the tensor);
+//     after waiting on empty[s]. full[s] expects 33 arrivals + the TMA bytes; empty[s] expects 8 (one per
+//     math warp).
+//   warpgroups 0 and 1 (math; setmaxnreg 232): warpgroup w owns rows 64w..64w+63 of the tile. Per K block:
+//       wait full[s]; 4 x wgmma m64nBNk32 into `partial` (the first with scale-d = 0, i.e. into zeroed
+//       registers); commit; wait; then PROMOTION in FP32 on the CUDA cores:
+//           acc = fma(scale_a * scale_b, partial, acc)        (__fmul_rn then __fmaf_rn, per element)
+//       then release the stage (empty[s]). While one warpgroup promotes, the other's WGMMAs keep the tensor
+//       cores busy; the producer runs up to kStages K blocks ahead, across tile boundaries.
+//   This is exactly the CPU Hopper model num::hopper_dot_scaled with promote_interval 128: four FP22 blocks
+//   of 32 products chained from zero, then acc = fma(sa*sb, chain, acc) in K order.
+// Register budget (per math thread): BN/2 partial + BN/2 acc FP32 registers (BN = 192: 192) + ~30 for
+// addresses and scales, under the 232 setmaxnreg grants; 128*40 + 256*232 = 64512 <= 65536 registers.
+// Shared memory (dynamic, 1024-aligned): [D staging BM*BN*2 (BF16 TMA-store epilogue only)]
+//   [kStages x A 16 KiB][kStages x B BN*128][kStages x 128 A-scales][kStages x B-scales][barriers];
+//   kStages is the largest count that fits in 227 KiB.
+// Epilogues: Bf16Tma (each warpgroup writes its 64 x BN BF16 block into swizzled shared memory in atoms of
+//   64/32/16 columns -- 128/64/32-byte swizzle, conflict-free -- fence.proxy.async, then one thread issues
+//   one TMA store per atom; the next tile waits only for the store to finish reading), Bf16Direct and
+//   Fp32Direct (st.global per thread, edges predicated; Fp32Direct optionally adds C: d = c + acc).
+#pragma once
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "ops/cuda/fp8_gemm_ptx.cuh"
+#include "ops/cuda/fp8_gemm_wgmma.cuh"
+
+namespace fp8train::ops::cuda::fp8gemm {
+
+inline constexpr int kBlockM = 128;
+inline constexpr int kBlockK = 128;
+inline constexpr int kMathThreads = 256;
+inline constexpr int kThreads = 384;
+inline constexpr int kProducerRegs = 40;
+inline constexpr int kMathRegs = 232;
+inline constexpr int kSmemLimit = 232448;  // sm_90 opt-in dynamic shared memory per block (227 KiB)
+
+// How the B scale varies across a tile's columns.
+enum class ScaleB : int {
+  Uniform,    // 128x128 blocks and BN divides 128: one value per tile and K block
+  PerChunk,   // 128x128 blocks, any BN: one value per 8-column chunk (a chunk never straddles a block)
+  PerColumn,  // 1x128 tiles of B (Wgrad): one value per column
+};
+enum class Schedule : int {
+  Dense,     // tiles of one [M, N] output, K blocks 0..K/128-1
+  GroupedM,  // MoE contiguous: rows of all groups concatenated, group g owns rows [off[g], off[g+1])
+  GroupedK,  // MoE Wgrad: group g owns K range [off[g], off[g+1]) and output D[g] ([M, N])
+};
+enum class Output : int { Bf16Tma, Bf16Direct, Fp32Direct };
+
+constexpr int align_up(int x, int a) { return (x + a - 1) / a * a; }
+
+template <int BN, ScaleB kScaleB, Output kOut>
+struct SmemPlan {
+  static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256, "BN must be a multiple of 16 in [16, 256]");
+  static constexpr int kAtomCols = BN % 64 == 0 ? 64 : (BN % 32 == 0 ? 32 : 16);  // TMA-store atom width
+  static constexpr int kAtomBytes = kAtomCols * 2;
+  static constexpr int kNumAtoms = BN / kAtomCols;
+  static constexpr int kDBytes = kOut == Output::Bf16Tma ? align_up(kBlockM * BN * 2, 1024) : 0;
+  static constexpr int kABytes = kBlockM * kBlockK;
+  static constexpr int kBBytes = BN * kBlockK;
+  static constexpr int kSfaBytes = kBlockM * 4;
+  static constexpr int kSfbCount = kScaleB == ScaleB::Uniform ? 1 : (kScaleB == ScaleB::PerChunk ? BN / 8 : BN);
+  static constexpr int kSfbBytes = align_up(kSfbCount * 4, 16);
+  static constexpr int kPerStage = kABytes + kBBytes + kSfaBytes + kSfbBytes + 16;  // + two barriers
+  static constexpr int kSlack = 1024;  // to align the dynamic buffer to 1024 bytes (128-byte swizzle)
+  static constexpr int kStagesFit = (kSmemLimit - kSlack - kDBytes) / kPerStage;
+  static constexpr int kStages = kStagesFit > 8 ? 8 : kStagesFit;
+  static_assert(kStages >= 2, "tile too large for shared memory");
+  static constexpr int kAOffset = kDBytes;
+  static constexpr int kBOffset = kAOffset + kStages * kABytes;
+  static constexpr int kSfaOffset = kBOffset + kStages * kBBytes;
+  static constexpr int kSfbOffset = kSfaOffset + kStages * kSfaBytes;
+  static constexpr int kBarOffset = kSfbOffset + kStages * kSfbBytes;
+  static constexpr int kBytes = kBarOffset + 2 * kStages * 8;
+  static constexpr int kDynamicBytes = kBytes + kSlack;
+};
+
+// Everything the kernel needs besides the three tensor maps. Scale element (i, kb) of A is
+// sfa[i * sfa_row + kb * sfa_kb]; of B: sfb[group * sfb_group + i * sfb_row + kb * sfb_kb], where i is the
+// 128-row block of B (Uniform/PerChunk) or the row of B (PerColumn).
+struct KernelArgs {
+  int m = 0, n = 0, k = 0;  // GroupedM: m = total rows; GroupedK: k = total K
+  int num_groups = 1;
+  const int* group_offsets = nullptr;  // [num_groups + 1], multiples of 128 (GroupedM rows, GroupedK K)
+  int m_blocks = 0, n_blocks = 0, num_tiles = 0, raster_group_m = 16;
+  const float* sfa = nullptr;
+  long long sfa_row = 0, sfa_kb = 0;
+  const float* sfb = nullptr;
+  long long sfb_row = 0, sfb_kb = 0, sfb_group = 0;
+  void* d = nullptr;        // Direct epilogues: [groups, m, n] row-major (BF16 bits or FP32)
+  const float* c = nullptr; // Fp32Direct: optional addend, same layout as d (may alias d)
+};
+
+struct TileCoord {
+  int m0, n0, group, kb_begin, kb_end;
+};
+
+// Tile order: bands of raster_group_m row blocks; inside a band, row blocks vary fastest so the CTAs that
+// run at the same time share both the A rows and the B columns in L2.
+template <Schedule kSched, int BN>
+__device__ __forceinline__ TileCoord tile_coord(const KernelArgs& a, int tile) {
+  int group = 0;
+  int local = tile;
+  if constexpr (kSched == Schedule::GroupedK) {
+    const int per_group = a.m_blocks * a.n_blocks;
+    group = tile / per_group;
+    local = tile - group * per_group;
+  }
+  const int span = a.raster_group_m * a.n_blocks;
+  const int band = local / span;
+  const int r = local - band * span;
+  const int band_rows = min(a.raster_group_m, a.m_blocks - band * a.raster_group_m);
+  TileCoord t;
+  t.m0 = (band * a.raster_group_m + r % band_rows) * kBlockM;
+  t.n0 = (r / band_rows) * BN;
+  if constexpr (kSched == Schedule::GroupedM) {
+    // Last group whose first row is <= m0 (empty groups share their offset with the next one).
+    int lo = 0, hi = a.num_groups;
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) >> 1;
+      if (__ldg(a.group_offsets + mid) <= t.m0) lo = mid; else hi = mid;
+    }
+    group = lo;
+  }
+  t.group = group;
+  if constexpr (kSched == Schedule::GroupedK) {
+    t.kb_begin = __ldg(a.group_offsets + group) / kBlockK;
+    t.kb_end = __ldg(a.group_offsets + group + 1) / kBlockK;
+  } else {
+    t.kb_begin = 0;
+    t.kb_end = a.k / kBlockK;
+  }
+  return t;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+template <int BN, ScaleB kScaleB, Schedule kSched, Output kOut>
+__global__ void __launch_bounds__(kThreads, 1)
+    fp8_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+                    const __grid_constant__ CUtensorMap tmap_d, const KernelArgs args) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Plan = SmemPlan<BN, kScaleB, kOut>;
+  using Mma = Fp8Wgmma<BN>;
+  constexpr int S = Plan::kStages;
+  constexpr int kAcc = BN / 2;
+
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  const uint32_t smem_base = smem_addr(smem);
+  auto full_bar = [&](uint32_t s) { return smem_base + Plan::kBarOffset + 8 * s; };
+  auto empty_bar = [&](uint32_t s) { return smem_base + Plan::kBarOffset + 8 * (S + s); };
+  auto sfa_stage = [&](uint32_t s) { return reinterpret_cast<float*>(smem + Plan::kSfaOffset + s * Plan::kSfaBytes); };
+  auto sfb_stage = [&](uint32_t s) { return reinterpret_cast<float*>(smem + Plan::kSfbOffset + s * Plan::kSfbBytes); };
+
+  const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 32, 0);
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+
+  if (threadIdx.x == kMathThreads) {
+    tma_prefetch_descriptor(&tmap_a);
+    tma_prefetch_descriptor(&tmap_b);
+    if constexpr (kOut == Output::Bf16Tma) tma_prefetch_descriptor(&tmap_d);
+    for (int s = 0; s < S; ++s) {
+      mbar_init(full_bar(s), 1 + 32);  // expect_tx arrival of lane 0 + one cp.async arrival per lane
+      mbar_init(empty_bar(s), kMathThreads / 32);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warp >= kMathThreads / 32) {
+    // ---------------------------------------------------------------- producer warpgroup
+    regs_decrease<kProducerRegs>();
+    if (warp == kMathThreads / 32) {
+      uint32_t it = 0;
+      for (int tile = blockIdx.x; tile < args.num_tiles; tile += gridDim.x) {
+        const TileCoord t = tile_coord<kSched, BN>(args, tile);
+        const int b_row = (kSched == Schedule::GroupedM ? t.group * args.n : 0) + t.n0;
+        const float* sfb = args.sfb + (kSched == Schedule::GroupedM ? t.group * args.sfb_group : 0);
+        for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
+          const uint32_t s = it % S;
+          mbar_wait(empty_bar(s), ((it / S) & 1) ^ 1);
+          float* sfa_dst = sfa_stage(s);
+          for (int r = lane; r < kBlockM; r += 32) {
+            const long long row = min(t.m0 + r, args.m - 1);
+            cp_async_4(smem_addr(sfa_dst + r), args.sfa + row * args.sfa_row + kb * args.sfa_kb);
+          }
+          float* sfb_dst = sfb_stage(s);
+          if constexpr (kScaleB == ScaleB::Uniform) {
+            if (lane == 0) cp_async_4(smem_addr(sfb_dst), sfb + (t.n0 / 128) * args.sfb_row + kb * args.sfb_kb);
+          } else if constexpr (kScaleB == ScaleB::PerChunk) {
+            for (int j = lane; j < BN / 8; j += 32) {
+              const long long block = min(t.n0 + 8 * j, args.n - 1) / 128;
+              cp_async_4(smem_addr(sfb_dst + j), sfb + block * args.sfb_row + kb * args.sfb_kb);
+            }
+          } else {
+            for (int j = lane; j < BN; j += 32) {
+              const long long col = min(t.n0 + j, args.n - 1);
+              cp_async_4(smem_addr(sfb_dst + j), sfb + col * args.sfb_row + kb * args.sfb_kb);
+            }
+          }
+          cp_async_arrive_noinc(full_bar(s));
+          if (lane == 0) {
+            mbar_arrive_expect_tx(full_bar(s), Plan::kABytes + Plan::kBBytes);
+            tma_load_2d(smem_base + Plan::kAOffset + s * Plan::kABytes, &tmap_a, full_bar(s), kb * kBlockK, t.m0);
+            tma_load_2d(smem_base + Plan::kBOffset + s * Plan::kBBytes, &tmap_b, full_bar(s), kb * kBlockK, b_row);
+          }
+          __syncwarp();
+        }
+      }
+    }
+  } else {
+    // ---------------------------------------------------------------- math warpgroups
+    regs_increase<kMathRegs>();
+    const int wg = warp / 4;                 // 0 or 1: rows 64*wg .. 64*wg+63 of the tile
+    const int wl = static_cast<int>(threadIdx.x) % 128;
+    const int row_in_wg = (warp % 4) * 16 + lane / 4;  // and row_in_wg + 8
+    const int quad_col = 2 * (lane % 4);
+    uint32_t it = 0;
+    for (int tile = blockIdx.x; tile < args.num_tiles; tile += gridDim.x) {
+      const TileCoord t = tile_coord<kSched, BN>(args, tile);
+      float acc[kAcc];
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+      float partial[kAcc];
+
+      for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
+        const uint32_t s = it % S;
+        mbar_wait(full_bar(s), (it / S) & 1);
+        const float* sfa = sfa_stage(s);
+        const float* sfb = sfb_stage(s);
+        const float sa0 = sfa[wg * 64 + row_in_wg];
+        const float sa1 = sfa[wg * 64 + row_in_wg + 8];
+        float sb_uniform = 0.0f;
+        if constexpr (kScaleB == ScaleB::Uniform) sb_uniform = sfb[0];
+
+        const uint32_t a_addr = smem_base + Plan::kAOffset + s * Plan::kABytes + wg * 64 * kBlockK;
+        const uint32_t b_addr = smem_base + Plan::kBOffset + s * Plan::kBBytes;
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) fence_register(partial[i]);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBlockK / 32; ++kk) {
+          Mma::mma(partial, smem_desc_k_major_sw128(a_addr + 32 * kk), smem_desc_k_major_sw128(b_addr + 32 * kk),
+                   kk > 0 ? 1u : 0u);
+        }
+        wgmma_commit();
+        wgmma_wait_all();
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) fence_register(partial[i]);
+
+        // Promotion: acc = fma(scale_a * scale_b, partial, acc), the CPU model's arithmetic.
+        if constexpr (kScaleB == ScaleB::Uniform) {
+          const float p0 = __fmul_rn(sa0, sb_uniform), p1 = __fmul_rn(sa1, sb_uniform);
+#pragma unroll
+          for (int j = 0; j < kAcc / 4; ++j) {
+            acc[4 * j + 0] = __fmaf_rn(p0, partial[4 * j + 0], acc[4 * j + 0]);
+            acc[4 * j + 1] = __fmaf_rn(p0, partial[4 * j + 1], acc[4 * j + 1]);
+            acc[4 * j + 2] = __fmaf_rn(p1, partial[4 * j + 2], acc[4 * j + 2]);
+            acc[4 * j + 3] = __fmaf_rn(p1, partial[4 * j + 3], acc[4 * j + 3]);
+          }
+        } else if constexpr (kScaleB == ScaleB::PerChunk) {
+#pragma unroll
+          for (int j = 0; j < kAcc / 4; ++j) {
+            const float sb = sfb[j];
+            const float p0 = __fmul_rn(sa0, sb), p1 = __fmul_rn(sa1, sb);
+            acc[4 * j + 0] = __fmaf_rn(p0, partial[4 * j + 0], acc[4 * j + 0]);
+            acc[4 * j + 1] = __fmaf_rn(p0, partial[4 * j + 1], acc[4 * j + 1]);
+            acc[4 * j + 2] = __fmaf_rn(p1, partial[4 * j + 2], acc[4 * j + 2]);
+            acc[4 * j + 3] = __fmaf_rn(p1, partial[4 * j + 3], acc[4 * j + 3]);
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < kAcc / 4; ++j) {
+            const float2 sb = *reinterpret_cast<const float2*>(sfb + 8 * j + quad_col);
+            acc[4 * j + 0] = __fmaf_rn(__fmul_rn(sa0, sb.x), partial[4 * j + 0], acc[4 * j + 0]);
+            acc[4 * j + 1] = __fmaf_rn(__fmul_rn(sa0, sb.y), partial[4 * j + 1], acc[4 * j + 1]);
+            acc[4 * j + 2] = __fmaf_rn(__fmul_rn(sa1, sb.x), partial[4 * j + 2], acc[4 * j + 2]);
+            acc[4 * j + 3] = __fmaf_rn(__fmul_rn(sa1, sb.y), partial[4 * j + 3], acc[4 * j + 3]);
+          }
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty_bar(s));
+      }
+
+      // ---------------------------------------------------------------- epilogue
+      if constexpr (kOut == Output::Bf16Tma) {
+        uint8_t* d_wg = smem + wg * (Plan::kDBytes / 2);
+        if (wl == 0) tma_store_wait_read_all();  // this warpgroup's previous tile has left the buffer
+        named_barrier_sync(1 + wg, 128);
+#pragma unroll
+        for (int j = 0; j < kAcc / 4; ++j) {
+          const int col = 8 * j + quad_col;
+          const int atom = col / Plan::kAtomCols;
+          const int col_in_atom = col % Plan::kAtomCols;
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int row = row_in_wg + 8 * half;
+            const int logical = row * Plan::kAtomBytes + col_in_atom * 2;
+            const int physical = logical ^ (((logical >> 7) & (Plan::kAtomBytes / 16 - 1)) << 4);
+            *reinterpret_cast<uint32_t*>(d_wg + atom * (64 * Plan::kAtomBytes) + physical) =
+                pack_bf16x2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+          }
+        }
+        fence_proxy_async_smem();
+        named_barrier_sync(1 + wg, 128);
+        if (wl == 0 && t.m0 + wg * 64 < args.m) {
+#pragma unroll 1
+          for (int atom = 0; atom < Plan::kNumAtoms; ++atom) {
+            if (t.n0 + atom * Plan::kAtomCols < args.n)
+              tma_store_2d(&tmap_d, smem_addr(d_wg + atom * (64 * Plan::kAtomBytes)), t.n0 + atom * Plan::kAtomCols,
+                           t.m0 + wg * 64);
+          }
+          tma_store_commit();
+        }
+      } else {
+        const long long group_offset =
+            kSched == Schedule::GroupedK ? static_cast<long long>(t.group) * args.m * args.n : 0;
+#pragma unroll
+        for (int j = 0; j < kAcc / 4; ++j) {
+          const int col = t.n0 + 8 * j + quad_col;
+          if (col >= args.n) continue;
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int row = t.m0 + wg * 64 + row_in_wg + 8 * half;
+            if (row >= args.m) continue;
+            const long long idx = group_offset + static_cast<long long>(row) * args.n + col;
+            const float v0 = acc[4 * j + 2 * half], v1 = acc[4 * j + 2 * half + 1];
+            if constexpr (kOut == Output::Bf16Direct) {
+              *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(args.d) + idx) = pack_bf16x2(v0, v1);
+            } else {
+              float2 out = make_float2(v0, v1);
+              if (args.c != nullptr) {
+                const float2 c = *reinterpret_cast<const float2*>(args.c + idx);
+                out.x = __fadd_rn(c.x, v0);
+                out.y = __fadd_rn(c.y, v1);
+              }
+              *reinterpret_cast<float2*>(static_cast<float*>(args.d) + idx) = out;
+            }
+          }
+        }
+      }
+    }
+    if constexpr (kOut == Output::Bf16Tma) {
+      if (wl == 0) tma_store_wait_all();
+    }
+  }
+#endif
+}
+
+}  // namespace fp8train::ops::cuda::fp8gemm

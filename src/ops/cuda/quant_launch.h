@@ -1,0 +1,43 @@
+// Internal: the kernel-launch functions of the quantization .cu files, called by quantize.cpp after it has
+// validated the arguments. The .cu files include no fmt (nvcc cannot compile fmt's consteval format checks),
+// so they report launch errors by return value and quantize.cpp turns them into fp8train::Error.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "ops/cuda/quantize_cuda.h"
+
+namespace fp8train::ops::cuda::detail {
+
+// Parameters of the 128x128-tile kernels (quantize_fast.cu); see Quant1x128Args / Quant128x128Args.
+struct FastParams {
+  const void* x;
+  int64_t rows, cols;
+  bool pow2, stochastic;
+  uint64_t seed;
+  uint8_t* q;
+  float* q_scales;
+  ScaleStrides qs;
+  uint8_t* qt;
+  float* qt_scales;
+  ScaleStrides qts;
+};
+cudaError_t launch_quant_1x128(const FastParams& p, InType it, CodeFormat f, Encoder e, cudaStream_t stream);
+cudaError_t launch_quant_128x128(const FastParams& p, InType it, CodeFormat f, Encoder e, cudaStream_t stream);
+
+// quantize_misc.cu: the generic block quantizer, E5M6, dequantization, per-tensor and delayed scaling.
+cudaError_t launch_quant_blocks(const QuantBlocksArgs& a, cudaStream_t stream);  // block_rows, block_cols >= 1
+cudaError_t launch_scale_from_amax(const uint32_t* amax_bits, float fmax, bool pow2, float* scale_inverse,
+                                   cudaStream_t stream);
+cudaError_t launch_quant_e5m6(const QuantE5M6Args& a, cudaStream_t stream);
+cudaError_t launch_dequant_e5m6(const uint8_t* packed, const float* scales, ScaleStrides strides, int64_t rows,
+                                int64_t cols, void* out, InType out_type, cudaStream_t stream);
+cudaError_t launch_dequant(const DequantArgs& a, cudaStream_t stream);  // block dims already resolved (>= 1)
+cudaError_t launch_amax(const void* x, InType x_type, int64_t n, uint32_t* amax_bits, cudaStream_t stream);
+cudaError_t launch_quant_with_scale(const QuantWithScaleArgs& a, cudaStream_t stream);
+cudaError_t launch_delayed_compute(const DeviceAmaxHistoryView& h, float fmax, bool pow2, float* scale_inverse,
+                                   cudaStream_t stream);
+cudaError_t launch_delayed_push(const DeviceAmaxHistoryView& h, const uint32_t* amax_bits, cudaStream_t stream);
+
+}  // namespace fp8train::ops::cuda::detail

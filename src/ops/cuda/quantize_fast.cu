@@ -1,0 +1,259 @@
+// The two bandwidth-critical quantizers, one CTA (256 threads) per 128x128 tile of x, x read once:
+//   quant_1x128_kernel    1x128 tiles (scale per row per 128 columns), fused with the 128x1 tiles written
+//                         transposed (scale per column per 128 rows) for Wgrad;
+//   quant_128x128_kernel  128x128 blocks (weights) and their transpose.
+// Thread t of the CTA owns rows 8a..8a+7 and columns 8c..8c+7 of the tile (a = t / 16, c = t % 16): a
+// half-warp reads one 256-byte bf16 row segment per load, row maxima reduce over the 16 lanes of a half-warp,
+// column maxima over lanes c and c+16, then over the 8 warps through shared memory. The transposed codes go
+// through a 128x128-byte shared tile whose 8-byte chunks are XOR-swizzled (chunk a of row 8c+j is stored at
+// a ^ c) so both the 8-byte writes and the 16-byte reads are free of bank conflicts.
+// Layouts and arithmetic: quantize_cuda.h.
+#include "ops/cuda/quant_device.cuh"
+#include "ops/cuda/quant_launch.h"
+
+namespace fp8train::ops::cuda::detail {
+namespace {
+
+constexpr int kTile = 128;
+constexpr int kThreads = 256;
+
+
+// Codes of 8 values of one row (row-major output) or one column (transposed output), as two words.
+template <CodeFormat F, Encoder E>
+__device__ __forceinline__ uint2 encode8(const float (&v)[8], float inv, bool stochastic, uint64_t seed,
+                                         int64_t index0, int64_t index_step) {
+  uint32_t w[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    uint32_t word = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k += 2) {
+      const int e = 4 * h + k;
+      uint32_t pair;
+      if (F == CodeFormat::INT8 && stochastic) {
+        pair = encode_int8_stochastic(v[e] * inv, seed, index0 + e * index_step) |
+               (encode_int8_stochastic(v[e + 1] * inv, seed, index0 + (e + 1) * index_step) << 8);
+      } else {
+        pair = encode2<F, E>(v[e] * inv, v[e + 1] * inv);
+      }
+      word |= pair << (8 * k);
+    }
+    w[h] = word;
+  }
+  return make_uint2(w[0], w[1]);
+}
+
+// Writes the swizzled transposed tile T (row R = tile column, 8-byte chunk a ^ (R/8) = tile rows 8a..8a+7)
+// to qt[(c0 + R) * rows + r0 + ...], 16 bytes per thread per step.
+__device__ __forceinline__ void write_transposed(const uint8_t* tile, uint8_t* qt, int64_t rows, int64_t cols,
+                                                 int64_t r0, int64_t c0) {
+#pragma unroll
+  for (int k = 0; k < (kTile * kTile / 16) / kThreads; ++k) {
+    const int idx = static_cast<int>(threadIdx.x) + kThreads * k;
+    const int R = idx >> 3, p = idx & 7, cg = R >> 3;
+    uint4 v = *reinterpret_cast<const uint4*>(tile + R * kTile + 16 * (p ^ (cg >> 1)));
+    if (cg & 1) v = make_uint4(v.z, v.w, v.x, v.y);
+    const int64_t out_row = c0 + R, out_col = r0 + 16 * p;
+    if (out_row < cols && out_col < rows) *reinterpret_cast<uint4*>(qt + out_row * rows + out_col) = v;
+  }
+}
+
+template <InType IT, CodeFormat F, Encoder E>
+__global__ void __launch_bounds__(kThreads) quant_1x128_kernel(const FastParams p) {
+  __shared__ __align__(16) uint8_t tile[kTile * kTile];
+  __shared__ __align__(16) uint32_t colmax_part[kThreads / 32][kTile];
+  __shared__ float col_inverse[kTile];
+
+  const int t = threadIdx.x, a = t >> 4, c = t & 15, warp = t >> 5, lane = t & 31;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile, c0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int64_t col = c0 + 8 * c;
+  const bool col_ok = col < p.cols;
+  constexpr float fmax = FormatTraits<F>::kMax;
+
+  Vec8<IT> in[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int64_t row = r0 + 8 * a + i;
+    if (col_ok && row < p.rows) in[i].load(p.x, row * p.cols + col);
+    else in[i].zero();
+  }
+
+  uint32_t colmax[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) colmax[j] = 0;
+
+  // ---- 1x128: row maxima over the half-warp, scales, codes --------------------------------------------------
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    float v[8];
+    uint32_t m = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      v[j] = in[i].get(j);
+      const uint32_t b = abs_bits(v[j]);
+      m = max(m, b);
+      colmax[j] = max(colmax[j], b);
+    }
+    if (p.q == nullptr) continue;
+#pragma unroll
+    for (int off = 8; off >= 1; off >>= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+    const ScaleInverse s = block_scale_dev(__uint_as_float(m), fmax, p.pow2);
+    const int64_t row = r0 + 8 * a + i;
+    if (row < p.rows) {
+      if (col_ok)
+        *reinterpret_cast<uint2*>(p.q + row * p.cols + col) =
+            encode8<F, E>(v, s.inverse, p.stochastic, p.seed, row * p.cols + col, 1);
+      if (c == 0) p.q_scales[row * p.qs.row + blockIdx.x * p.qs.col] = s.scale;
+    }
+  }
+  if (p.qt == nullptr) return;
+
+  // ---- 128x1: column maxima over lanes c, c+16 and the 8 warps ---------------------------------------------
+#pragma unroll
+  for (int j = 0; j < 8; ++j) colmax[j] = max(colmax[j], __shfl_xor_sync(0xFFFFFFFFu, colmax[j], 16));
+  if (lane < 16) {
+    uint4* dst = reinterpret_cast<uint4*>(&colmax_part[warp][8 * c]);
+    dst[0] = make_uint4(colmax[0], colmax[1], colmax[2], colmax[3]);
+    dst[1] = make_uint4(colmax[4], colmax[5], colmax[6], colmax[7]);
+  }
+  __syncthreads();
+  if (t < kTile) {
+    uint32_t m = 0;
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) m = max(m, colmax_part[w][t]);
+    const ScaleInverse s = block_scale_dev(__uint_as_float(m), fmax, p.pow2);
+    col_inverse[t] = s.inverse;
+    if (c0 + t < p.cols) p.qt_scales[(c0 + t) * p.qts.row + blockIdx.y * p.qts.col] = s.scale;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    float v[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = in[i].get(j);
+    const uint2 w = encode8<F, E>(v, col_inverse[8 * c + j], p.stochastic, p.seed,
+                                  (r0 + 8 * a) * p.cols + col + j, p.cols);
+    *reinterpret_cast<uint2*>(tile + (8 * c + j) * kTile + 8 * (a ^ c)) = w;
+  }
+  __syncthreads();
+  write_transposed(tile, p.qt, p.rows, p.cols, r0, c0);
+}
+
+template <InType IT, CodeFormat F, Encoder E>
+__global__ void __launch_bounds__(kThreads) quant_128x128_kernel(const FastParams p) {
+  __shared__ __align__(16) uint8_t tile[kTile * kTile];
+  __shared__ uint32_t warp_max[kThreads / 32];
+
+  const int t = threadIdx.x, a = t >> 4, c = t & 15, warp = t >> 5, lane = t & 31;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile, c0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int64_t col = c0 + 8 * c;
+  const bool col_ok = col < p.cols;
+  constexpr float fmax = FormatTraits<F>::kMax;
+
+  Vec8<IT> in[8];
+  uint32_t m = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const int64_t row = r0 + 8 * a + i;
+    if (col_ok && row < p.rows) in[i].load(p.x, row * p.cols + col);
+    else in[i].zero();
+#pragma unroll
+    for (int j = 0; j < 8; ++j) m = max(m, abs_bits(in[i].get(j)));
+  }
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+  if (lane == 0) warp_max[warp] = m;
+  __syncthreads();
+  m = 0;
+#pragma unroll
+  for (int w = 0; w < kThreads / 32; ++w) m = max(m, warp_max[w]);
+  const ScaleInverse s = block_scale_dev(__uint_as_float(m), fmax, p.pow2);
+  if (t == 0) {
+    if (p.q) p.q_scales[blockIdx.y * p.qs.row + blockIdx.x * p.qs.col] = s.scale;
+    if (p.qt) p.qt_scales[blockIdx.x * p.qts.row + blockIdx.y * p.qts.col] = s.scale;
+  }
+
+  uint2 codes[8];  // codes[i]: row 8a+i, columns 8c..8c+7
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = in[i].get(j);
+    const int64_t row = r0 + 8 * a + i;
+    codes[i] = encode8<F, E>(v, s.inverse, p.stochastic, p.seed, row * p.cols + col, 1);
+    if (p.q && col_ok && row < p.rows) *reinterpret_cast<uint2*>(p.q + row * p.cols + col) = codes[i];
+  }
+  if (p.qt == nullptr) return;
+  // The same codes transposed: column j of the thread's 8x8 block collects byte j of each row's codes.
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    uint32_t lo = 0, hi = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t wi = j < 4 ? codes[i].x : codes[i].y;
+      const uint32_t wk = j < 4 ? codes[i + 4].x : codes[i + 4].y;
+      lo |= ((wi >> (8 * (j & 3))) & 0xFFu) << (8 * i);
+      hi |= ((wk >> (8 * (j & 3))) & 0xFFu) << (8 * i);
+    }
+    *reinterpret_cast<uint2*>(tile + (8 * c + j) * kTile + 8 * (a ^ c)) = make_uint2(lo, hi);
+  }
+  __syncthreads();
+  write_transposed(tile, p.qt, p.rows, p.cols, r0, c0);
+}
+
+template <template <InType, CodeFormat, Encoder> class Launch>
+cudaError_t dispatch(InType it, CodeFormat f, Encoder e, const FastParams& p, dim3 grid, cudaStream_t stream) {
+  const bool hw = e == Encoder::Hardware;
+  if (it == InType::BF16) {
+    switch (f) {
+      case CodeFormat::E4M3:
+        return hw ? Launch<InType::BF16, CodeFormat::E4M3, Encoder::Hardware>::run(p, grid, stream)
+                  : Launch<InType::BF16, CodeFormat::E4M3, Encoder::Software>::run(p, grid, stream);
+      case CodeFormat::E5M2:
+        return hw ? Launch<InType::BF16, CodeFormat::E5M2, Encoder::Hardware>::run(p, grid, stream)
+                  : Launch<InType::BF16, CodeFormat::E5M2, Encoder::Software>::run(p, grid, stream);
+      case CodeFormat::INT8: return Launch<InType::BF16, CodeFormat::INT8, Encoder::Software>::run(p, grid, stream);
+    }
+  } else {
+    switch (f) {
+      case CodeFormat::E4M3:
+        return hw ? Launch<InType::F32, CodeFormat::E4M3, Encoder::Hardware>::run(p, grid, stream)
+                  : Launch<InType::F32, CodeFormat::E4M3, Encoder::Software>::run(p, grid, stream);
+      case CodeFormat::E5M2:
+        return hw ? Launch<InType::F32, CodeFormat::E5M2, Encoder::Hardware>::run(p, grid, stream)
+                  : Launch<InType::F32, CodeFormat::E5M2, Encoder::Software>::run(p, grid, stream);
+      case CodeFormat::INT8: return Launch<InType::F32, CodeFormat::INT8, Encoder::Software>::run(p, grid, stream);
+    }
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <InType IT, CodeFormat F, Encoder E>
+struct Launch1x128 {
+  static cudaError_t run(const FastParams& p, dim3 grid, cudaStream_t stream) {
+    quant_1x128_kernel<IT, F, E><<<grid, kThreads, 0, stream>>>(p);
+    return cudaGetLastError();
+  }
+};
+template <InType IT, CodeFormat F, Encoder E>
+struct Launch128x128 {
+  static cudaError_t run(const FastParams& p, dim3 grid, cudaStream_t stream) {
+    quant_128x128_kernel<IT, F, E><<<grid, kThreads, 0, stream>>>(p);
+    return cudaGetLastError();
+  }
+};
+
+dim3 tile_grid(const FastParams& p) {
+  return dim3(static_cast<unsigned>((p.cols + kTile - 1) / kTile), static_cast<unsigned>((p.rows + kTile - 1) / kTile));
+}
+
+}  // namespace
+
+cudaError_t launch_quant_1x128(const FastParams& p, InType it, CodeFormat f, Encoder e, cudaStream_t stream) {
+  return dispatch<Launch1x128>(it, f, e, p, tile_grid(p), stream);
+}
+cudaError_t launch_quant_128x128(const FastParams& p, InType it, CodeFormat f, Encoder e, cudaStream_t stream) {
+  return dispatch<Launch128x128>(it, f, e, p, tile_grid(p), stream);
+}
+
+}  // namespace fp8train::ops::cuda::detail
