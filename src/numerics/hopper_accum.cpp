@@ -115,6 +115,7 @@ float hopper_dot(const uint8_t* a, Fp8Format fa, const uint8_t* b, Fp8Format fb,
   FP8T_CHECK(promote_interval == kNeverPromote || (promote_interval > 0 && promote_interval % kHopperBlockK == 0),
              "promotion interval must be a positive multiple of {} or 'never', got {}", kHopperBlockK,
              promote_interval);
+  FP8T_CHECK(k >= 0, "hopper_dot: the dot-product length k must be >= 0, got {}", k);
   float acc = 0.0f;
   float chain = 0.0f;
   for (int k0 = 0; k0 < k; k0 += kHopperBlockK) {
@@ -134,6 +135,7 @@ float hopper_dot_scaled(const uint8_t* a, Fp8Format fa, const float* scale_a, co
   FP8T_CHECK(promote_interval > 0 && promote_interval % kHopperBlockK == 0,
              "scaled accumulation needs a positive promotion interval that is a multiple of {}, got {}",
              kHopperBlockK, promote_interval);
+  FP8T_CHECK(k >= 0, "hopper_dot_scaled: the dot-product length k must be >= 0, got {}", k);
   float acc = 0.0f;
   float chain = 0.0f;
   for (int k0 = 0; k0 < k; k0 += kHopperBlockK) {
