@@ -31,9 +31,11 @@
 //              Per-tensor with kNeverPromote: one chain over all K (cuBLASLt fast accumulation).
 //   Fp32   : acc = fma(a_value, b_value, acc) over k = 0..K-1 in order, on the dequantized values
 //            (code * scale, one float32 multiply each) — what a plain FP32 GEMM of dequantized inputs does.
-//   INT8×INT8 operands in Exact and Hopper modes: each group's dot product is accumulated exactly in int32
-//   (the integer tensor-core path), then acc = fma(s, float(partial), acc).
-// Epilogue: per-tensor d = (sa * sb) * acc; then with accumulate-into-C d = c + d (one float32 add);
+//   INT8×INT8 operands in Exact and Hopper modes: each group's dot product (per-tensor: groups of
+//   kExactBlockK) is accumulated exactly as an integer (the integer tensor-core path; computed in FP64,
+//   which is exact and equal to int32 accumulation), then acc = fma(s, float(partial), acc).
+// Epilogue: per-tensor operands outside Fp32 mode d = (sa * sb) * acc (Fp32 mode already used dequantized
+// values); then with accumulate-into-C d = c + d (one float32 add);
 // then BF16 output rounds d to nearest even (num::bf16_encode).
 // Supported format pairs: Exact and Fp32: any two of E4M3/E5M2/E5M6/BF16, or INT8×INT8; Hopper: E4M3/E5M2
 // pairs or INT8×INT8. Multi-threaded with OpenMP over output tiles.
@@ -57,6 +59,7 @@ struct GemmConfig {
   AccumMode mode = AccumMode::Exact;
   int promote_interval = 128;  // hopper mode: a positive multiple of 32, or num::kNeverPromote (0)
   bool accumulate = false;     // d = c + A·Bᵀ (c required)
+  bool force_scalar = false;   // skip the SIMD kernels (same bits, slower): lets tests reach both paths
 };
 
 // d [M, N] float32. c: [M, N] float32 when config.accumulate, else ignored (may be null).
