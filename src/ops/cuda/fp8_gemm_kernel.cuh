@@ -37,75 +37,11 @@
 
 #include <cstdint>
 
+#include "ops/cuda/fp8_gemm_plan.h"
 #include "ops/cuda/fp8_gemm_ptx.cuh"
 #include "ops/cuda/fp8_gemm_wgmma.cuh"
 
 namespace fp8train::ops::cuda::fp8gemm {
-
-inline constexpr int kBlockM = 128;
-inline constexpr int kBlockK = 128;
-inline constexpr int kMathThreads = 256;
-inline constexpr int kThreads = 384;
-inline constexpr int kProducerRegs = 40;
-inline constexpr int kMathRegs = 232;
-inline constexpr int kSmemLimit = 232448;  // sm_90 opt-in dynamic shared memory per block (227 KiB)
-
-// How the B scale varies across a tile's columns.
-enum class ScaleB : int {
-  Uniform,    // 128x128 blocks and BN divides 128: one value per tile and K block
-  PerChunk,   // 128x128 blocks, any BN: one value per 8-column chunk (a chunk never straddles a block)
-  PerColumn,  // 1x128 tiles of B (Wgrad): one value per column
-};
-enum class Schedule : int {
-  Dense,     // tiles of one [M, N] output, K blocks 0..K/128-1
-  GroupedM,  // MoE contiguous: rows of all groups concatenated, group g owns rows [off[g], off[g+1])
-  GroupedK,  // MoE Wgrad: group g owns K range [off[g], off[g+1]) and output D[g] ([M, N])
-};
-enum class Output : int { Bf16Tma, Bf16Direct, Fp32Direct };
-
-constexpr int align_up(int x, int a) { return (x + a - 1) / a * a; }
-
-template <int BN, ScaleB kScaleB, Output kOut>
-struct SmemPlan {
-  static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256, "BN must be a multiple of 16 in [16, 256]");
-  static constexpr int kAtomCols = BN % 64 == 0 ? 64 : (BN % 32 == 0 ? 32 : 16);  // TMA-store atom width
-  static constexpr int kAtomBytes = kAtomCols * 2;
-  static constexpr int kNumAtoms = BN / kAtomCols;
-  static constexpr int kDBytes = kOut == Output::Bf16Tma ? align_up(kBlockM * BN * 2, 1024) : 0;
-  static constexpr int kABytes = kBlockM * kBlockK;
-  static constexpr int kBBytes = BN * kBlockK;
-  static constexpr int kSfaBytes = kBlockM * 4;
-  static constexpr int kSfbCount = kScaleB == ScaleB::Uniform ? 1 : (kScaleB == ScaleB::PerChunk ? BN / 8 : BN);
-  static constexpr int kSfbBytes = align_up(kSfbCount * 4, 16);
-  static constexpr int kPerStage = kABytes + kBBytes + kSfaBytes + kSfbBytes + 16;  // + two barriers
-  static constexpr int kSlack = 1024;  // to align the dynamic buffer to 1024 bytes (128-byte swizzle)
-  static constexpr int kStagesFit = (kSmemLimit - kSlack - kDBytes) / kPerStage;
-  static constexpr int kStages = kStagesFit > 8 ? 8 : kStagesFit;
-  static_assert(kStages >= 2, "tile too large for shared memory");
-  static constexpr int kAOffset = kDBytes;
-  static constexpr int kBOffset = kAOffset + kStages * kABytes;
-  static constexpr int kSfaOffset = kBOffset + kStages * kBBytes;
-  static constexpr int kSfbOffset = kSfaOffset + kStages * kSfaBytes;
-  static constexpr int kBarOffset = kSfbOffset + kStages * kSfbBytes;
-  static constexpr int kBytes = kBarOffset + 2 * kStages * 8;
-  static constexpr int kDynamicBytes = kBytes + kSlack;
-};
-
-// Everything the kernel needs besides the three tensor maps. Scale element (i, kb) of A is
-// sfa[i * sfa_row + kb * sfa_kb]; of B: sfb[group * sfb_group + i * sfb_row + kb * sfb_kb], where i is the
-// 128-row block of B (Uniform/PerChunk) or the row of B (PerColumn).
-struct KernelArgs {
-  int m = 0, n = 0, k = 0;  // GroupedM: m = total rows; GroupedK: k = total K
-  int num_groups = 1;
-  const int* group_offsets = nullptr;  // [num_groups + 1], multiples of 128 (GroupedM rows, GroupedK K)
-  int m_blocks = 0, n_blocks = 0, num_tiles = 0, raster_group_m = 16;
-  const float* sfa = nullptr;
-  long long sfa_row = 0, sfa_kb = 0;
-  const float* sfb = nullptr;
-  long long sfb_row = 0, sfb_kb = 0, sfb_group = 0;
-  void* d = nullptr;        // Direct epilogues: [groups, m, n] row-major (BF16 bits or FP32)
-  const float* c = nullptr; // Fp32Direct: optional addend, same layout as d (may alias d)
-};
 
 struct TileCoord {
   int m0, n0, group, kb_begin, kb_end;
@@ -307,19 +243,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint8_t* d_wg = smem + wg * (Plan::kDBytes / 2);
         if (wl == 0) tma_store_wait_read_all();  // this warpgroup's previous tile has left the buffer
         named_barrier_sync(1 + wg, 128);
+        // Swizzle: the 16-byte chunk index inside a row is XORed with address bits 7.. of the row start;
+        // rows r and r + 8 share that value, so it is computed once per thread.
+        const int chunk_xor = ((row_in_wg * Plan::kAtomBytes) >> 7) & (Plan::kAtomBytes / 16 - 1);
+        uint8_t* d_thread = d_wg + row_in_wg * Plan::kAtomBytes + quad_col * 2;
 #pragma unroll
         for (int j = 0; j < kAcc / 4; ++j) {
-          const int col = 8 * j + quad_col;
-          const int atom = col / Plan::kAtomCols;
-          const int col_in_atom = col % Plan::kAtomCols;
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int row = row_in_wg + 8 * half;
-            const int logical = row * Plan::kAtomBytes + col_in_atom * 2;
-            const int physical = logical ^ (((logical >> 7) & (Plan::kAtomBytes / 16 - 1)) << 4);
-            *reinterpret_cast<uint32_t*>(d_wg + atom * (64 * Plan::kAtomBytes) + physical) =
-                pack_bf16x2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
-          }
+          const int atom = (8 * j) / Plan::kAtomCols;
+          const int chunk = ((8 * j) % Plan::kAtomCols) / 8;
+          uint8_t* p = d_thread + atom * (64 * Plan::kAtomBytes) + ((chunk ^ chunk_xor) << 4);
+          *reinterpret_cast<uint32_t*>(p) = pack_bf16x2(acc[4 * j + 0], acc[4 * j + 1]);
+          *reinterpret_cast<uint32_t*>(p + 8 * Plan::kAtomBytes) = pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]);
         }
         fence_proxy_async_smem();
         named_barrier_sync(1 + wg, 128);

@@ -1,0 +1,364 @@
+// Host side of fp8train's Hopper FP8 GEMMs (fp8_gemm.h): argument validation (fp8train::Error with a clear
+// sentence), TMA descriptors (cuTensorMapEncodeTiled reached through the runtime's driver entry point, so
+// nothing links libcuda directly), the block-size heuristic, and the calls into the per-family launchers
+// of fp8_gemm_{dense,grouped,wgrad}.cu.
+#include <cuda.h>
+#include <fmt/format.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "ops/cuda/fp8_gemm.h"
+#include "ops/cuda/fp8_gemm_plan.h"
+
+namespace fp8train::ops::cuda {
+namespace {
+
+using namespace fp8gemm;
+
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+void check_cuda(cudaError_t err, const char* what) {
+  FP8T_CHECK(err == cudaSuccess, "{} failed: {} ({})", what, cudaGetErrorName(err), cudaGetErrorString(err));
+}
+
+EncodeTiledFn encode_tiled() {
+  static const EncodeTiledFn fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    const cudaError_t err =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
+    FP8T_CHECK(err == cudaSuccess && q == cudaDriverEntryPointSuccess && p != nullptr,
+               "cannot reach the CUDA driver's cuTensorMapEncodeTiled (TMA descriptors need a CUDA 12+ driver): {}",
+               cudaGetErrorString(err));
+    return reinterpret_cast<EncodeTiledFn>(p);
+  }();
+  return fn;
+}
+
+// A 2-D tensor map over a row-major [outer, inner] matrix with rows `row_stride_bytes` apart, boxes of
+// box_outer x box_inner elements, zero fill outside.
+CUtensorMap make_tensor_map_2d(const void* base, CUtensorMapDataType dtype, uint64_t inner, uint64_t outer,
+                               uint64_t row_stride_bytes, uint32_t box_inner, uint32_t box_outer,
+                               CUtensorMapSwizzle swizzle) {
+  FP8T_CHECK(reinterpret_cast<uintptr_t>(base) % 16 == 0, "TMA needs a 16-byte aligned base address");
+  FP8T_CHECK(row_stride_bytes % 16 == 0, "TMA needs rows a multiple of 16 bytes apart, got {}", row_stride_bytes);
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {inner, outer};
+  const cuuint64_t strides[1] = {row_stride_bytes};
+  const cuuint32_t box[2] = {box_inner, box_outer};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode_tiled()(&map, dtype, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  FP8T_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (CUresult {}) for a [{}, {}] tensor, box {} x {}",
+             static_cast<int>(r), outer, inner, box_outer, box_inner);
+  return map;
+}
+
+// Operand [rows, k] FP8 bytes: boxes of block_rows x 128 bytes, 128-byte swizzle (what the WGMMA
+// descriptors of fp8_gemm_ptx.cuh expect).
+CUtensorMap operand_map(const uint8_t* base, int64_t rows, int64_t k, int block_rows) {
+  return make_tensor_map_2d(base, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<uint64_t>(k),
+                            static_cast<uint64_t>(rows), static_cast<uint64_t>(k), kBlockK,
+                            static_cast<uint32_t>(block_rows), CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
+// BF16 output [m, n] for the TMA-store epilogue: boxes of 64 rows x atom_cols, swizzle span = atom bytes.
+CUtensorMap bf16_output_map(uint16_t* base, int64_t m, int64_t n, int block_n) {
+  const int atom_cols = atom_cols_for(block_n);
+  const CUtensorMapSwizzle swizzle = atom_cols == 64   ? CU_TENSOR_MAP_SWIZZLE_128B
+                                     : atom_cols == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                       : CU_TENSOR_MAP_SWIZZLE_32B;
+  return make_tensor_map_2d(base, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, static_cast<uint64_t>(n),
+                            static_cast<uint64_t>(m), static_cast<uint64_t>(n) * 2, static_cast<uint32_t>(atom_cols),
+                            64, swizzle);
+}
+
+// Per-tile fixed cost in "columns": loading the 128-row A tile, the scale work and the epilogue do not
+// shrink with block_n, so narrow tiles pay relatively more.
+constexpr int kTileOverheadColumns = 32;
+
+// Fewest per-CTA tiles weighted by tile cost: tiles = m_blocks * ceil(n / bn) * groups spread over the SMs
+// round-robin, so the slowest CTA runs ceil(tiles / num_sms) tiles of cost (bn + overhead). Ties: wider.
+int choose_block_n(int64_t m_blocks, int64_t n, int64_t groups, int num_sms, const int* candidates, int count) {
+  FP8T_CHECK(count > 0 && num_sms > 0, "block-size heuristic needs candidates and a positive SM count");
+  int best = candidates[0];
+  int64_t best_cost = -1;
+  for (int i = 0; i < count; ++i) {
+    const int bn = candidates[i];
+    const int64_t tiles = m_blocks * ((n + bn - 1) / bn) * groups;
+    const int64_t per_cta = (tiles + num_sms - 1) / num_sms;
+    const int64_t cost = per_cta * (bn + kTileOverheadColumns);
+    if (best_cost < 0 || cost < best_cost || (cost == best_cost && bn > best)) {
+      best = bn;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+bool is_one_of(int v, const int* values, int count) {
+  for (int i = 0; i < count; ++i)
+    if (values[i] == v) return true;
+  return false;
+}
+
+std::string list_of(const int* values, int count) {
+  std::string s;
+  for (int i = 0; i < count; ++i) s += (i ? ", " : "") + std::to_string(values[i]);
+  return s;
+}
+
+void check_operand(const void* p, const char* family, const char* name) {
+  FP8T_CHECK(p != nullptr, "{} FP8 GEMM: {} is a null pointer", family, name);
+  FP8T_CHECK(reinterpret_cast<uintptr_t>(p) % 16 == 0, "{} FP8 GEMM: {} must be 16-byte aligned (TMA)", family, name);
+}
+
+void check_scales(const ScaleView& v, const char* family, const char* name) {
+  FP8T_CHECK(v.data != nullptr, "{} FP8 GEMM: {} scales are a null pointer", family, name);
+  FP8T_CHECK(reinterpret_cast<uintptr_t>(v.data) % 4 == 0, "{} FP8 GEMM: {} scales must be 4-byte aligned", family,
+             name);
+}
+
+int grid_for(const Fp8GemmConfig& config, int num_tiles) {
+  FP8T_CHECK(config.grid >= 0, "FP8 GEMM: grid must be >= 0 (0 = one CTA per SM), got {}", config.grid);
+  const int ctas = config.grid > 0 ? config.grid : fp8_gemm_num_sms();
+  return num_tiles < ctas ? num_tiles : ctas;
+}
+
+void fill_scales(KernelArgs& args, const ScaleView& a, const ScaleView& b) {
+  args.sfa = a.data;
+  args.sfa_row = a.row_stride;
+  args.sfa_kb = a.kblock_stride;
+  args.sfb = b.data;
+  args.sfb_row = b.row_stride;
+  args.sfb_kb = b.kblock_stride;
+  args.sfb_group = b.group_stride;
+}
+
+constexpr int kDenseBlockNs[] = {64, 96, 128, 160, 176, 192};
+constexpr int kGroupedBlockNs[] = {64, 128, 160, 176};
+constexpr int kWgradBlockNs[] = {64, 96, 128};
+constexpr int kNumDense = sizeof(kDenseBlockNs) / sizeof(int);
+constexpr int kNumGrouped = sizeof(kGroupedBlockNs) / sizeof(int);
+constexpr int kNumWgrad = sizeof(kWgradBlockNs) / sizeof(int);
+
+constexpr int64_t kMaxDim = int64_t{1} << 31;
+
+}  // namespace
+
+std::string Fp8GemmConfig::describe() const {
+  return fmt::format("block 128x{}, grid {}, raster {}, epilogue {}", block_n,
+                     grid == 0 ? std::string("SMs") : std::to_string(grid), raster_group_m,
+                     epilogue == Fp8GemmEpilogue::TmaStore ? "tma" : "direct");
+}
+std::string Fp8GemmDenseProblem::describe() const {
+  return fmt::format("dense fp8 gemm m={} n={} k={} (A 1x128, B 128x128, bf16 out)", m, n, k);
+}
+std::string Fp8GemmGroupedProblem::describe() const {
+  return fmt::format("grouped fp8 gemm groups={} m_total={} n={} k={} (A 1x128, B 128x128, bf16 out)", num_groups,
+                     m_total, n, k);
+}
+std::string Fp8GemmWgradProblem::describe() const {
+  return fmt::format("wgrad fp8 gemm groups={} m={} n={} k={} (A 1x128, B 1x128, fp32 out{})", num_groups, m, n, k,
+                     c != nullptr ? ", += c" : "");
+}
+
+int fp8_gemm_num_sms() {
+  static std::mutex mutex;
+  static std::vector<int> cache;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  std::lock_guard<std::mutex> lock(mutex);
+  if (static_cast<int>(cache.size()) <= device) cache.resize(device + 1, 0);
+  if (cache[device] == 0) {
+    int sms = 0;
+    check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    cache[device] = sms;
+  }
+  return cache[device];
+}
+
+void check_group_offsets(const int32_t* host_offsets, int num_groups, int64_t total, const char* what) {
+  FP8T_CHECK(num_groups >= 1, "{}: need at least one group, got {}", what, num_groups);
+  FP8T_CHECK(host_offsets[0] == 0, "{}: offsets[0] must be 0, got {}", what, host_offsets[0]);
+  for (int g = 0; g < num_groups; ++g) {
+    FP8T_CHECK(host_offsets[g + 1] >= host_offsets[g], "{}: offsets must not decrease (offsets[{}] = {} < {})", what,
+               g + 1, host_offsets[g + 1], host_offsets[g]);
+    FP8T_CHECK(host_offsets[g + 1] % kBlockK == 0,
+               "{}: offsets[{}] = {} is not a multiple of 128 (pad each group's segment)", what, g + 1,
+               host_offsets[g + 1]);
+  }
+  FP8T_CHECK(host_offsets[num_groups] == total, "{}: offsets[{}] = {} must equal the total {}", what, num_groups,
+             host_offsets[num_groups], total);
+}
+
+// ---- dense ---------------------------------------------------------------------------------------------
+const int* fp8_gemm_dense_block_ns(int* count) {
+  *count = kNumDense;
+  return kDenseBlockNs;
+}
+
+Fp8GemmConfig fp8_gemm_dense_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
+  Fp8GemmConfig config;
+  config.block_n = choose_block_n((m + kBlockM - 1) / kBlockM, n, 1, num_sms, kDenseBlockNs, kNumDense);
+  return config;
+}
+
+void fp8_gemm_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& config_in, cudaStream_t stream) {
+  FP8T_CHECK(p.m >= 0 && p.n > 0 && p.k > 0, "dense FP8 GEMM: bad shape m={} n={} k={}", p.m, p.n, p.k);
+  FP8T_CHECK(p.k % kBlockK == 0, "dense FP8 GEMM: K = {} must be a multiple of 128 (the scale block)", p.k);
+  FP8T_CHECK(p.n % 16 == 0, "dense FP8 GEMM: N = {} must be a multiple of 16", p.n);
+  FP8T_CHECK(p.m < kMaxDim && p.n < kMaxDim && p.k < kMaxDim, "dense FP8 GEMM: dimensions must fit in 31 bits");
+  if (p.m == 0) return;
+  check_operand(p.a, "dense", "A");
+  check_operand(p.b, "dense", "B");
+  check_operand(p.d, "dense", "D");
+  check_scales(p.a_scales, "dense", "A");
+  check_scales(p.b_scales, "dense", "B");
+  Fp8GemmConfig config = config_in;
+  if (config.block_n == 0) config.block_n = fp8_gemm_dense_heuristic(p.m, p.n, p.k, fp8_gemm_num_sms()).block_n;
+  FP8T_CHECK(is_one_of(config.block_n, kDenseBlockNs, kNumDense), "dense FP8 GEMM: block_n {} is not built (one of {})",
+             config.block_n, list_of(kDenseBlockNs, kNumDense));
+  FP8T_CHECK(config.raster_group_m >= 1, "dense FP8 GEMM: raster_group_m must be >= 1");
+
+  KernelArgs args;
+  args.m = static_cast<int>(p.m);
+  args.n = static_cast<int>(p.n);
+  args.k = static_cast<int>(p.k);
+  args.m_blocks = static_cast<int>((p.m + kBlockM - 1) / kBlockM);
+  args.n_blocks = static_cast<int>((p.n + config.block_n - 1) / config.block_n);
+  args.num_tiles = args.m_blocks * args.n_blocks;
+  args.raster_group_m = config.raster_group_m;
+  fill_scales(args, p.a_scales, p.b_scales);
+  args.d = p.d;
+  const CUtensorMap ta = operand_map(p.a, p.m, p.k, kBlockM);
+  const CUtensorMap tb = operand_map(p.b, p.n, p.k, config.block_n);
+  const bool tma = config.epilogue == Fp8GemmEpilogue::TmaStore;
+  const CUtensorMap td = tma ? bf16_output_map(p.d, p.m, p.n, config.block_n) : ta;
+  check_cuda(launch_dense_kernel(config.block_n, tma ? Output::Bf16Tma : Output::Bf16Direct, ta, tb, td, args,
+                                 grid_for(config, args.num_tiles), stream),
+             "dense FP8 GEMM kernel launch");
+}
+
+// ---- grouped (MoE contiguous) ----------------------------------------------------------------------------
+const int* fp8_gemm_grouped_block_ns(int* count) {
+  *count = kNumGrouped;
+  return kGroupedBlockNs;
+}
+
+Fp8GemmConfig fp8_gemm_grouped_heuristic(int64_t m_total, int64_t n, int64_t /*k*/, int num_sms) {
+  Fp8GemmConfig config;
+  config.block_n = choose_block_n(m_total / kBlockM, n, 1, num_sms, kGroupedBlockNs, kNumGrouped);
+  return config;
+}
+
+void fp8_gemm_grouped(const Fp8GemmGroupedProblem& p, const Fp8GemmConfig& config_in, cudaStream_t stream) {
+  FP8T_CHECK(p.num_groups >= 1, "grouped FP8 GEMM: need at least one group, got {}", p.num_groups);
+  FP8T_CHECK(p.m_total >= 0 && p.n > 0 && p.k > 0, "grouped FP8 GEMM: bad shape m_total={} n={} k={}", p.m_total,
+             p.n, p.k);
+  FP8T_CHECK(p.m_total % kBlockM == 0,
+             "grouped FP8 GEMM: m_total = {} must be a multiple of 128 (each group's rows are padded to 128)",
+             p.m_total);
+  FP8T_CHECK(p.k % kBlockK == 0, "grouped FP8 GEMM: K = {} must be a multiple of 128", p.k);
+  FP8T_CHECK(p.n % 16 == 0, "grouped FP8 GEMM: N = {} must be a multiple of 16", p.n);
+  FP8T_CHECK(p.m_total < kMaxDim && p.n * p.num_groups < kMaxDim && p.k < kMaxDim,
+             "grouped FP8 GEMM: dimensions must fit in 31 bits");
+  if (p.m_total == 0) return;
+  FP8T_CHECK(p.row_offsets != nullptr, "grouped FP8 GEMM: row_offsets is a null pointer");
+  check_operand(p.a, "grouped", "A");
+  check_operand(p.b, "grouped", "B");
+  check_operand(p.d, "grouped", "D");
+  check_scales(p.a_scales, "grouped", "A");
+  check_scales(p.b_scales, "grouped", "B");
+  Fp8GemmConfig config = config_in;
+  if (config.block_n == 0)
+    config.block_n = fp8_gemm_grouped_heuristic(p.m_total, p.n, p.k, fp8_gemm_num_sms()).block_n;
+  FP8T_CHECK(is_one_of(config.block_n, kGroupedBlockNs, kNumGrouped),
+             "grouped FP8 GEMM: block_n {} is not built (one of {})", config.block_n,
+             list_of(kGroupedBlockNs, kNumGrouped));
+  FP8T_CHECK(config.raster_group_m >= 1, "grouped FP8 GEMM: raster_group_m must be >= 1");
+
+  KernelArgs args;
+  args.m = static_cast<int>(p.m_total);
+  args.n = static_cast<int>(p.n);
+  args.k = static_cast<int>(p.k);
+  args.num_groups = p.num_groups;
+  args.group_offsets = p.row_offsets;
+  args.m_blocks = static_cast<int>(p.m_total / kBlockM);
+  args.n_blocks = static_cast<int>((p.n + config.block_n - 1) / config.block_n);
+  args.num_tiles = args.m_blocks * args.n_blocks;
+  args.raster_group_m = config.raster_group_m;
+  fill_scales(args, p.a_scales, p.b_scales);
+  args.d = p.d;
+  const CUtensorMap ta = operand_map(p.a, p.m_total, p.k, kBlockM);
+  const CUtensorMap tb = operand_map(p.b, p.n * p.num_groups, p.k, config.block_n);
+  const bool tma = config.epilogue == Fp8GemmEpilogue::TmaStore;
+  const CUtensorMap td = tma ? bf16_output_map(p.d, p.m_total, p.n, config.block_n) : ta;
+  check_cuda(launch_grouped_kernel(config.block_n, tma ? Output::Bf16Tma : Output::Bf16Direct, ta, tb, td, args,
+                                   grid_for(config, args.num_tiles), stream),
+             "grouped FP8 GEMM kernel launch");
+}
+
+// ---- Wgrad -------------------------------------------------------------------------------------------------
+const int* fp8_gemm_wgrad_block_ns(int* count) {
+  *count = kNumWgrad;
+  return kWgradBlockNs;
+}
+
+Fp8GemmConfig fp8_gemm_wgrad_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_groups, int num_sms) {
+  Fp8GemmConfig config;
+  config.block_n = choose_block_n((m + kBlockM - 1) / kBlockM, n, num_groups, num_sms, kWgradBlockNs, kNumWgrad);
+  return config;
+}
+
+void fp8_gemm_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& config_in, cudaStream_t stream) {
+  FP8T_CHECK(p.num_groups >= 1, "Wgrad FP8 GEMM: need at least one group, got {}", p.num_groups);
+  FP8T_CHECK(p.num_groups == 1 || p.k_offsets != nullptr,
+             "Wgrad FP8 GEMM: {} groups need k_offsets (device memory, num_groups + 1 entries)", p.num_groups);
+  FP8T_CHECK(p.m >= 0 && p.n > 0 && p.k > 0, "Wgrad FP8 GEMM: bad shape m={} n={} k={}", p.m, p.n, p.k);
+  FP8T_CHECK(p.k % kBlockK == 0, "Wgrad FP8 GEMM: K = {} must be a multiple of 128 (the scale tile)", p.k);
+  FP8T_CHECK(p.n % 16 == 0, "Wgrad FP8 GEMM: N = {} must be a multiple of 16", p.n);
+  FP8T_CHECK(p.m * p.num_groups < kMaxDim && p.n < kMaxDim && p.k < kMaxDim,
+             "Wgrad FP8 GEMM: dimensions must fit in 31 bits");
+  if (p.m == 0) return;
+  check_operand(p.a, "Wgrad", "A");
+  check_operand(p.b, "Wgrad", "B");
+  FP8T_CHECK(p.d != nullptr && reinterpret_cast<uintptr_t>(p.d) % 8 == 0,
+             "Wgrad FP8 GEMM: D must be a non-null, 8-byte aligned pointer");
+  FP8T_CHECK(p.c == nullptr || reinterpret_cast<uintptr_t>(p.c) % 8 == 0, "Wgrad FP8 GEMM: C must be 8-byte aligned");
+  check_scales(p.a_scales, "Wgrad", "A");
+  check_scales(p.b_scales, "Wgrad", "B");
+  Fp8GemmConfig config = config_in;
+  if (config.block_n == 0)
+    config.block_n = fp8_gemm_wgrad_heuristic(p.m, p.n, p.k, p.num_groups, fp8_gemm_num_sms()).block_n;
+  FP8T_CHECK(is_one_of(config.block_n, kWgradBlockNs, kNumWgrad), "Wgrad FP8 GEMM: block_n {} is not built (one of {})",
+             config.block_n, list_of(kWgradBlockNs, kNumWgrad));
+  FP8T_CHECK(config.raster_group_m >= 1, "Wgrad FP8 GEMM: raster_group_m must be >= 1");
+
+  KernelArgs args;
+  args.m = static_cast<int>(p.m);
+  args.n = static_cast<int>(p.n);
+  args.k = static_cast<int>(p.k);
+  args.num_groups = p.num_groups;
+  args.group_offsets = p.k_offsets;
+  args.m_blocks = static_cast<int>((p.m + kBlockM - 1) / kBlockM);
+  args.n_blocks = static_cast<int>((p.n + config.block_n - 1) / config.block_n);
+  args.num_tiles = args.m_blocks * args.n_blocks * p.num_groups;
+  args.raster_group_m = config.raster_group_m;
+  fill_scales(args, p.a_scales, p.b_scales);
+  args.d = p.d;
+  args.c = p.c;
+  const CUtensorMap ta = operand_map(p.a, p.m, p.k, kBlockM);
+  const CUtensorMap tb = operand_map(p.b, p.n, p.k, config.block_n);
+  check_cuda(launch_wgrad_kernel(config.block_n, p.k_offsets != nullptr, ta, tb, args,
+                                 grid_for(config, args.num_tiles), stream),
+             "Wgrad FP8 GEMM kernel launch");
+}
+
+}  // namespace fp8train::ops::cuda

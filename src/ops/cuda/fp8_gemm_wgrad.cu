@@ -1,0 +1,44 @@
+// Wgrad FP8 GEMM (weight gradients) and its K-grouped form for MoE experts:
+//   d[g][M, N] (FP32) = c[g] + A[M, K_g] . B[N, K_g]^T,  both operands E4M3 with 1x128 FP32 scales along K.
+// For dW = dY^T . X over T tokens: A = dY^T [out, T] and B = X^T [in, T], each quantized in 1x128 tiles
+// along the token axis (the 128x1 tiles of dY and X, written transposed by the fused quantizer). K-grouped:
+// expert g owns tokens [k_offsets[g], k_offsets[g+1]) of the concatenated token axis (multiples of 128) and
+// its own output d[g]; an expert with no tokens gets d[g] = c[g] (zeros without c).
+// The FP32 output and the accumulate-into-C (c may alias d) are what gradient accumulation over
+// micro-batches needs: d = c + acc with one FP32 add after the whole K range, as the CPU reference does.
+//
+// Pipeline: the persistent warp-specialized kernel of fp8_gemm_kernel.cuh (TMA producer warpgroup + two math
+// warpgroups, 128 x BN tiles, stages: BN 64: 8, 96: 7, 128: 6). Scale flow (ScaleB::PerColumn): per K block
+// the producer copies 128 A scales and BN B scales (one per output column) into the stage with cp.async; a
+// math thread reads its 2 rows' A scales and, per 8-column chunk, a float2 of its two columns' B scales, and
+// promotes with acc = fma(sa * sb, partial, acc): one extra FP32 multiply per element compared with the
+// Fprop kernel, whose B scale is shared by 128 columns. Register budget: BN/2 partial + BN/2 accumulators
+// (BN = 128: 128) — no B scales are held across the WGMMAs. Epilogue: st.global of float2 per thread (each
+// quad of lanes writes one full 32-byte sector), rows >= M and columns >= N skipped, C read the same way.
+// Tile order for K-grouped: group-major, then the dense raster, so one expert's tokens are streamed by all SMs.
+#include "ops/cuda/fp8_gemm_launch.cuh"
+
+namespace fp8train::ops::cuda::fp8gemm {
+namespace {
+
+template <int BN>
+cudaError_t launch_wgrad(bool k_grouped, const CUtensorMap& a, const CUtensorMap& b, const KernelArgs& args, int grid,
+                         cudaStream_t stream) {
+  if (k_grouped)
+    return launch_kernel<BN, ScaleB::PerColumn, Schedule::GroupedK, Output::Fp32Direct>(a, b, a, args, grid, stream);
+  return launch_kernel<BN, ScaleB::PerColumn, Schedule::Dense, Output::Fp32Direct>(a, b, a, args, grid, stream);
+}
+
+}  // namespace
+
+cudaError_t launch_wgrad_kernel(int block_n, bool k_grouped, const CUtensorMap& a, const CUtensorMap& b,
+                                const KernelArgs& args, int grid, cudaStream_t stream) {
+  switch (block_n) {
+    case 64: return launch_wgrad<64>(k_grouped, a, b, args, grid, stream);
+    case 96: return launch_wgrad<96>(k_grouped, a, b, args, grid, stream);
+    case 128: return launch_wgrad<128>(k_grouped, a, b, args, grid, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace fp8train::ops::cuda::fp8gemm
