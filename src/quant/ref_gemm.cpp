@@ -179,13 +179,15 @@ Plan validate(const QuantTensor& a, const QuantTensor& b, const GemmConfig& conf
 }
 
 // Decoded, unscaled code values of rows [0, rows) and columns [k0, k1) as doubles: out [rows, k1 - k0].
-void decode_panel(const QuantTensor& q, int64_t k0, int64_t k1, double* out) {
+// `threads`: whether to use OpenMP (not around OpenBLAS calls: the two thread pools would spin against
+// each other on a small machine).
+void decode_panel(const QuantTensor& q, int64_t k0, int64_t k1, double* out, bool threads) {
   const int64_t w = k1 - k0;
   const bool bytes = q.format == Format::E4M3 || q.format == Format::E5M2 || q.format == Format::INT8;
   float lut[256];
   if (bytes)
     for (int c = 0; c < 256; ++c) lut[c] = decode(q.format, static_cast<uint32_t>(c));
-#pragma omp parallel for schedule(static) if (q.rows * w > 65536)
+#pragma omp parallel for schedule(static) if (threads && q.rows * w > 65536)
   for (int64_t r = 0; r < q.rows; ++r) {
     double* o = out + r * w;
     if (bytes) {
@@ -215,8 +217,8 @@ void exact_gemm(const QuantTensor& a, const QuantTensor& b, const Plan& p, float
     const int64_t k1 = std::min(k, k0 + gk), w = k1 - k0;
     ap.resize(static_cast<size_t>(m * w));
     bp.resize(static_cast<size_t>(n * w));
-    decode_panel(a, k0, k1, ap.data());
-    decode_panel(b, k0, k1, bp.data());
+    decode_panel(a, k0, k1, ap.data(), !dgemm_exact);
+    decode_panel(b, k0, k1, bp.data(), !dgemm_exact);
     if (dgemm_exact) {
       // Every partial sum is a multiple of the smallest product with fewer than 53 significant bits, so any
       // summation order OpenBLAS picks gives the exact sum.
@@ -235,7 +237,7 @@ void exact_gemm(const QuantTensor& a, const QuantTensor& b, const Plan& p, float
         }
     }
     for (int64_t j = 0; j < n; ++j) sbj[static_cast<size_t>(j)] = p.sb.at(j, g);
-#pragma omp parallel for schedule(static) if (m * n > 65536)
+#pragma omp parallel for schedule(static) if (!dgemm_exact && m * n > 65536)
     for (int64_t i = 0; i < m; ++i) promote_row(n, p.sa.at(i, g), sbj.data(), part.data() + i * n, acc + i * n);
   }
 }

@@ -2,22 +2,24 @@
 // time (the library itself is built for baseline x86-64). They compute the same bits as the scalar paths
 // in ref_gemm.cpp; tests compare them with GemmConfig::force_scalar and with num::hopper_dot*.
 //
-// Hopper kernel layout: 16 output columns (two 8-lane int32/float vectors) per panel.
-//   B panel p, element k: 32 int32 = [exp of columns 16p..16p+15][sig << (14 - F) of the same columns]
-//   A row i, element k:    2 int32 = [exp, sig]
-// exp is the FP8 operand exponent (kZeroExp for a zero code, so zero products never set the block
-// maximum), sig the signed integer significand (num::fp8_parts), F = mantissa bits of A + B. For one block
-// of n <= 32 products and chain value c (per lane):
-//   E    = max(max over products of expA + expB, exponent of c (if c != 0), -100)
-//   term = |sigA * (sigB << (14 - F))| >> (E + 1 - expA - expB)  = the product in units of 2^(E - 13),
-//          truncated toward zero (vpsrlvd gives 0 for counts >= 32), then given the product's sign
-//   c    = its 24-bit significand >> (E - exp(c) + 10), signed
-//   sum  = exact int32 sum (|sum| < 2^22); result = (float(sum) with the low 10 mantissa bits cleared)
-//          * 2^(E - 13): the FP22 normalise-and-truncate of num::hopper_block.
+// Hopper kernel: 32 output columns (four 8-lane float vectors) per panel.
+//   B panel p, element k: 160 bytes = 32 int8 operand exponents of columns 32p..32p+31, then their 32
+//                          decoded float values;   A row i: int8 exponents [K] and float values [K].
+// The exponent is the FP8 operand exponent of num::fp8_parts (subnormals carry the minimum exponent);
+// zero codes get kZeroExp so that zero products never set the block maximum (saturating int8 adds keep
+// zero + zero at -128). For one block of n <= 32 products and the chain value c of each lane:
+//   E     = max(max over products of expA + expB, exponent of c (when c != 0), kMinBlockExp)
+//   term  = trunc(a * 2^(13 - E) * b): the exact product in units of 2^(E - 13), truncated toward zero by
+//           vcvttps2dq (both multiplies are exact: power-of-two scaling of an exact FP8×FP8 product)
+//   c     = trunc(c * 2^(13 - E)) in the same units
+//   sum   = exact int32 sum (|sum| < 2^22); result = (float(sum) with its low 10 mantissa bits cleared)
+//           * 2^(E - 13): the FP22 normalise-and-truncate of num::hopper_block.
+// Every chain value is an FP22 number >= 2^-41 (FP8 products are >= 2^-32), far above kMinBlockExp.
 // NaN/Inf codes are treated as zeros here; the caller recomputes rows holding them with the scalar model.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "numerics/hopper_accum.h"
@@ -38,181 +40,166 @@ bool cpu_has_avx2_fma() {
   return ok;
 }
 
-constexpr int kLanes = 16;
-constexpr int32_t kZeroExp = -200;    // exponent given to zero codes: far below every real product
-constexpr int32_t kNoExp = -100000;   // "no term" for the block maximum
+constexpr int kLanes = 16;        // fp32 kernel panel width
+constexpr int kHopperLanes = 32;  // hopper kernel panel width
+constexpr int kPanelBytes = kHopperLanes * 5;  // per k: 32 int8 exponents + 32 floats
+constexpr int8_t kZeroExp = -100;   // zero codes: zero products stay <= -85, below every real exponent
+constexpr int32_t kNoExp = -100000;
 constexpr int32_t kMinBlockExp = -100;
 
-int mantissa_bits(num::Fp8Format f) { return f == num::Fp8Format::E4M3 ? 3 : 2; }
-
 struct CodeTable {
-  int32_t exp[256];
-  int32_t sig[256];
+  int8_t exp[256];
+  float value[256];
 };
 
-CodeTable make_table(num::Fp8Format f, int sig_shift) {
+CodeTable make_table(num::Fp8Format f) {
   CodeTable t{};
   for (int c = 0; c < 256; ++c) {
     const num::Fp8Parts parts = num::fp8_parts(f, static_cast<uint8_t>(c));
-    const int32_t sig = parts.special ? 0 : parts.sig;
-    t.sig[c] = sig * (1 << sig_shift);
-    t.exp[c] = sig == 0 ? kZeroExp : parts.exp;
+    const bool zero = parts.special || parts.sig == 0;
+    t.exp[c] = zero ? kZeroExp : static_cast<int8_t>(parts.exp);
+    t.value[c] = zero ? 0.0f : num::fp8_decode(f, static_cast<uint8_t>(c));
   }
   return t;
 }
 
-// One block of n <= 32 products for 16 lanes, updating the chain values c0 (lanes 0-7) and c1 (8-15).
-FP8T_SIMD_INLINE void hopper_block16(const int32_t* a, const int32_t* b, int n, __m256& c0, __m256& c1) {
-  __m256i m0 = _mm256_set1_epi32(kNoExp), m1 = m0;
+// One block of n <= 32 products for 32 lanes, updating the chain values c[0..3].
+FP8T_SIMD_INLINE void hopper_block32(const int8_t* a_exp, const float* a_val, const uint8_t* b, int n,
+                                     __m256 c[4]) {
+  __m256i m = _mm256_set1_epi8(-128);
   for (int t = 0; t < n; ++t) {
-    const __m256i ae = _mm256_set1_epi32(a[2 * t]);
-    const int32_t* bt = b + 32 * t;
-    m0 = _mm256_max_epi32(m0, _mm256_add_epi32(ae, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bt))));
-    m1 = _mm256_max_epi32(m1, _mm256_add_epi32(ae, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bt + 8))));
+    const __m256i be = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + kPanelBytes * t));
+    m = _mm256_max_epi8(m, _mm256_adds_epi8(_mm256_set1_epi8(a_exp[t]), be));
   }
+  const __m128i m_lo = _mm256_castsi256_si128(m), m_hi = _mm256_extracti128_si256(m, 1);
+  const __m256i pmax[4] = {_mm256_cvtepi8_epi32(m_lo), _mm256_cvtepi8_epi32(_mm_srli_si128(m_lo, 8)),
+                           _mm256_cvtepi8_epi32(m_hi), _mm256_cvtepi8_epi32(_mm_srli_si128(m_hi, 8))};
   const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
-  const __m256i no_exp = _mm256_set1_epi32(kNoExp);
-  const __m256i floor_exp = _mm256_set1_epi32(kMinBlockExp);
-  const __m256i man_mask = _mm256_set1_epi32(0x7FFFFF), implicit = _mm256_set1_epi32(0x800000);
-  const __m256i ten = _mm256_set1_epi32(10), one = _mm256_set1_epi32(1);
-  __m256i e1[2], sum[2];
-  const __m256i mx[2] = {m0, m1};
-  __m256* cs[2] = {&c0, &c1};
-  for (int v = 0; v < 2; ++v) {
-    const __m256i cb = _mm256_castps_si256(*cs[v]);
-    const __m256i cabs = _mm256_and_si256(cb, abs_mask);
+  __m256 up[4];     // 2^(13 - E)
+  __m256i e[4];
+  __m256i sum[4];
+  for (int v = 0; v < 4; ++v) {
+    const __m256i cabs = _mm256_and_si256(_mm256_castps_si256(c[v]), abs_mask);
     const __m256i czero = _mm256_cmpeq_epi32(cabs, _mm256_setzero_si256());
-    __m256i ec = _mm256_sub_epi32(_mm256_srli_epi32(cabs, 23), _mm256_set1_epi32(127));
-    ec = _mm256_blendv_epi8(ec, no_exp, czero);
-    const __m256i e = _mm256_max_epi32(_mm256_max_epi32(mx[v], ec), floor_exp);
-    const __m256i cm = _mm256_or_si256(_mm256_and_si256(cb, man_mask), implicit);
-    const __m256i ct = _mm256_srlv_epi32(cm, _mm256_add_epi32(_mm256_sub_epi32(e, ec), ten));
-    sum[v] = _mm256_sign_epi32(ct, cb);
-    e1[v] = _mm256_add_epi32(e, one);
+    const __m256i ec = _mm256_blendv_epi8(_mm256_sub_epi32(_mm256_srli_epi32(cabs, 23), _mm256_set1_epi32(127)),
+                                          _mm256_set1_epi32(kNoExp), czero);
+    e[v] = _mm256_max_epi32(_mm256_max_epi32(pmax[v], ec), _mm256_set1_epi32(kMinBlockExp));
+    up[v] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(127 + 13), e[v]), 23));
+    sum[v] = _mm256_cvttps_epi32(_mm256_mul_ps(c[v], up[v]));
   }
   for (int t = 0; t < n; ++t) {
-    const __m256i ae = _mm256_set1_epi32(a[2 * t]);
-    const __m256i as = _mm256_set1_epi32(a[2 * t + 1]);
-    const int32_t* bt = b + 32 * t;
-    for (int v = 0; v < 2; ++v) {
-      const __m256i be = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bt + 8 * v));
-      const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bt + 16 + 8 * v));
-      const __m256i cnt = _mm256_sub_epi32(_mm256_sub_epi32(e1[v], ae), be);
-      const __m256i prod = _mm256_mullo_epi32(as, bs);
-      const __m256i term = _mm256_srlv_epi32(_mm256_abs_epi32(prod), cnt);
-      sum[v] = _mm256_add_epi32(sum[v], _mm256_sign_epi32(term, prod));
+    const __m256 av = _mm256_set1_ps(a_val[t]);
+    const float* bv = reinterpret_cast<const float*>(b + kPanelBytes * t + kHopperLanes);
+    for (int v = 0; v < 4; ++v) {
+      const __m256 prod = _mm256_mul_ps(_mm256_mul_ps(av, up[v]), _mm256_loadu_ps(bv + 8 * v));
+      sum[v] = _mm256_add_epi32(sum[v], _mm256_cvttps_epi32(prod));
     }
   }
   const __m256 trunc_mask = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int32_t>(0xFFFFFC00u)));
-  for (int v = 0; v < 2; ++v) {
+  for (int v = 0; v < 4; ++v) {
     const __m256 f = _mm256_and_ps(_mm256_cvtepi32_ps(sum[v]), trunc_mask);
-    const __m256i unit = _mm256_slli_epi32(_mm256_add_epi32(e1[v], _mm256_set1_epi32(127 - 13 - 1)), 23);
-    *cs[v] = _mm256_mul_ps(f, _mm256_castsi256_ps(unit));
+    const __m256i unit = _mm256_slli_epi32(_mm256_add_epi32(e[v], _mm256_set1_epi32(127 - 13)), 23);
+    c[v] = _mm256_mul_ps(f, _mm256_castsi256_ps(unit));
   }
 }
 
-// The whole K loop of one output row and one 16-column panel. out receives `lanes` valid columns.
-// sb_panel: [groups][16] scales of the panel's columns (block scales only).
-FP8T_SIMD void hopper_row_panel(const HopperProblem& p, const int32_t* arow, const int32_t* bpanel,
-                                const float* sb_panel, int64_t i, float* out, int lanes) {
+// The whole K loop of one output row and one 32-column panel. out receives `lanes` valid columns.
+// sb_panel: [groups][32] scales of the panel's columns (block scales only).
+FP8T_SIMD void hopper_row_panel(const HopperProblem& p, const int8_t* a_exp, const float* a_val,
+                                const uint8_t* bpanel, const float* sb_panel, int64_t i, float* out, int lanes) {
   const int64_t K = p.k, P = p.promote, G = p.group_k;
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, chain0 = acc0, chain1 = acc0;
-  alignas(32) float pending[kLanes] = {};
-  alignas(32) float tmp[kLanes];
+  __m256 acc[4], chain[4];
+  for (int v = 0; v < 4; ++v) acc[v] = chain[v] = _mm256_setzero_ps();
+  alignas(32) float pending[kHopperLanes] = {};
+  alignas(32) float tmp[kHopperLanes];
   const bool pending_model = !p.per_tensor && (P == num::kNeverPromote || P > G);
   for (int64_t k0 = 0; k0 < K; k0 += num::kHopperBlockK) {
     const int n = static_cast<int>(std::min<int64_t>(num::kHopperBlockK, K - k0));
-    hopper_block16(arow + 2 * k0, bpanel + 32 * k0, n, chain0, chain1);
+    hopper_block32(a_exp + k0, a_val + k0, bpanel + kPanelBytes * k0, n, chain);
     const int64_t end = k0 + n;
     if (p.per_tensor) {
       if (P != num::kNeverPromote && (end % P == 0 || end == K)) {
-        acc0 = _mm256_add_ps(acc0, chain0);
-        acc1 = _mm256_add_ps(acc1, chain1);
-        chain0 = chain1 = _mm256_setzero_ps();
+        for (int v = 0; v < 4; ++v) {
+          acc[v] = _mm256_add_ps(acc[v], chain[v]);
+          chain[v] = _mm256_setzero_ps();
+        }
       }
     } else if (!pending_model) {
       if (end % P == 0 || end == K) {
         const int64_t g = k0 / G;
         const __m256 sa = _mm256_set1_ps(p.sa.at(i, g));
-        const float* sb = sb_panel + g * kLanes;
-        acc0 = _mm256_fmadd_ps(_mm256_mul_ps(sa, _mm256_loadu_ps(sb)), chain0, acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_mul_ps(sa, _mm256_loadu_ps(sb + 8)), chain1, acc1);
-        chain0 = chain1 = _mm256_setzero_ps();
+        const float* sb = sb_panel + g * kHopperLanes;
+        for (int v = 0; v < 4; ++v) {
+          acc[v] = _mm256_fmadd_ps(_mm256_mul_ps(sa, _mm256_loadu_ps(sb + 8 * v)), chain[v], acc[v]);
+          chain[v] = _mm256_setzero_ps();
+        }
       }
     } else if (end % G == 0 || end == K) {
       const int64_t g = k0 / G;
       const __m256 sa = _mm256_set1_ps(p.sa.at(i, g));
-      const float* sb = sb_panel + g * kLanes;
-      _mm256_store_ps(tmp, _mm256_mul_ps(_mm256_mul_ps(sa, _mm256_loadu_ps(sb)), chain0));
-      _mm256_store_ps(tmp + 8, _mm256_mul_ps(_mm256_mul_ps(sa, _mm256_loadu_ps(sb + 8)), chain1));
-      for (int l = 0; l < kLanes; ++l) pending[l] = fp22_add(pending[l], tmp[l]);
-      chain0 = chain1 = _mm256_setzero_ps();
+      const float* sb = sb_panel + g * kHopperLanes;
+      for (int v = 0; v < 4; ++v) {
+        _mm256_store_ps(tmp + 8 * v, _mm256_mul_ps(_mm256_mul_ps(sa, _mm256_loadu_ps(sb + 8 * v)), chain[v]));
+        chain[v] = _mm256_setzero_ps();
+      }
+      for (int l = 0; l < kHopperLanes; ++l) pending[l] = fp22_add(pending[l], tmp[l]);
       if ((P != num::kNeverPromote && end % P == 0) || end == K) {
-        acc0 = _mm256_add_ps(acc0, _mm256_load_ps(pending));
-        acc1 = _mm256_add_ps(acc1, _mm256_load_ps(pending + 8));
-        std::fill(pending, pending + kLanes, 0.0f);
+        for (int v = 0; v < 4; ++v) acc[v] = _mm256_add_ps(acc[v], _mm256_load_ps(pending + 8 * v));
+        std::fill(pending, pending + kHopperLanes, 0.0f);
       }
     }
   }
-  if (p.per_tensor && P == num::kNeverPromote) {
-    acc0 = chain0;
-    acc1 = chain1;
-  }
-  _mm256_store_ps(tmp, acc0);
-  _mm256_store_ps(tmp + 8, acc1);
+  for (int v = 0; v < 4; ++v)
+    _mm256_store_ps(tmp + 8 * v, p.per_tensor && P == num::kNeverPromote ? chain[v] : acc[v]);
   std::copy(tmp, tmp + lanes, out);
 }
 
 FP8T_SIMD void hopper_gemm_avx2(const HopperProblem& p, float* acc) {
   const int64_t M = p.m, N = p.n, K = p.k;
-  const int F = mantissa_bits(p.fa) + mantissa_bits(p.fb);
-  const CodeTable ta = make_table(p.fa, 0), tb = make_table(p.fb, 14 - F);
-  const int64_t panels = (N + kLanes - 1) / kLanes;
+  const CodeTable ta = make_table(p.fa), tb = make_table(p.fb);
+  const int64_t panels = (N + kHopperLanes - 1) / kHopperLanes;
   const int64_t groups = p.per_tensor ? 1 : (K + p.group_k - 1) / p.group_k;
-  std::vector<int32_t> bpack(static_cast<size_t>(panels * K * 32));
-  std::vector<float> sbpack(static_cast<size_t>(panels * groups * kLanes), 1.0f);
+  std::vector<uint8_t> bpack(static_cast<size_t>(panels * K * kPanelBytes));
+  std::vector<float> sbpack(static_cast<size_t>(panels * groups * kHopperLanes), 1.0f);
 #pragma omp parallel for schedule(static)
   for (int64_t pn = 0; pn < panels; ++pn) {
-    int32_t* dst = bpack.data() + pn * K * 32;
-    for (int l = 0; l < kLanes; ++l) {
-      const int64_t j = pn * kLanes + l;
-      if (j >= N) {
-        for (int64_t k = 0; k < K; ++k) {
-          dst[32 * k + l] = kZeroExp;
-          dst[32 * k + 16 + l] = 0;
-        }
-        continue;
-      }
-      const uint8_t* src = p.b + j * K;
+    uint8_t* dst = bpack.data() + pn * K * kPanelBytes;
+    for (int l = 0; l < kHopperLanes; ++l) {
+      const int64_t j = pn * kHopperLanes + l;
       for (int64_t k = 0; k < K; ++k) {
-        dst[32 * k + l] = tb.exp[src[k]];
-        dst[32 * k + 16 + l] = tb.sig[src[k]];
+        const uint8_t code = j < N ? p.b[j * K + k] : uint8_t{0};
+        uint8_t* rec = dst + kPanelBytes * k;
+        rec[l] = static_cast<uint8_t>(tb.exp[code]);
+        std::memcpy(rec + kHopperLanes + 4 * l, &tb.value[code], 4);
       }
-      if (!p.per_tensor)
-        for (int64_t g = 0; g < groups; ++g) sbpack[static_cast<size_t>((pn * groups + g) * kLanes + l)] = p.sb.at(j, g);
+      if (!p.per_tensor && j < N)
+        for (int64_t g = 0; g < groups; ++g)
+          sbpack[static_cast<size_t>((pn * groups + g) * kHopperLanes + l)] = p.sb.at(j, g);
     }
   }
   constexpr int64_t kRowBlock = 8;
   const int64_t row_blocks = (M + kRowBlock - 1) / kRowBlock;
 #pragma omp parallel
   {
-    std::vector<int32_t> arows(static_cast<size_t>(kRowBlock * K * 2));
+    std::vector<int8_t> a_exp(static_cast<size_t>(kRowBlock * K));
+    std::vector<float> a_val(static_cast<size_t>(kRowBlock * K));
 #pragma omp for schedule(dynamic, 1)
     for (int64_t rb = 0; rb < row_blocks; ++rb) {
       const int64_t i0 = rb * kRowBlock, i1 = std::min(M, i0 + kRowBlock);
       for (int64_t i = i0; i < i1; ++i) {
         const uint8_t* src = p.a + i * K;
-        int32_t* dst = arows.data() + (i - i0) * K * 2;
+        const int64_t off = (i - i0) * K;
         for (int64_t k = 0; k < K; ++k) {
-          dst[2 * k] = ta.exp[src[k]];
-          dst[2 * k + 1] = ta.sig[src[k]];
+          a_exp[static_cast<size_t>(off + k)] = ta.exp[src[k]];
+          a_val[static_cast<size_t>(off + k)] = ta.value[src[k]];
         }
       }
       for (int64_t pn = 0; pn < panels; ++pn) {
-        const int lanes = static_cast<int>(std::min<int64_t>(kLanes, N - pn * kLanes));
+        const int lanes = static_cast<int>(std::min<int64_t>(kHopperLanes, N - pn * kHopperLanes));
         for (int64_t i = i0; i < i1; ++i)
-          hopper_row_panel(p, arows.data() + (i - i0) * K * 2, bpack.data() + pn * K * 32,
-                           sbpack.data() + pn * groups * kLanes, i, acc + i * N + pn * kLanes, lanes);
+          hopper_row_panel(p, a_exp.data() + (i - i0) * K, a_val.data() + (i - i0) * K,
+                           bpack.data() + pn * K * kPanelBytes, sbpack.data() + pn * groups * kHopperLanes, i,
+                           acc + i * N + pn * kHopperLanes, lanes);
       }
     }
   }
