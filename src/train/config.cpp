@@ -1,0 +1,266 @@
+// Config registry, presets, JSON/flag parsing, validation and the printed table (see config.h).
+#include "train/config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "common/error.h"
+#include "train/atomic_file.h"
+#include "train/config_keys.h"
+
+namespace fp8train::train {
+namespace detail {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kBig = 1e15;  // "no practical upper bound" for integer keys
+
+#define FP8T_REF(expr) [](TrainConfig& c) -> ValueRef { return &c.expr; }
+
+std::vector<ConfigKey> make_keys() {
+  std::vector<ConfigKey> k;
+  append_model_keys(k);
+  k.push_back({"data.path", "data", 0, 0, {}, "training data: UTF-8 text or a token file (empty: the embedded corpus)", FP8T_REF(data_path)});
+  k.push_back({"data.corpus_bytes", "corpus-bytes", 10000, 1e9, {}, "size of the embedded corpus in bytes", FP8T_REF(corpus_bytes)});
+  k.push_back({"data.eval_fraction", "eval-fraction", 0.001, 0.5, {}, "fraction of the data held out for evaluation (the tail)", FP8T_REF(eval_fraction)});
+  k.push_back({"train.steps", "steps", 1, kBig, {}, "optimizer steps", FP8T_REF(steps)});
+  k.push_back({"train.batch_size", "batch-size", 1, 1e6, {}, "sequences per optimizer step", FP8T_REF(batch_size)});
+  k.push_back({"train.micro_batch_size", "micro-batch-size", 0, 1e6, {}, "sequences per forward/backward; gradients accumulate over micro-batches (0: whole batch)", FP8T_REF(micro_batch_size)});
+  k.push_back({"train.seq_len", "seq-len", 1, 1e6, {}, "tokens per sequence", FP8T_REF(seq_len)});
+  k.push_back({"train.seed", "seed", 0, 9007199254740991.0, {}, "seed of initialisation and data sampling", FP8T_REF(seed)});
+  k.push_back({"train.threads", "threads", 0, 4096, {}, "CPU threads (0: OpenMP default); results are bit-identical for a fixed count", FP8T_REF(threads)});
+  k.push_back({"train.recipe", "recipe", 0, 0, {"bf16", "fp32"}, "precision recipe", FP8T_REF(recipe)});
+  k.push_back({"train.out", "out", 0, 0, {}, "run directory (empty: runs/<preset>-<date>-<time>)", FP8T_REF(out)});
+  k.push_back({"train.save_every", "save-every", 0, kBig, {}, "checkpoint every N steps (0: only at the end)", FP8T_REF(save_every)});
+  k.push_back({"train.eval_every", "eval-every", 0, kBig, {}, "held-out evaluation every N steps, and at the end (0: only at the end)", FP8T_REF(eval_every)});
+  k.push_back({"train.eval_batches", "eval-batches", 1, 1e6, {}, "batches of held-out windows per evaluation", FP8T_REF(eval_batches)});
+  k.push_back({"train.log_every", "log-every", 1, kBig, {}, "steps between progress lines when the output is not a terminal", FP8T_REF(log_every)});
+  k.push_back({"train.max_bad_steps", "max-bad-steps", 1, 1e6, {}, "consecutive non-finite steps (skipped) before the run stops", FP8T_REF(max_bad_steps)});
+  k.push_back({"optim.lr", "lr", 1e-12, 10, {}, "peak learning rate", FP8T_REF(lr)});
+  k.push_back({"optim.final_lr", "final-lr", 0, 10, {}, "learning rate after the cosine decay (constant to the end)", FP8T_REF(final_lr)});
+  k.push_back({"optim.warmup_steps", "warmup-steps", 0, kBig, {}, "linear learning-rate warmup steps", FP8T_REF(warmup_steps)});
+  k.push_back({"optim.decay_start", "decay-start", 0, 1, {}, "fraction of the steps where the cosine decay starts", FP8T_REF(decay_start)});
+  k.push_back({"optim.decay_end", "decay-end", 0, 1, {}, "fraction of the steps where the cosine decay ends", FP8T_REF(decay_end)});
+  k.push_back({"optim.beta1", "beta1", 0, 0.999999, {}, "AdamW beta1", FP8T_REF(beta1)});
+  k.push_back({"optim.beta2", "beta2", 0, 0.999999, {}, "AdamW beta2", FP8T_REF(beta2)});
+  k.push_back({"optim.eps", "eps", 1e-30, 1, {}, "AdamW epsilon", FP8T_REF(eps)});
+  k.push_back({"optim.weight_decay", "weight-decay", 0, 10, {}, "AdamW decoupled weight decay (not applied to 1-D parameters)", FP8T_REF(weight_decay)});
+  k.push_back({"optim.grad_clip", "grad-clip", 0, kInf, {}, "clip the global gradient norm to this (0: off)", FP8T_REF(grad_clip)});
+  k.push_back({"optim.moment_dtype", "moment-dtype", 0, 0, {"bf16", "fp32"}, "storage of AdamW's moments", FP8T_REF(moment_dtype)});
+  k.push_back({"optim.batch_warmup_start", "batch-warmup-start", 0, 1e6, {}, "batch-size warmup: sequences at step 0 (0: no warmup)", FP8T_REF(batch_warmup_start)});
+  k.push_back({"optim.batch_warmup_steps", "batch-warmup-steps", 0, kBig, {}, "batch-size warmup length in steps", FP8T_REF(batch_warmup_steps)});
+  return k;
+}
+#undef FP8T_REF
+
+}  // namespace
+
+const std::vector<ConfigKey>& config_keys() {
+  static const std::vector<ConfigKey> keys = make_keys();
+  return keys;
+}
+
+}  // namespace detail
+
+using detail::ConfigKey;
+using detail::config_keys;
+using detail::ValueRef;
+
+namespace {
+
+const ConfigKey* find_key(const std::string& key) {
+  for (const ConfigKey& k : config_keys())
+    if (k.key == key) return &k;
+  return nullptr;
+}
+
+std::string range_text(const ConfigKey& k) {
+  static TrainConfig probe;
+  const ValueRef ref = k.ref(probe);
+  if (std::holds_alternative<bool*>(ref)) return "true or false";
+  if (std::holds_alternative<std::string*>(ref) && k.choices.empty()) return "text";
+  if (!k.choices.empty()) return fmt::format("one of {}", fmt::join(k.choices, ", "));
+  return fmt::format("in [{}, {}]", k.min, k.max);
+}
+
+// Sets the key's field from JSON, checking type and range; `where` names the origin for the message.
+void set_value(TrainConfig& config, const ConfigKey& k, const nlohmann::json& v, const std::string& where) {
+  const ValueRef ref = k.ref(config);
+  auto check_range = [&](double x) {
+    FP8T_CHECK(x >= k.min && x <= k.max, "{} '{}' must be {}, got {}", where, k.key,
+               range_text(k), v.dump());
+  };
+  if (std::holds_alternative<int64_t*>(ref) || std::holds_alternative<int*>(ref)) {
+    FP8T_CHECK(v.is_number_integer(), "{} '{}' must be an integer, got {}", where, k.key, v.dump());
+    const double x = v.is_number_unsigned() ? static_cast<double>(v.get<uint64_t>()) : static_cast<double>(v.get<int64_t>());
+    check_range(x);
+    if (auto* p = std::get_if<int64_t*>(&ref)) **p = v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>()) : v.get<int64_t>();
+    else *std::get<int*>(ref) = static_cast<int>(v.get<int64_t>());
+  } else if (auto* d = std::get_if<double*>(&ref)) {
+    FP8T_CHECK(v.is_number(), "{} '{}' must be a number, got {}", where, k.key, v.dump());
+    const double x = v.get<double>();
+    FP8T_CHECK(std::isfinite(x) || (k.max == std::numeric_limits<double>::infinity() && x > 0), "{} '{}' must be finite, got {}",
+               where, k.key, v.dump());
+    check_range(x);
+    **d = x;
+  } else if (auto* s = std::get_if<std::string*>(&ref)) {
+    FP8T_CHECK(v.is_string(), "{} '{}' must be a string, got {}", where, k.key, v.dump());
+    const std::string& text = v.get_ref<const std::string&>();
+    FP8T_CHECK(k.choices.empty() || std::find(k.choices.begin(), k.choices.end(), text) != k.choices.end(),
+               "{} '{}' must be {}, got \"{}\"", where, k.key, range_text(k), text);
+    **s = text;
+  } else {
+    FP8T_CHECK(v.is_boolean(), "{} '{}' must be true or false, got {}", where, k.key, v.dump());
+    *std::get<bool*>(ref) = v.get<bool>();
+  }
+}
+
+nlohmann::json get_value(const TrainConfig& config, const ConfigKey& k) {
+  const ValueRef ref = k.ref(const_cast<TrainConfig&>(config));
+  return std::visit([](auto* p) { return nlohmann::json(*p); }, ref);
+}
+
+std::string value_text(const nlohmann::json& v) {
+  if (v.is_string()) return v.get<std::string>().empty() ? "(none)" : v.get<std::string>();
+  if (v.is_number_float()) return fmt::format("{:g}", v.get<double>());
+  return v.dump();
+}
+
+}  // namespace
+
+optim::LrSchedule TrainConfig::lr_schedule() const {
+  optim::LrSchedule s;
+  s.peak_lr = lr;
+  s.final_lr = final_lr;
+  s.warmup_steps = std::min(warmup_steps, steps);
+  s.decay_start = std::max(s.warmup_steps, static_cast<int64_t>(std::llround(decay_start * static_cast<double>(steps))));
+  s.decay_end = std::max(s.decay_start, static_cast<int64_t>(std::llround(decay_end * static_cast<double>(steps))));
+  return s;
+}
+
+optim::BatchSizeSchedule TrainConfig::batch_schedule() const {
+  return optim::BatchSizeSchedule{batch_warmup_start, batch_size, batch_warmup_steps};
+}
+
+optim::AdamWConfig TrainConfig::adamw() const {
+  optim::AdamWConfig a;
+  a.beta1 = beta1;
+  a.beta2 = beta2;
+  a.eps = eps;
+  a.weight_decay = weight_decay;
+  a.moment_dtype = optim::parse_moment_dtype(moment_dtype);
+  return a;
+}
+
+void apply_config_json(TrainConfig& config, const nlohmann::json& json, const std::string& source,
+                       ConfigSources* sources) {
+  FP8T_CHECK(json.is_object(), "{}: the config must be a JSON object", source);
+  for (auto section = json.begin(); section != json.end(); ++section) {
+    if (section.key() == "preset") continue;
+    const std::string& name = section.key();
+    FP8T_CHECK(name == "model" || name == "data" || name == "train" || name == "optim",
+               "{}: unknown config key '{}' (expected \"preset\" or a section: model, data, train, optim)", source,
+               name);
+    FP8T_CHECK(section.value().is_object(), "{}: config key '{}' must be an object of settings", source, name);
+    for (auto item = section.value().begin(); item != section.value().end(); ++item) {
+      const std::string key = section.key() + "." + item.key();
+      const ConfigKey* k = find_key(key);
+      FP8T_CHECK(k != nullptr, "{}: unknown config key '{}'", source, key);
+      set_value(config, *k, item.value(), source + ": config key");
+      if (sources) (*sources)[key] = source == "checkpoint" ? "checkpoint" : "file";
+    }
+  }
+}
+
+void apply_config_flag(TrainConfig& config, const std::string& flag, const std::string& text, ConfigSources* sources) {
+  const ConfigKey* k = nullptr;
+  for (const ConfigKey& c : config_keys())
+    if (c.flag == flag) k = &c;
+  FP8T_CHECK(k != nullptr, "unknown flag --{}", flag);
+  const ValueRef ref = k->ref(config);
+  nlohmann::json v;
+  if (std::holds_alternative<int64_t*>(ref) || std::holds_alternative<int*>(ref)) {
+    errno = 0;
+    char* end = nullptr;
+    const long long x = std::strtoll(text.c_str(), &end, 10);
+    FP8T_CHECK(!text.empty() && *end == '\0' && errno == 0, "flag --{} must be an integer, got '{}'", flag, text);
+    v = static_cast<int64_t>(x);
+  } else if (std::holds_alternative<double*>(ref)) {
+    errno = 0;
+    char* end = nullptr;
+    const double x = std::strtod(text.c_str(), &end);
+    FP8T_CHECK(!text.empty() && *end == '\0' && errno == 0, "flag --{} must be a number, got '{}'", flag, text);
+    v = x;
+  } else if (std::holds_alternative<bool*>(ref)) {
+    FP8T_CHECK(text == "true" || text == "false" || text == "1" || text == "0",
+               "flag --{} must be true or false, got '{}'", flag, text);
+    v = text == "true" || text == "1";
+  } else {
+    v = text;
+  }
+  set_value(config, *k, v, fmt::format("flag --{}: config key", flag));
+  if (sources) (*sources)[k->key] = "flag";
+}
+
+void validate_config(const TrainConfig& c) {
+  // Each key's own range (a config built in code bypasses the parsers).
+  for (const ConfigKey& k : config_keys()) set_value(const_cast<TrainConfig&>(c), k, get_value(c, k), "config key");
+  FP8T_CHECK(c.final_lr <= c.lr, "config key 'optim.final_lr' ({}) must not exceed 'optim.lr' ({})", c.final_lr, c.lr);
+  FP8T_CHECK(c.decay_start <= c.decay_end, "config key 'optim.decay_start' ({}) must not exceed 'optim.decay_end' ({})",
+             c.decay_start, c.decay_end);
+  FP8T_CHECK(c.micro_batch_size <= c.batch_size,
+             "config key 'train.micro_batch_size' ({}) must not exceed 'train.batch_size' ({})", c.micro_batch_size,
+             c.batch_size);
+  FP8T_CHECK(c.batch_warmup_start <= c.batch_size,
+             "config key 'optim.batch_warmup_start' ({}) must not exceed 'train.batch_size' ({})", c.batch_warmup_start,
+             c.batch_size);
+  c.lr_schedule().validate();
+  c.batch_schedule().validate();
+  validate_model_config(c);
+}
+
+nlohmann::json config_to_json(const TrainConfig& config) {
+  nlohmann::ordered_json out;
+  out["preset"] = config.preset;
+  for (const ConfigKey& k : config_keys()) {
+    const size_t dot = k.key.find('.');
+    out[k.key.substr(0, dot)][k.key.substr(dot + 1)] = get_value(config, k);
+  }
+  return nlohmann::json::parse(out.dump());  // keep the section order stable in the saved file
+}
+
+std::string config_table(const TrainConfig& config, const ConfigSources& sources) {
+  size_t width = 6;
+  for (const ConfigKey& k : config_keys()) width = std::max(width, k.key.size());
+  std::string out = fmt::format("{:<{}}  {:<24}  {}\n", "key", width, "value", "set by");
+  out += fmt::format("{:<{}}  {:<24}  {}\n", "preset", width, config.preset, "");
+  for (const ConfigKey& k : config_keys()) {
+    const auto it = sources.find(k.key);
+    out += fmt::format("{:<{}}  {:<24}  {}\n", k.key, width, value_text(get_value(config, k)),
+                       it == sources.end() ? "preset" : it->second);
+  }
+  return out;
+}
+
+std::vector<ConfigFlag> config_flags() {
+  std::vector<ConfigFlag> flags;
+  for (const ConfigKey& k : config_keys())
+    flags.push_back({k.flag, k.key, fmt::format("{} [{}; {}]", k.help, k.key, range_text(k))});
+  return flags;
+}
+
+nlohmann::json read_config_file(const std::string& path) {
+  const std::string text = read_file(path);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    FP8T_FAIL("config file '{}' is not valid JSON: {}", path, e.what());
+  }
+}
+
+}  // namespace fp8train::train

@@ -1,0 +1,139 @@
+// TrainConfig: everything a training run needs, resolved from (lowest to highest precedence) a preset,
+// a JSON file, and command-line flags; the resolved config is printed as a table and saved as
+// RUN/config.json. Every key is declared once in a registry (config.cpp) with its type, range and help, so
+// the JSON reader, the flags, validation, the table and the saved file cannot drift apart.
+//
+// JSON layout (every section and key optional; unknown keys are errors naming the key):
+//   { "preset": "tiny",
+//     "model": { "hidden_size": 128, ... },          the model's dimensions (ModelConfig)
+//     "data":  { "path": "", "eval_fraction": 0.1, "corpus_bytes": 3000000 },
+//     "train": { "steps": 300, "batch_size": 16, ... },
+//     "optim": { "lr": 3e-3, "moment_dtype": "bf16", ... } }
+// Presets: tiny (seconds per step on 2 CPU cores), small (the default: a few minutes on 2 cores), base
+// (GPU-sized).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "optim/adamw.h"
+#include "optim/schedule.h"
+
+namespace fp8train::train {
+
+// The model's dimensions, named as in DeepSeek-V3's report and Hugging Face config. (Placeholder until the
+// model layer's ModelConfig exists; then this becomes that type.)
+struct ModelDims {
+  int64_t vocab_size = 259;
+  int64_t hidden_size = 128;
+  int64_t n_layers = 2;
+  int64_t n_dense_layers = 1;
+  int64_t n_heads = 4;
+  int64_t q_lora_rank = 64;
+  int64_t kv_lora_rank = 32;
+  int64_t qk_nope_head_dim = 16;
+  int64_t qk_rope_head_dim = 16;
+  int64_t v_head_dim = 16;
+  int64_t intermediate_size = 384;
+  int64_t moe_intermediate_size = 96;
+  int64_t n_routed_experts = 8;
+  int64_t n_shared_experts = 1;
+  int64_t num_experts_per_tok = 2;
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  double routed_scaling_factor = 1.0;
+  double bias_update_speed = 1e-3;
+  double seq_aux_loss_alpha = 1e-4;
+  int64_t mtp_depth = 1;
+  double mtp_lambda = 0.3;
+  double rope_theta = 10000.0;
+  double init_std = 0.02;
+  double rms_norm_eps = 1e-6;
+  bool tie_embeddings = false;
+};
+
+struct TrainConfig {
+  std::string preset = "small";
+  ModelDims model;
+
+  // data
+  std::string data_path;        // empty: the embedded corpus
+  int64_t corpus_bytes = 3000000;
+  double eval_fraction = 0.1;
+
+  // train
+  int64_t steps = 600;
+  int64_t batch_size = 16;        // sequences per optimizer step
+  int64_t micro_batch_size = 0;   // sequences per forward/backward (0: the whole batch); gradients accumulate
+  int64_t seq_len = 128;
+  int64_t seed = 1;
+  int64_t threads = 0;            // OpenMP threads (0: OpenMP's default)
+  std::string recipe = "bf16";    // bf16 | fp32 (the FP8 recipes arrive with the recipe layer)
+  std::string out;                // run directory (empty: runs/<preset>-<date>-<time>)
+  int64_t save_every = 0;         // checkpoint every N steps (0: only at the end)
+  int64_t eval_every = 100;       // held-out evaluation every N steps (and at the end)
+  int64_t eval_batches = 8;       // batches of held-out windows per evaluation
+  int64_t log_every = 10;         // a plain progress line every N steps when not on a terminal
+  int64_t max_bad_steps = 5;      // consecutive non-finite steps before the run stops
+
+  // optim
+  double lr = 3e-3;
+  double final_lr = 3e-4;
+  int64_t warmup_steps = 30;
+  double decay_start = 0.5;       // fraction of steps where the cosine decay starts
+  double decay_end = 0.95;        // fraction of steps where it reaches final_lr (then constant)
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;         // max global gradient norm (0: no clipping)
+  std::string moment_dtype = "bf16";
+  int64_t batch_warmup_start = 0;  // batch-size warmup: sequences at step 0 (0: none)
+  int64_t batch_warmup_steps = 0;
+
+  // Derived objects.
+  optim::LrSchedule lr_schedule() const;
+  optim::BatchSizeSchedule batch_schedule() const;
+  optim::AdamWConfig adamw() const;
+  int64_t micro_batch() const { return micro_batch_size > 0 ? micro_batch_size : batch_size; }
+};
+
+// The named presets; throws Error for an unknown name (listing the known ones).
+TrainConfig preset_config(const std::string& name);
+std::vector<std::string> preset_names();
+
+// Which layer set each key's value: "preset", "file", "flag" or "checkpoint" (for the table).
+using ConfigSources = std::map<std::string, std::string>;
+
+// Applies a JSON document (layout above) on top of `config`; "preset" is ignored here (see resolve_config).
+// Errors name the key: "config key 'optim.lr' ...".
+void apply_config_json(TrainConfig& config, const nlohmann::json& json, const std::string& source,
+                       ConfigSources* sources);
+
+// Applies one flag value given as text (e.g. "lr" = "3e-3"), parsing it by the key's type.
+void apply_config_flag(TrainConfig& config, const std::string& flag, const std::string& text, ConfigSources* sources);
+
+// Cross-key checks of the model section (config_model.cpp); throws Error naming the key.
+void validate_model_config(const TrainConfig& config);
+
+// Checks ranges and cross-key consistency (e.g. final_lr <= lr); throws Error naming the key.
+void validate_config(const TrainConfig& config);
+
+// Complete JSON (every key) of a config; apply_config_json(to_json(c)) reproduces c.
+nlohmann::json config_to_json(const TrainConfig& config);
+
+// The table printed at start: one row per key, grouped by section, with the layer that set it.
+std::string config_table(const TrainConfig& config, const ConfigSources& sources);
+
+// Flag descriptions for the CLI: flag name (without "--"), dotted key, help text with range/choices.
+struct ConfigFlag {
+  std::string flag, key, help;
+};
+std::vector<ConfigFlag> config_flags();
+
+// Loads a JSON config file, with errors naming the file (missing, unreadable, bad JSON with line/column).
+nlohmann::json read_config_file(const std::string& path);
+
+}  // namespace fp8train::train

@@ -1,0 +1,114 @@
+// Config: presets, JSON and flag layering, the exact error sentences for unknown keys / wrong types /
+// out-of-range values, cross-key checks, the JSON round trip and the printed table.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "common/error.h"
+#include "train/config.h"
+
+using namespace fp8train;
+using namespace fp8train::train;
+
+namespace {
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(Config, PresetsAreValid) {
+  for (const std::string& name : preset_names()) {
+    const TrainConfig c = preset_config(name);
+    EXPECT_NO_THROW(validate_config(c)) << name;
+    EXPECT_EQ(c.preset, name);
+  }
+  EXPECT_NE(error_of([] { preset_config("huge"); }).find("unknown preset 'huge'"), std::string::npos);
+  EXPECT_GT(preset_config("base").model.hidden_size, preset_config("small").model.hidden_size);
+  EXPECT_GT(preset_config("small").model.hidden_size, preset_config("tiny").model.hidden_size);
+}
+
+TEST(Config, JsonThenFlagsOverrideThePreset) {
+  TrainConfig c = preset_config("tiny");
+  ConfigSources sources;
+  apply_config_json(c, nlohmann::json::parse(R"({"optim": {"lr": 0.01, "moment_dtype": "fp32"},
+                                                 "model": {"hidden_size": 64}, "train": {"steps": 7}})"),
+                    "config file 'x.json'", &sources);
+  EXPECT_EQ(c.lr, 0.01);
+  EXPECT_EQ(c.moment_dtype, "fp32");
+  EXPECT_EQ(c.model.hidden_size, 64);
+  EXPECT_EQ(c.steps, 7);
+  apply_config_flag(c, "steps", "11", &sources);
+  apply_config_flag(c, "lr", "2e-3", &sources);
+  apply_config_flag(c, "data", "file.txt", &sources);
+  apply_config_flag(c, "tie-embeddings", "true", &sources);
+  EXPECT_EQ(c.steps, 11);
+  EXPECT_EQ(c.lr, 2e-3);
+  EXPECT_EQ(c.data_path, "file.txt");
+  EXPECT_TRUE(c.model.tie_embeddings);
+  EXPECT_EQ(sources.at("train.steps"), "flag");
+  EXPECT_EQ(sources.at("optim.moment_dtype"), "file");
+  const std::string table = config_table(c, sources);
+  EXPECT_NE(table.find("optim.moment_dtype"), std::string::npos);
+  EXPECT_NE(table.find("fp32"), std::string::npos);
+  EXPECT_NE(table.find("train.steps"), std::string::npos);
+}
+
+TEST(Config, ErrorsNameTheKey) {
+  TrainConfig c = preset_config("tiny");
+  const auto json_error = [&](const char* text) {
+    return error_of([&] { apply_config_json(c, nlohmann::json::parse(text), "config file 'x.json'", nullptr); });
+  };
+  EXPECT_NE(json_error(R"({"optim": {"lrr": 1}})").find("unknown config key 'optim.lrr'"), std::string::npos);
+  EXPECT_NE(json_error(R"({"optimizer": {"lr": 1}})").find("unknown config key 'optimizer'"), std::string::npos);
+  EXPECT_NE(json_error(R"({"optim": {"lr": -1}})").find("'optim.lr' must be in ["), std::string::npos);
+  EXPECT_NE(json_error(R"({"train": {"steps": 1.5}})").find("'train.steps' must be an integer"), std::string::npos);
+  EXPECT_NE(json_error(R"({"train": {"recipe": "fp4"}})").find("'train.recipe' must be one of bf16, fp32"),
+            std::string::npos);
+  EXPECT_NE(json_error(R"({"optim": {"lr": "fast"}})").find("'optim.lr' must be a number"), std::string::npos);
+  EXPECT_NE(json_error(R"([1])").find("must be a JSON object"), std::string::npos);
+  EXPECT_NE(error_of([&] { apply_config_flag(c, "steps", "12x", nullptr); }).find("--steps must be an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { apply_config_flag(c, "batch-size", "0", nullptr); }).find("'train.batch_size' must be in"),
+            std::string::npos);
+  TrainConfig bad = preset_config("tiny");
+  bad.final_lr = 1.0;
+  EXPECT_NE(error_of([&] { validate_config(bad); }).find("'optim.final_lr'"), std::string::npos);
+  bad = preset_config("tiny");
+  bad.model.num_experts_per_tok = 100;
+  EXPECT_NE(error_of([&] { validate_config(bad); }).find("'model.num_experts_per_tok'"), std::string::npos);
+  bad = preset_config("tiny");
+  bad.micro_batch_size = bad.batch_size + 1;
+  EXPECT_NE(error_of([&] { validate_config(bad); }).find("'train.micro_batch_size'"), std::string::npos);
+}
+
+TEST(Config, JsonRoundTripReproducesTheConfig) {
+  TrainConfig c = preset_config("small");
+  c.lr = 1.25e-3;
+  c.data_path = "a b.txt";
+  c.model.mtp_depth = 2;
+  const nlohmann::json j = config_to_json(c);
+  TrainConfig d = preset_config("tiny");
+  apply_config_json(d, j, "saved", nullptr);
+  d.preset = j.at("preset").get<std::string>();
+  EXPECT_EQ(config_to_json(d), j);
+  EXPECT_EQ(d.lr, 1.25e-3);
+  EXPECT_EQ(d.model.mtp_depth, 2);
+}
+
+TEST(Config, LrScheduleFollowsTheStepFractions) {
+  TrainConfig c = preset_config("tiny");
+  c.steps = 1000;
+  c.warmup_steps = 10;
+  c.decay_start = 0.5;
+  c.decay_end = 0.9;
+  const auto s = c.lr_schedule();
+  EXPECT_EQ(s.warmup_steps, 10);
+  EXPECT_EQ(s.decay_start, 500);
+  EXPECT_EQ(s.decay_end, 900);
+  EXPECT_EQ(s.at(950), c.final_lr);
+}
