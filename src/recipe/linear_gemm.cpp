@@ -1,0 +1,322 @@
+// LinearGemm (linear_gemm.h): Fprop / Dgrad / Wgrad under a recipe, the health counters and the context.
+// Operand layouts follow quant::ref_gemm: D[M, N] = A[M, K]·B[N, K]ᵀ, all row-major.
+#include "recipe/linear_gemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/error.h"
+#include "numerics/formats.h"
+#include "ops/gemm.h"
+#include "quant/ref_gemm.h"
+
+namespace fp8train::recipe {
+
+// ---- health ----------------------------------------------------------------------------------------------
+void OperandHealth::merge(const OperandHealth& o) {
+  elements += o.elements;
+  nonzero += o.nonzero;
+  saturated += o.saturated;
+  underflow += o.underflow;
+  scale_min = std::min(scale_min, o.scale_min);
+  scale_max = std::max(scale_max, o.scale_max);
+}
+
+OperandHealth measure_health(const float* x, const quant::QuantTensor& q) {
+  OperandHealth h;
+  h.elements = q.rows * q.cols;
+  for (float s : q.scales) {
+    if (!std::isfinite(s)) continue;
+    h.scale_min = std::min(h.scale_min, s);
+    h.scale_max = std::max(h.scale_max, s);
+  }
+  const float fmax = quant::format_max(q.format);
+  int64_t nonzero = 0, saturated = 0, underflow = 0;
+#pragma omp parallel for schedule(static) reduction(+ : nonzero, saturated, underflow)
+  for (int64_t r = 0; r < q.rows; ++r) {
+    for (int64_t c = 0; c < q.cols; ++c) {
+      const float v = x[r * q.cols + c];
+      if (v == 0.0f || std::isnan(v)) continue;
+      ++nonzero;
+      const float s = q.scale_of(r, c);
+      if (std::fabs(v) > fmax * s) ++saturated;
+      if (q.decoded_at(r, c) == 0.0f) ++underflow;
+    }
+  }
+  h.nonzero = nonzero;
+  h.saturated = saturated;
+  h.underflow = underflow;
+  return h;
+}
+
+void RecipeContext::record(const std::string& linear, GemmKind kind, const OperandHealth& a, const OperandHealth& b) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  GemmHealth& g = health_[{linear, static_cast<int>(kind)}];
+  g.linear = linear;
+  g.kind = kind;
+  ++g.calls;
+  g.a.merge(a);
+  g.b.merge(b);
+}
+
+std::vector<GemmHealth> RecipeContext::take_health() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<GemmHealth> out;
+  out.reserve(health_.size());
+  for (auto& [key, g] : health_) out.push_back(g);
+  health_.clear();
+  return out;
+}
+
+namespace {
+uint64_t mix64(uint64_t x) {  // SplitMix64 finaliser
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+uint64_t hash_name(const std::string& s) {  // FNV-1a: stable across runs and platforms
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 0x100000001B3ull;
+  return h;
+}
+}  // namespace
+
+uint64_t RecipeContext::seed_for(uint64_t layer_hash, uint64_t call) const {
+  return mix64(mix64(mix64(config_.seed) ^ static_cast<uint64_t>(step_)) ^ layer_hash) ^ mix64(call);
+}
+
+// ---- host views of tensors -------------------------------------------------------------------------------
+namespace {
+void check_matrix(const char* what, const Tensor& t) {
+  FP8T_CHECK(t.defined() && t.is_matrix() && t.dtype() == DType::F32 && t.device().is_cpu(),
+             "linear gemm: {} must be a 2-D f32 matrix view on the cpu, got {}", what,
+             t.defined() ? t.str() : std::string("an undefined tensor"));
+}
+
+// A contiguous float pointer to a matrix view (copying rows when the view is strided).
+struct HostMatrix {
+  const float* data = nullptr;
+  std::vector<float> copy;
+  explicit HostMatrix(const Tensor& t) {
+    const int64_t rows = t.size(0), cols = t.size(1);
+    if (t.is_contiguous() || rows <= 1) {
+      data = t.data<float>();
+      return;
+    }
+    copy.resize(static_cast<size_t>(rows * cols));
+    const float* base = t.data<float>();
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(copy.data() + r * cols, base + r * t.ld(), static_cast<size_t>(cols) * sizeof(float));
+    data = copy.data();
+  }
+};
+
+// out (+)= d, d contiguous [rows, cols]; one float32 add per element when accumulating (what ref_gemm's
+// accumulate-into-C does).
+void write_output(const Tensor& out, const std::vector<float>& d, bool accumulate) {
+  const int64_t rows = out.size(0), cols = out.size(1);
+  float* base = out.data<float>();
+  const int64_t ld = rows > 1 ? out.ld() : cols;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* o = base + r * ld;
+    const float* s = d.data() + r * cols;
+    if (accumulate) {
+      for (int64_t c = 0; c < cols; ++c) o[c] = o[c] + s[c];
+    } else {
+      std::memcpy(o, s, static_cast<size_t>(cols) * sizeof(float));
+    }
+  }
+}
+
+// A 128×128-block quantization re-expressed with one scale per row per 128 columns (each row of a block
+// repeats the block's scale): the same values, in the 1×128 × 128×128 pairing ref_gemm accepts. Used by the
+// dgrad_block ablation.
+quant::QuantTensor blocks_as_row_tiles(const quant::QuantTensor& q) {
+  quant::QuantTensor t = q;
+  t.granularity = quant::Granularity::row_tile(q.granularity.block_cols);
+  const int64_t sc = q.scale_cols();
+  t.scales.assign(static_cast<size_t>(q.rows * sc), 0.0f);
+  for (int64_t r = 0; r < q.rows; ++r)
+    for (int64_t c = 0; c < sc; ++c) t.scales[r * sc + c] = q.scales[(r / q.granularity.block_rows) * sc + c];
+  return t;
+}
+
+bool cache_matches(const quant::QuantTensor& q, CacheFormat format) {
+  if (format == CacheFormat::Fp32 || format == CacheFormat::Bf16) return false;
+  const quant::QuantConfig c = cache_quant_config(format);
+  return q.format == c.format && q.granularity == c.granularity &&
+         (c.granularity.per_tensor || q.pow2_scales == (c.scale_mode == quant::ScaleMode::PowerOfTwo));
+}
+}  // namespace
+
+// ---- LinearGemm ----------------------------------------------------------------------------------------------
+LinearGemm::LinearGemm(RecipeContext& context, std::string name, CacheRole input_role)
+    : context_(&context),
+      name_(std::move(name)),
+      input_role_(input_role),
+      history_x_(context.config().amax_history, context.config().amax_algorithm),
+      history_w_(context.config().amax_history, context.config().amax_algorithm),
+      history_dy_(context.config().amax_history, context.config().amax_algorithm),
+      name_hash_(hash_name(name_)) {}
+
+uint64_t LinearGemm::next_seed() {
+  if (seed_step_ != context_->step()) {
+    seed_step_ = context_->step();
+    seed_calls_ = 0;
+  }
+  return context_->seed_for(name_hash_, seed_calls_++);
+}
+
+CachedActivation LinearGemm::forward(const Tensor& x, const Tensor& w, const Tensor& y, bool cache_input) {
+  check_matrix("x", x);
+  check_matrix("w", w);
+  check_matrix("y", y);
+  const int64_t tokens = x.size(0), in = x.size(1), out = w.size(0);
+  FP8T_CHECK(w.size(1) == in, "linear {}: x is {} but w is {} (expected [out, {}])", name_, x.str(), w.str(), in);
+  FP8T_CHECK(y.size(0) == tokens && y.size(1) == out, "linear {}: y must be [{}, {}], got {}", name_, tokens, out,
+             y.str());
+  const RecipeConfig& cfg = context_->config();
+  const CacheFormat cache_format = cfg.cache_format(input_role_);
+
+  if (!cfg.quantized_gemms()) {
+    ops::GemmOptions o;
+    o.round_inputs_bf16 = cfg.kind == RecipeKind::Bf16;
+    ops::gemm(x, false, w, true, y, o);
+    return cache_input ? CachedActivation::store(x, cache_format) : CachedActivation();
+  }
+
+  const GemmOperands g = gemm_operands(cfg, GemmKind::Fprop);
+  HostMatrix xh(x), wh(w);
+  quant::QuantTensor a, b;
+  if (cfg.per_tensor()) {
+    a = quant::quantize_delayed(xh.data, tokens, in, g.a, history_x_);
+    weight_scale_ = history_w_.scale(g.b.format, g.b.scale_mode);
+    have_weight_scale_ = true;
+    b = quant::quantize_delayed(wh.data, out, in, g.b, history_w_);
+  } else {
+    a = quant::quantize(xh.data, tokens, in, g.a);
+    b = quant::quantize(wh.data, out, in, g.b);
+  }
+  if (context_->sampling_health())
+    context_->record(name_, GemmKind::Fprop, measure_health(xh.data, a), measure_health(wh.data, b));
+  write_output(y, quant::ref_gemm(a, b, g.gemm), false);
+
+  if (!cache_input) return CachedActivation();
+  // Wgrad reuses the Fprop quantization when the cache format is the same representation.
+  if (cache_matches(a, cache_format)) return CachedActivation::adopt(a, cache_format);
+  return CachedActivation::store(xh.data, tokens, in, cache_format);
+}
+
+void LinearGemm::backward(const Tensor& dy, const Tensor& w, const CachedActivation& x, const Tensor& dx,
+                          const Tensor& dw, bool accumulate_dx, bool accumulate_dw) {
+  check_matrix("dy", dy);
+  check_matrix("w", w);
+  const int64_t tokens = dy.size(0), out = dy.size(1), in = w.size(1);
+  FP8T_CHECK(w.size(0) == out, "linear {}: dy is {} but w is {}", name_, dy.str(), w.str());
+  if (dx.defined()) {
+    check_matrix("dx", dx);
+    FP8T_CHECK(dx.size(0) == tokens && dx.size(1) == in, "linear {}: dx must be [{}, {}], got {}", name_, tokens, in,
+               dx.str());
+  }
+  if (dw.defined()) {
+    check_matrix("dw", dw);
+    FP8T_CHECK(dw.size(0) == out && dw.size(1) == in, "linear {}: dw must be [{}, {}], got {}", name_, out, in,
+               dw.str());
+    FP8T_CHECK(x.defined() && x.rows() == tokens && x.cols() == in,
+               "linear {}: Wgrad needs the cached input [{}, {}]", name_, tokens, in);
+  }
+  const RecipeConfig& cfg = context_->config();
+  if (cfg.quantized_gemms()) {
+    backward_quantized(dy, w, x, dx, dw, accumulate_dx, accumulate_dw);
+    return;
+  }
+  ops::GemmOptions o;
+  o.round_inputs_bf16 = cfg.kind == RecipeKind::Bf16;
+  if (dx.defined()) {
+    o.beta = accumulate_dx ? 1.0 : 0.0;
+    ops::gemm(dy, false, w, false, dx, o);
+  }
+  if (dw.defined()) {
+    const Tensor xt = x.to_tensor();
+    o.beta = accumulate_dw ? 1.0 : 0.0;
+    ops::gemm(dy, true, xt, false, dw, o);
+  }
+}
+
+void LinearGemm::backward_quantized(const Tensor& dy, const Tensor& w, const CachedActivation& x, const Tensor& dx,
+                                    const Tensor& dw, bool accumulate_dx, bool accumulate_dw) {
+  const RecipeConfig& cfg = context_->config();
+  const int64_t tokens = dy.size(0), out = dy.size(1), in = w.size(1);
+  const bool health = context_->sampling_health();
+  HostMatrix dyh(dy);
+
+  if (cfg.per_tensor()) {
+    // One delayed-scaled E5M2 (by default) quantization of dy serves both GEMMs (one amax per step).
+    const GemmOperands gd = gemm_operands(cfg, GemmKind::Dgrad);
+    const quant::QuantTensor dq = quant::quantize_delayed(dyh.data, tokens, out, gd.a, history_dy_);
+    const OperandHealth dy_health = health ? measure_health(dyh.data, dq) : OperandHealth{};
+    if (dx.defined()) {
+      FP8T_CHECK(have_weight_scale_, "linear {}: backward before forward (no weight scale yet)", name_);
+      HostMatrix wh(w);
+      const quant::QuantTensor wq = quant::quantize_with_scale(wh.data, out, in, gd.b.format, weight_scale_);
+      if (health) context_->record(name_, GemmKind::Dgrad, dy_health, measure_health(wh.data, wq));
+      write_output(dx, quant::ref_gemm(dq, quant::transpose(wq), gd.gemm), accumulate_dx);
+    }
+    if (dw.defined()) {
+      const GemmOperands gw = gemm_operands(cfg, GemmKind::Wgrad);
+      quant::QuantTensor xq;
+      std::vector<float> xv;
+      if (x.quantized() && x.quant().granularity.per_tensor && x.quant().format == gw.b.format) {
+        xq = x.quant();
+      } else {
+        xv = x.values();
+        xq = quant::quantize(xv.data(), tokens, in, gw.b);
+      }
+      if (health) {
+        if (xv.empty()) xv = x.values();
+        context_->record(name_, GemmKind::Wgrad, dy_health, measure_health(xv.data(), xq));
+      }
+      write_output(dw, quant::ref_gemm(quant::transpose(dq), quant::transpose(xq), gw.gemm), accumulate_dw);
+    }
+    return;
+  }
+
+  if (dx.defined()) {
+    const GemmOperands g = gemm_operands(cfg, GemmKind::Dgrad);
+    quant::QuantConfig qa = g.a;
+    if (qa.rounding == quant::Rounding::Stochastic) qa.seed = next_seed();
+    quant::QuantTensor a = quant::quantize(dyh.data, tokens, out, qa);
+    HostMatrix wh(w);
+    const quant::QuantTensor wq = quant::quantize(wh.data, out, in, g.b);
+    if (health) context_->record(name_, GemmKind::Dgrad, measure_health(dyh.data, a), measure_health(wh.data, wq));
+    if (!a.granularity.per_tensor && a.granularity.block_rows > 1) a = blocks_as_row_tiles(a);
+    write_output(dx, quant::ref_gemm(a, quant::transpose(wq), g.gemm), accumulate_dx);
+  }
+  if (dw.defined()) {
+    const GemmOperands g = gemm_operands(cfg, GemmKind::Wgrad);
+    // Both operands are tiled along tokens: quantize 128×1 on the [tokens, ·] matrices, then transpose.
+    quant::QuantConfig qa = g.a, qb = g.b;
+    qa.granularity = qa.granularity.transposed();
+    qb.granularity = qb.granularity.transposed();
+    if (qa.rounding == quant::Rounding::Stochastic) qa.seed = next_seed();
+    const quant::QuantTensor dq = quant::quantize(dyh.data, tokens, out, qa);
+    quant::QuantTensor xq;
+    std::vector<float> xv;
+    if (x.quantized() && x.quant().format == qb.format) {
+      xq = quant::retile(x.quant(), qb);  // exact when both sides use power-of-two scales (quant.h)
+    } else {
+      xv = x.values();
+      xq = quant::quantize(xv.data(), tokens, in, qb);
+    }
+    if (health) {
+      if (xv.empty()) xv = x.values();
+      context_->record(name_, GemmKind::Wgrad, measure_health(dyh.data, dq), measure_health(xv.data(), xq));
+    }
+    write_output(dw, quant::ref_gemm(quant::transpose(dq), quant::transpose(xq), g.gemm), accumulate_dw);
+  }
+}
+
+}  // namespace fp8train::recipe

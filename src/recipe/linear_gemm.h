@@ -1,0 +1,119 @@
+// The quantized Linear GEMM executor: runs a Linear layer's three GEMMs the way a recipe says.
+//   forward:  y [T, out] = x [T, in] · W [out, in]ᵀ          (Fprop)
+//   backward: dx [T, in] (+)= dy [T, out] · W                (Dgrad)
+//             dW [out, in] (+)= dyᵀ · x                      (Wgrad; x as cached by forward)
+// All tensors are f32 matrix views on the CPU (row stride may exceed the column count); dx and dW may
+// accumulate (gradient accumulation stays FP32).
+//
+// fp32 / bf16 recipes go through ops::gemm (OpenBLAS; bf16 rounds the inputs to BF16 exactly). The fp8 and
+// int8 recipes quantize each operand with quant::quantize (recipe.h gemm_operands) and multiply with
+// quant::ref_gemm — in the Hopper mode that is the bit-faithful model of the H200's FP8 tensor cores
+// (FP22 truncating chains, promotion to FP32 every N_C elements, scales applied at promotion):
+//   Fprop: x 1×128 (along in) × W 128×128
+//   Dgrad: dy 1×128 (along out; 128×128 with dgrad_block) × Wᵀ 128×128 (W's blocks transposed, exact)
+//   Wgrad: dy 128×1 and x 128×1 (along tokens), each transposed to the 1×128 form ref_gemm takes; x comes
+//          from the cache, re-tiled from its 1×128 forward quantization (exact with power-of-two scales)
+// fp8-tensorwise keeps one AmaxHistory per operand (x, W, dy) of each Linear: delayed scaling, TE-style.
+//
+// RecipeContext is shared by all Linears of a model: the recipe, the training step (seeds the stochastic
+// rounding streams), and the numerics-health counters, sampled only on steps the trainer asks for.
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "quant/quant.h"
+#include "recipe/cached_activation.h"
+#include "recipe/recipe.h"
+#include "tensor/tensor.h"
+
+namespace fp8train::recipe {
+
+// What quantizing one operand did to it. saturated: |x| > fmax · scale (clamped to ±fmax; only delayed or
+// stale scales can do this); underflow: x != 0 but its code decodes to zero.
+struct OperandHealth {
+  int64_t elements = 0;
+  int64_t nonzero = 0;
+  int64_t saturated = 0;
+  int64_t underflow = 0;
+  float scale_min = std::numeric_limits<float>::infinity();
+  float scale_max = 0.0f;
+  void merge(const OperandHealth& o);
+};
+// Measures x [rows, cols] against its quantization q (same orientation and shape).
+OperandHealth measure_health(const float* x, const quant::QuantTensor& q);
+
+struct GemmHealth {
+  std::string linear;
+  GemmKind kind = GemmKind::Fprop;
+  int64_t calls = 0;
+  OperandHealth a, b;  // ref_gemm's operands (see recipe.h gemm_operands)
+};
+
+class RecipeContext {
+ public:
+  explicit RecipeContext(RecipeConfig config) : config_(std::move(config)) {}
+  const RecipeConfig& config() const { return config_; }
+
+  // Called by the trainer before each step's forward: the step seeds stochastic rounding; health counters
+  // are collected only when sample_health is true (they cost a pass over every operand).
+  void begin_step(int64_t step, bool sample_health) {
+    step_ = step;
+    sample_health_ = sample_health;
+  }
+  int64_t step() const { return step_; }
+  bool sampling_health() const { return sample_health_; }
+  // The seed of one stochastic quantization: a function of the recipe seed, the step, the layer and the call
+  // number within the step for that layer (deterministic whatever the thread schedule).
+  uint64_t seed_for(uint64_t layer_hash, uint64_t call) const;
+
+  void record(const std::string& linear, GemmKind kind, const OperandHealth& a, const OperandHealth& b);
+  // The counters collected since the last call, sorted by linear name then GEMM kind; clears them.
+  std::vector<GemmHealth> take_health();
+
+ private:
+  RecipeConfig config_;
+  int64_t step_ = 0;
+  bool sample_health_ = false;
+  std::mutex mutex_;
+  std::map<std::pair<std::string, int>, GemmHealth> health_;
+};
+
+class LinearGemm {
+ public:
+  // `name` identifies the layer in health counters ("layers.1.attn.wo"); `input_role` says how its input
+  // is cached (CacheRole::AttnOutProjInput for the attention output projection).
+  LinearGemm(RecipeContext& context, std::string name, CacheRole input_role = CacheRole::LinearInput);
+
+  const std::string& name() const { return name_; }
+  CacheRole input_role() const { return input_role_; }
+
+  // y = x·Wᵀ. Returns x as the recipe caches it for Wgrad (undefined when cache_input is false: the caller
+  // will recompute x and pass it to backward through CachedActivation::store).
+  CachedActivation forward(const Tensor& x, const Tensor& w, const Tensor& y, bool cache_input = true);
+  // Dgrad and Wgrad together (dy is quantized once per orientation). dx / dw may be undefined to skip that
+  // GEMM; accumulate adds into them instead of overwriting.
+  void backward(const Tensor& dy, const Tensor& w, const CachedActivation& x, const Tensor& dx, const Tensor& dw,
+                bool accumulate_dx = false, bool accumulate_dw = false);
+
+ private:
+  void backward_quantized(const Tensor& dy, const Tensor& w, const CachedActivation& x, const Tensor& dx,
+                          const Tensor& dw, bool accumulate_dx, bool accumulate_dw);
+  RecipeContext* context_;
+  std::string name_;
+  CacheRole input_role_;
+  // fp8-tensorwise delayed scaling: one history per operand; the weight scale used by forward is reused by
+  // Dgrad (TE casts the weight once per step).
+  quant::AmaxHistory history_x_, history_w_, history_dy_;
+  quant::BlockScale weight_scale_{1.0f, 1.0f};
+  bool have_weight_scale_ = false;
+  uint64_t name_hash_ = 0;
+  int64_t seed_step_ = -1;   // step of the last stochastic quantization
+  uint64_t seed_calls_ = 0;  // stochastic quantizations in that step
+  uint64_t next_seed();
+};
+
+}  // namespace fp8train::recipe
