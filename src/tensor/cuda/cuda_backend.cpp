@@ -1,0 +1,61 @@
+// The CUDA Backend and its Allocator (cuda_backend.h).
+#include "tensor/cuda/cuda_backend.h"
+
+#include "tensor/cuda/cuda_check.h"
+
+namespace fp8train::cuda {
+
+CudaAllocator::CudaAllocator(int device, cudaStream_t stream)
+    : Allocator(Device::cuda(device)), cache_(device_allocator(device)), stream_(stream) {}
+
+void* CudaAllocator::raw_allocate(size_t bytes) {
+  // Allocator promises a unique pointer for 0 bytes too: take the smallest cached block.
+  return cache_.allocate(bytes == 0 ? 1 : bytes, stream_);
+}
+
+void CudaAllocator::raw_deallocate(void* ptr, size_t) { cache_.deallocate(ptr); }
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  select_device(device);
+  info_ = device_info(device);
+  allocator_ = std::make_unique<CudaAllocator>(device, stream_.get());
+}
+
+std::string CudaBackend::name() const { return "cuda:" + std::to_string(device_) + " " + info_.name; }
+
+void CudaBackend::copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return;
+  FP8T_CHECK(dst_device == device() || src_device == device(), "CUDA backend {} asked to copy {} -> {}",
+             device().str(), src_device.str(), dst_device.str());
+  FP8T_CHECK(!(dst_device.type == DeviceType::CUDA && src_device.type == DeviceType::CUDA &&
+               dst_device.index != src_device.index),
+             "copy between two GPUs ({} -> {}) is not supported here", src_device.str(), dst_device.str());
+  FP8T_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_.get()));
+  if (dst_device.is_cpu() || src_device.is_cpu()) FP8T_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
+}
+
+void CudaBackend::fill_zero(void* dst, size_t bytes) {
+  if (bytes) FP8T_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_.get()));
+}
+
+void CudaBackend::synchronize() { FP8T_CUDA_CHECK(cudaStreamSynchronize(stream_.get())); }
+
+Device init_cuda_backend(int ordinal, bool make_default) {
+  const Device d = Device::cuda(ordinal);
+  if (!has_backend(d)) {
+    const int n = device_count();
+    FP8T_CHECK(ordinal >= 0 && ordinal < n,
+               "cannot start the CUDA backend on device {}: this machine has {} usable CUDA device(s)", ordinal, n);
+    register_backend(std::make_unique<CudaBackend>(ordinal));
+  }
+  if (make_default) select_default_device(d);
+  return d;
+}
+
+cudaStream_t compute_stream(Device device) {
+  if (device.type != DeviceType::CUDA || !has_backend(device)) return nullptr;
+  auto* b = dynamic_cast<CudaBackend*>(&backend(device));
+  return b ? b->stream() : nullptr;
+}
+
+}  // namespace fp8train::cuda

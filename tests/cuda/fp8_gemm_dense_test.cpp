@@ -1,0 +1,199 @@
+// Dense FP8 GEMM kernel (src/ops/cuda/fp8_gemm_dense.cu) against the CPU reference GEMM in hopper mode:
+// d[M, N] bf16 = A[M, K] (E4M3, 1x128 scales) . B[N, K]^T (E4M3, 128x128 scales) must match
+// quant::ref_gemm_bf16(..., hopper, promote 128) BIT FOR BIT, on fresh random inputs with a poisoned output,
+// for every built block width, both epilogues, ragged M and N, K = 128, a very large K, power-of-two scales,
+// the MN-major scale layout, and a persistent grid much smaller than the tile count.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "fp8_gemm_test_util.h"
+
+namespace fp8train::gputest {
+namespace {
+
+using ops::cuda::Fp8GemmConfig;
+using ops::cuda::Fp8GemmDenseProblem;
+using ops::cuda::Fp8GemmEpilogue;
+
+struct DenseCase {
+  int64_t m, n, k;
+  int block_n = 0;  // 0 = heuristic
+  Fp8GemmEpilogue epilogue = Fp8GemmEpilogue::TmaStore;
+  int grid = 0;
+  int raster = 16;
+  bool pow2 = false;
+  bool mn_major_a_scales = false;
+};
+
+std::string describe(const DenseCase& c) {
+  return "m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
+         " block_n=" + std::to_string(c.block_n) + (c.epilogue == Fp8GemmEpilogue::Direct ? " direct" : " tma") +
+         " grid=" + std::to_string(c.grid) + " raster=" + std::to_string(c.raster) + (c.pow2 ? " pow2" : "") +
+         (c.mn_major_a_scales ? " mn-major" : "");
+}
+
+// Runs one case on the GPU and compares with the CPU reference; returns the assertion.
+::testing::AssertionResult run_dense_case(const DenseCase& c, uint64_t seed) {
+  const quant::QuantTensor a = random_e4m3(c.m, c.k, quant::Granularity::tile_1x128(), seed, c.pow2);
+  const quant::QuantTensor b = random_e4m3(c.n, c.k, quant::Granularity::block_128x128(), seed + 1, c.pow2);
+  std::vector<uint16_t> want(static_cast<size_t>(c.m * c.n));
+  quant::ref_gemm_bf16(a, b, hopper_config(), want.data());
+
+  const int64_t kb = c.k / 128;
+  DeviceArray<uint8_t> da(a.codes), db(b.codes);
+  DeviceArray<float> dsa(c.mn_major_a_scales ? transposed(a.scales, c.m, kb) : a.scales), dsb(b.scales);
+  DeviceArray<uint16_t> dd(static_cast<size_t>(c.m * c.n));
+  Fp8GemmDenseProblem p;
+  p.m = c.m;
+  p.n = c.n;
+  p.k = c.k;
+  p.a = da.get();
+  p.b = db.get();
+  p.a_scales = c.mn_major_a_scales ? ops::cuda::ScaleView{dsa.get(), 1, c.m, 0}
+                                   : ops::cuda::row_major_scale_view(dsa.get(), kb);
+  p.b_scales = ops::cuda::row_major_scale_view(dsb.get(), kb);
+  p.d = dd.get();
+  Fp8GemmConfig config;
+  config.block_n = c.block_n;
+  config.epilogue = c.epilogue;
+  config.grid = c.grid;
+  config.raster_group_m = c.raster;
+  ops::cuda::fp8_gemm_dense(p, config, nullptr);
+  return same_bits_bf16(dd.download(), want, c.n);
+}
+
+TEST(Fp8GemmDense, BitExactOnRandomShapesForEveryBlockWidth) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 gen(seed);
+  int count = 0;
+  const int* block_ns = ops::cuda::fp8_gemm_dense_block_ns(&count);
+  for (int i = 0; i < count; ++i) {
+    DenseCase c;
+    c.m = std::uniform_int_distribution<int64_t>(1, 400)(gen);
+    c.n = 16 * std::uniform_int_distribution<int64_t>(1, 40)(gen);
+    c.k = 128 * std::uniform_int_distribution<int64_t>(1, 12)(gen);
+    c.block_n = block_ns[i];
+    SCOPED_TRACE(describe(c));
+    EXPECT_TRUE(run_dense_case(c, gen()));
+  }
+}
+
+TEST(Fp8GemmDense, DirectEpilogueIsBitExactToo) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (int block_n : {64, 128, 176}) {
+    DenseCase c{200, 336, 512, block_n, Fp8GemmEpilogue::Direct};
+    SCOPED_TRACE(describe(c));
+    EXPECT_TRUE(run_dense_case(c, seed + block_n));
+  }
+}
+
+TEST(Fp8GemmDense, EdgeShapes) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const DenseCase cases[] = {
+      {1, 16, 128, 64},     {1, 16, 128, 192},    {127, 48, 128, 128},  {129, 272, 256, 160},
+      {128, 128, 128, 128}, {255, 1040, 384, 96}, {300, 2112, 256, 176}, {64, 7168, 128, 0},
+      {513, 80, 640, 64},   {3, 4096, 256, 0},
+  };
+  for (const DenseCase& c : cases) {
+    SCOPED_TRACE(describe(c));
+    EXPECT_TRUE(run_dense_case(c, seed + c.m * 7 + c.n));
+  }
+}
+
+TEST(Fp8GemmDense, VeryLargeK) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (int block_n : {128, 176}) {
+    DenseCase c{130, 2 * block_n + 16, 16384, block_n};
+    SCOPED_TRACE(describe(c));
+    EXPECT_TRUE(run_dense_case(c, seed + block_n));
+  }
+}
+
+TEST(Fp8GemmDense, PowerOfTwoScalesAndMnMajorScaleLayout) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  DenseCase c{333, 400, 768, 160};
+  c.pow2 = true;
+  EXPECT_TRUE(run_dense_case(c, seed)) << describe(c);
+  c.pow2 = false;
+  c.mn_major_a_scales = true;
+  EXPECT_TRUE(run_dense_case(c, seed + 1)) << describe(c);
+}
+
+// A grid far smaller than the tile count makes every CTA run many tiles: the stage ring wraps across tile
+// boundaries and the TMA-store buffer is reused; raster bands of 1 and 5 row blocks change the tile order.
+TEST(Fp8GemmDense, PersistentScheduleWithFewCtasAndRasterBands) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const DenseCase cases[] = {
+      {700, 640, 384, 128, Fp8GemmEpilogue::TmaStore, 3, 16},
+      {700, 640, 384, 96, Fp8GemmEpilogue::TmaStore, 7, 1},
+      {700, 640, 384, 176, Fp8GemmEpilogue::TmaStore, 5, 5},
+      {700, 640, 384, 64, Fp8GemmEpilogue::Direct, 2, 3},
+  };
+  for (const DenseCase& c : cases) {
+    SCOPED_TRACE(describe(c));
+    EXPECT_TRUE(run_dense_case(c, seed + c.block_n));
+  }
+}
+
+TEST(Fp8GemmDense, HeuristicPicksBuiltWidthsAndFillsTheMachine) {
+  int count = 0;
+  const int* block_ns = ops::cuda::fp8_gemm_dense_block_ns(&count);
+  const std::vector<int> built(block_ns, block_ns + count);
+  for (int64_t m : {128, 4096})
+    for (auto nk : {std::pair<int64_t, int64_t>{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384},
+                    {4096, 7168}, {7168, 2048}}) {
+      const Fp8GemmConfig c = ops::cuda::fp8_gemm_dense_heuristic(m, nk.first, nk.second, 132);
+      EXPECT_NE(std::find(built.begin(), built.end(), c.block_n), built.end()) << c.describe();
+    }
+  // One row block of 7168 columns on 132 SMs: 64-wide tiles give 112 CTAs, the widest one wave.
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 7168, 16384, 132).block_n, 64);
+  // 32 x 12 tiles of 176 columns (2112 = 12 x 176) fill 3 waves exactly.
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 2112, 7168, 132).block_n, 176);
+}
+
+TEST(Fp8GemmDense, RejectsBadArguments) {
+  DeviceArray<uint8_t> buf(1 << 20);
+  DeviceArray<float> scales(1024);
+  DeviceArray<uint16_t> out(1 << 16);
+  Fp8GemmDenseProblem p;
+  p.m = 128;
+  p.n = 128;
+  p.k = 256;
+  p.a = buf.get();
+  p.b = buf.get();
+  p.a_scales = ops::cuda::row_major_scale_view(scales.get(), 2);
+  p.b_scales = ops::cuda::row_major_scale_view(scales.get(), 2);
+  p.d = out.get();
+  Fp8GemmConfig config;
+  Fp8GemmDenseProblem bad = p;
+  bad.k = 200;
+  EXPECT_THROW(ops::cuda::fp8_gemm_dense(bad, config, nullptr), Error);
+  bad = p;
+  bad.n = 120;
+  EXPECT_THROW(ops::cuda::fp8_gemm_dense(bad, config, nullptr), Error);
+  bad = p;
+  bad.a = buf.get() + 8;
+  EXPECT_THROW(ops::cuda::fp8_gemm_dense(bad, config, nullptr), Error);
+  bad = p;
+  bad.b_scales.data = nullptr;
+  EXPECT_THROW(ops::cuda::fp8_gemm_dense(bad, config, nullptr), Error);
+  Fp8GemmConfig bad_config;
+  bad_config.block_n = 112;
+  EXPECT_THROW(ops::cuda::fp8_gemm_dense(p, bad_config, nullptr), Error);
+  bad_config = config;
+  bad_config.grid = -1;
+  EXPECT_THROW(ops::cuda::fp8_gemm_dense(p, bad_config, nullptr), Error);
+  p.m = 0;  // nothing to do: returns without launching
+  EXPECT_NO_THROW(ops::cuda::fp8_gemm_dense(p, config, nullptr));
+}
+
+}  // namespace
+}  // namespace fp8train::gputest

@@ -1,0 +1,157 @@
+// Wgrad FP8 GEMM (src/ops/cuda/fp8_gemm_wgrad.cu), dense and K-grouped, against the CPU reference:
+// d = c + A . B^T with 1x128 scales on both operands, FP32 output, must equal quant::ref_gemm (hopper,
+// promote 128, accumulate) bit for bit — with and without c, accumulating in place (d == c), ragged M and
+// N, every built block width; K-grouped: each expert's output from its own token range, empty experts
+// leaving d[e] = c[e].
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "fp8_gemm_test_util.h"
+
+namespace fp8train::gputest {
+namespace {
+
+using ops::cuda::Fp8GemmConfig;
+using ops::cuda::Fp8GemmWgradProblem;
+
+enum class CMode { None, Separate, InPlace };
+
+::testing::AssertionResult run_wgrad_case(int64_t m, int64_t n, int64_t k, int block_n, CMode c_mode, uint64_t seed) {
+  const quant::QuantTensor a = random_e4m3(m, k, quant::Granularity::tile_1x128(), seed);
+  const quant::QuantTensor b = random_e4m3(n, k, quant::Granularity::tile_1x128(), seed + 1);
+  const std::vector<float> c = random_matrix(m, n, seed + 2);
+  std::vector<float> want(static_cast<size_t>(m * n));
+  quant::ref_gemm(a, b, hopper_config(c_mode != CMode::None), want.data(), c_mode != CMode::None ? c.data() : nullptr);
+
+  const int64_t kb = k / 128;
+  DeviceArray<uint8_t> da(a.codes), db(b.codes);
+  DeviceArray<float> dsa(a.scales), dsb(b.scales), dc(c), dd(static_cast<size_t>(m * n));
+  Fp8GemmWgradProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a = da.get();
+  p.b = db.get();
+  p.a_scales = ops::cuda::row_major_scale_view(dsa.get(), kb);
+  p.b_scales = ops::cuda::row_major_scale_view(dsb.get(), kb);
+  p.c = c_mode == CMode::Separate ? dc.get() : (c_mode == CMode::InPlace ? dc.get() : nullptr);
+  p.d = c_mode == CMode::InPlace ? dc.get() : dd.get();
+  Fp8GemmConfig config;
+  config.block_n = block_n;
+  ops::cuda::fp8_gemm_wgrad(p, config, nullptr);
+  return same_bits_f32(c_mode == CMode::InPlace ? dc.download() : dd.download(), want, n);
+}
+
+TEST(Fp8GemmWgrad, BitExactForEveryBlockWidthWithAndWithoutC) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  int count = 0;
+  const int* block_ns = ops::cuda::fp8_gemm_wgrad_block_ns(&count);
+  for (int i = 0; i < count; ++i) {
+    SCOPED_TRACE("block_n " + std::to_string(block_ns[i]));
+    EXPECT_TRUE(run_wgrad_case(300, 208, 768, block_ns[i], CMode::Separate, seed + 3 * i));
+    EXPECT_TRUE(run_wgrad_case(129, 96, 256, block_ns[i], CMode::None, seed + 3 * i + 1));
+    EXPECT_TRUE(run_wgrad_case(64, 400, 128, block_ns[i], CMode::InPlace, seed + 3 * i + 2));
+  }
+}
+
+TEST(Fp8GemmWgrad, LongTokenAxisAndHeuristic) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  EXPECT_TRUE(run_wgrad_case(256, 272, 8192, 0, CMode::InPlace, seed));
+}
+
+TEST(Fp8GemmWgrad, KGroupedExpertsIncludingEmptyOnes) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int64_t m = 200, n = 144;
+  const std::vector<int> tokens = {300, 0, 128, 5, 0};
+  const int groups = static_cast<int>(tokens.size());
+  std::vector<int32_t> offsets(groups + 1, 0);
+  for (int e = 0; e < groups; ++e) offsets[e + 1] = offsets[e] + (tokens[e] + 127) / 128 * 128;
+  const int64_t k = offsets[groups];
+  const int64_t kb = k / 128;
+  // A = dY^T [m, k] and B = X^T [n, k] over the concatenated tokens; 1x128 tiles never straddle an expert,
+  // so quantizing the whole token axis at once gives each expert's own tiles.
+  const quant::QuantTensor a = random_e4m3(m, k, quant::Granularity::tile_1x128(), seed);
+  const quant::QuantTensor b = random_e4m3(n, k, quant::Granularity::tile_1x128(), seed + 1);
+  const std::vector<float> c = random_matrix(groups * m, n, seed + 2);
+  std::vector<float> want(c.size());
+  for (int e = 0; e < groups; ++e) {
+    const int64_t k0 = offsets[e], k1 = offsets[e + 1];
+    float* want_e = want.data() + e * m * n;
+    const float* c_e = c.data() + e * m * n;
+    if (k1 == k0) {
+      std::copy(c_e, c_e + m * n, want_e);
+      continue;
+    }
+    auto slice = [&](const quant::QuantTensor& q, int64_t rows) {
+      quant::QuantTensor s;
+      s.rows = rows;
+      s.cols = k1 - k0;
+      s.format = q.format;
+      s.granularity = q.granularity;
+      for (int64_t r = 0; r < rows; ++r) {
+        s.codes.insert(s.codes.end(), q.codes.begin() + r * k + k0, q.codes.begin() + r * k + k1);
+        s.scales.insert(s.scales.end(), q.scales.begin() + r * kb + k0 / 128, q.scales.begin() + r * kb + k1 / 128);
+      }
+      return s;
+    };
+    quant::ref_gemm(slice(a, m), slice(b, n), hopper_config(true), want_e, c_e);
+  }
+
+  DeviceArray<uint8_t> da(a.codes), db(b.codes);
+  DeviceArray<float> dsa(a.scales), dsb(b.scales), dc(c), dd(c.size());
+  DeviceArray<int32_t> doff(offsets);
+  for (int block_n : {64, 128}) {
+    SCOPED_TRACE("block_n " + std::to_string(block_n));
+    dd.poison();
+    Fp8GemmWgradProblem p;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.num_groups = groups;
+    p.k_offsets = doff.get();
+    p.a = da.get();
+    p.b = db.get();
+    p.a_scales = ops::cuda::row_major_scale_view(dsa.get(), kb);
+    p.b_scales = ops::cuda::row_major_scale_view(dsb.get(), kb);
+    p.c = dc.get();
+    p.d = dd.get();
+    Fp8GemmConfig config;
+    config.block_n = block_n;
+    ops::cuda::fp8_gemm_wgrad(p, config, nullptr);
+    EXPECT_TRUE(same_bits_f32(dd.download(), want, n));
+  }
+}
+
+TEST(Fp8GemmWgrad, RejectsBadArguments) {
+  DeviceArray<uint8_t> buf(1 << 20);
+  DeviceArray<float> scales(4096), out(1 << 16);
+  Fp8GemmWgradProblem p;
+  p.m = 128;
+  p.n = 128;
+  p.k = 256;
+  p.a = buf.get();
+  p.b = buf.get();
+  p.a_scales = ops::cuda::row_major_scale_view(scales.get(), 2);
+  p.b_scales = ops::cuda::row_major_scale_view(scales.get(), 2);
+  p.d = out.get();
+  Fp8GemmWgradProblem bad = p;
+  bad.num_groups = 3;  // groups need k_offsets
+  EXPECT_THROW(ops::cuda::fp8_gemm_wgrad(bad, {}, nullptr), Error);
+  bad = p;
+  bad.k = 192;
+  EXPECT_THROW(ops::cuda::fp8_gemm_wgrad(bad, {}, nullptr), Error);
+  bad = p;
+  bad.d = nullptr;
+  EXPECT_THROW(ops::cuda::fp8_gemm_wgrad(bad, {}, nullptr), Error);
+  Fp8GemmConfig config;
+  config.block_n = 176;  // built for dense only
+  EXPECT_THROW(ops::cuda::fp8_gemm_wgrad(p, config, nullptr), Error);
+}
+
+}  // namespace
+}  // namespace fp8train::gputest
