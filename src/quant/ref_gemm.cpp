@@ -340,6 +340,29 @@ std::vector<float> ref_gemm(const QuantTensor& a, const QuantTensor& b, const Ge
   return d;
 }
 
+void ref_gemm_fp64(const QuantTensor& a, const QuantTensor& b, double* d) {
+  check_tensor(a, "A");
+  check_tensor(b, "B");
+  FP8T_CHECK(a.cols == b.cols, "ref_gemm_fp64: A is [{}, {}] and B is [{}, {}]; D = A·Bᵀ needs the same K", a.rows,
+             a.cols, b.rows, b.cols);
+  const int64_t m = a.rows, n = b.rows, k = a.cols;
+  if (m * n == 0) return;
+  if (k == 0) {
+    std::fill(d, d + m * n, 0.0);
+    return;
+  }
+  const std::vector<float> af = dequantize(a), bf = dequantize(b);
+  const std::vector<double> ad(af.begin(), af.end()), bd(bf.begin(), bf.end());
+  cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+              1.0, ad.data(), static_cast<int>(k), bd.data(), static_cast<int>(k), 0.0, d, static_cast<int>(n));
+}
+
+std::vector<double> ref_gemm_fp64(const QuantTensor& a, const QuantTensor& b) {
+  std::vector<double> d(static_cast<size_t>(std::max<int64_t>(0, a.rows) * std::max<int64_t>(0, b.rows)));
+  ref_gemm_fp64(a, b, d.data());
+  return d;
+}
+
 void ref_gemm_bf16(const QuantTensor& a, const QuantTensor& b, const GemmConfig& config, uint16_t* d_bf16,
                    const float* c) {
   std::vector<float> acc;

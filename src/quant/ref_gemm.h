@@ -71,6 +71,13 @@ std::vector<float> ref_gemm(const QuantTensor& a, const QuantTensor& b, const Ge
 void ref_gemm_bf16(const QuantTensor& a, const QuantTensor& b, const GemmConfig& config, uint16_t* d_bf16,
                    const float* c = nullptr);
 
+// The FP64 reference D[M, N] = Σ_k value_a(i, k) · value_b(j, k) of the dequantized operands (OpenBLAS
+// DGEMM). Exact when every partial sum fits 53 bits, e.g. unit-scale E4M3 operands with K <= 2^17 (products
+// are multiples of 2^-18 below 2^17.7, so sums stay below 2^35 in units of 2^-18); otherwise within FP64
+// rounding.
+void ref_gemm_fp64(const QuantTensor& a, const QuantTensor& b, double* d);
+std::vector<double> ref_gemm_fp64(const QuantTensor& a, const QuantTensor& b);
+
 // The FP22 adder of the hopper model's "P > G" rule (exposed for tests and the CUDA port).
 float fp22_add(float x, float y);
 
