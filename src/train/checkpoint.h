@@ -1,0 +1,72 @@
+// Checkpoints: a directory per saved step, written atomically, plus a "latest" pointer.
+//
+//   RUN/checkpoints/step-00000300/
+//     model.safetensors      weights in the recipe's compute dtype (BF16 for `bf16`, F32 for `fp32`) under the
+//                            model's parameter names, and the router biases (F32) — what inference needs,
+//                            readable by PyTorch / Hugging Face tools; __metadata__ holds step and config
+//     master.safetensors     FP32 master weights (exact)
+//     optimizer.safetensors  AdamW moments "exp_avg.<name>" / "exp_avg_sq.<name>" in the moment dtype
+//     state.json             step, tokens seen, data sampler (RNG state, windows drawn), skipped-step counters,
+//                            and the byte size + FNV-1a 64 checksum of every other file
+//     config.json            the resolved TrainConfig
+//   RUN/checkpoints/latest   one line: "step-00000300"
+//
+// Writing: every file goes into "step-XXXXXXXX.tmp-<pid>/" (each fsync'ed), the folder is renamed into place,
+// the parent is fsync'ed, and only then is "latest" replaced atomically (atomic_file.h). A writer killed at
+// any point leaves "latest" naming a complete checkpoint. Reading verifies sizes and checksums before parsing,
+// so a truncated or corrupted file is refused with a message naming it.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "optim/adamw.h"
+#include "train/dataset.h"
+#include "train/trainable.h"
+
+namespace fp8train::train {
+
+struct TrainerState {
+  int64_t step = 0;         // optimizer steps completed (applied or skipped)
+  int64_t tokens_seen = 0;  // training tokens consumed
+  BatchSampler::State sampler;
+  int64_t skipped_steps = 0;  // non-finite steps skipped so far
+  int64_t bad_in_row = 0;     // consecutive non-finite steps at the time of saving
+};
+
+struct CheckpointWrite {
+  const nlohmann::json* config = nullptr;  // resolved config (config_to_json)
+  bool bf16_weights = true;                // model.safetensors dtype: BF16 (true) or F32
+  TrainableModel* model = nullptr;
+  const optim::AdamW* optimizer = nullptr;
+  TrainerState state;
+};
+
+// Writes RUN/checkpoints/step-<step>/ and points "latest" at it; returns the checkpoint directory.
+std::string save_checkpoint(const std::string& run_dir, const CheckpointWrite& what);
+
+// Accepts a run directory (uses checkpoints/latest), a checkpoints directory (uses latest), or a step
+// directory; returns the step directory. Errors name what is missing.
+std::string resolve_checkpoint_dir(const std::string& path);
+
+// The run directory a step directory belongs to (RUN for RUN/checkpoints/step-N).
+std::string run_dir_of_checkpoint(const std::string& step_dir);
+
+struct CheckpointMeta {
+  std::string dir;
+  nlohmann::json config;
+  TrainerState state;
+  nlohmann::json files;  // name → {"bytes", "fnv1a64"}
+};
+
+// Reads state.json and config.json and verifies every listed file's size and checksum.
+CheckpointMeta read_checkpoint_meta(const std::string& step_dir);
+
+// Loads master weights (exact FP32) and router biases into the model, and the moments and step count into the
+// optimizer when `optimizer` is not null. Names, shapes and dtypes must match the model (checked).
+void load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::AdamW* optimizer);
+
+// FNV-1a 64 of bytes, as 16 lower-case hex digits.
+std::string fnv1a64_hex(std::string_view bytes);
+
+}  // namespace fp8train::train

@@ -1,0 +1,58 @@
+// Run logs, one JSON object per line, appended and flushed as the run goes (a crash loses at most a line):
+//   metrics.jsonl      one object per optimizer step with exactly these keys:
+//                      {"step", "loss", "loss_main", "loss_mtp", "loss_balance", "lr", "tokens_per_s",
+//                       "grad_norm", "max_expert_load_ratio"}
+//                      step is 1-based (the number of steps done); a non-finite value is written as null
+//                      (JSON has no NaN), which is how a skipped step shows
+//   eval.jsonl         {"step", "eval_loss", "eval_bpb"} at each evaluation (bits per byte = per token for the
+//                      byte tokenizer; for token files the key is "eval_bits_per_token")
+//   expert_load.jsonl  {"step", "load": [[fraction of routed assignments per expert] per MoE layer]}
+//   events.jsonl       {"step", "event", "detail"}: skipped non-finite steps, resumes, checkpoints
+// max_expert_load_ratio = max over MoE layers and experts of load_i / mean_j load_j (1 = perfectly balanced).
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace fp8train::train {
+
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0, loss_main = 0, loss_mtp = 0, loss_balance = 0;
+  double lr = 0, tokens_per_s = 0, grad_norm = 0, max_expert_load_ratio = 0;
+};
+
+// The metrics.jsonl object for one step (keys in the documented order).
+nlohmann::ordered_json step_metrics_json(const StepMetrics& m);
+
+// max_i load_i / mean load over every layer (0 when there are no loads).
+double max_expert_load_ratio(const std::vector<std::vector<double>>& expert_tokens);
+
+// Appends JSON lines to a file, flushing each one.
+class JsonlWriter {
+ public:
+  JsonlWriter() = default;
+  explicit JsonlWriter(const std::string& path);  // appends; creates the file if needed
+  ~JsonlWriter();
+  JsonlWriter(const JsonlWriter&) = delete;
+  JsonlWriter& operator=(const JsonlWriter&) = delete;
+
+  void write(const nlohmann::ordered_json& object);
+
+ private:
+  std::FILE* file_ = nullptr;
+  std::string path_;
+};
+
+// Reads every line of a JSON-lines file (a missing file gives no lines; a torn last line is dropped).
+std::vector<nlohmann::json> read_jsonl(const std::string& path);
+
+// Keeps only the lines whose "step" is <= `step` (used when resuming), rewriting the file atomically.
+void truncate_jsonl_after_step(const std::string& path, int64_t step);
+
+// JSON number or null for a non-finite double.
+nlohmann::ordered_json finite_or_null(double x);
+
+}  // namespace fp8train::train

@@ -1,0 +1,217 @@
+// HTML report of a run (see report.h), drawn with the shared inline-SVG helper common/svg_plot.h.
+#include "train/report.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "common/svg_plot.h"
+#include "train/atomic_file.h"
+#include "train/metrics.h"
+
+namespace fp8train::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+double number_or_nan(const nlohmann::json& j, const char* key) {
+  if (!j.contains(key) || !j[key].is_number()) return std::nan("");
+  return j[key].get<double>();
+}
+
+// Column of a JSON-lines log as x (step) / y vectors; nulls become NaN (left out of the plot).
+struct Column {
+  std::vector<double> x, y;
+};
+Column column(const std::vector<nlohmann::json>& rows, const char* key) {
+  Column c;
+  for (const auto& r : rows) {
+    c.x.push_back(number_or_nan(r, "step"));
+    c.y.push_back(number_or_nan(r, key));
+  }
+  return c;
+}
+
+// Exponential moving average that skips NaNs (the noisy per-step train loss is easier to read smoothed).
+std::vector<double> smooth(const std::vector<double>& y, double alpha) {
+  std::vector<double> out(y.size(), std::nan(""));
+  double ema = std::nan("");
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (!std::isfinite(y[i])) continue;
+    ema = std::isfinite(ema) ? alpha * y[i] + (1 - alpha) * ema : y[i];
+    out[i] = ema;
+  }
+  return out;
+}
+
+std::string figure(const std::string& svg, const std::string& caption) {
+  return fmt::format("<figure>{}<figcaption>{}</figcaption></figure>\n", svg, svg::escape(caption));
+}
+
+svg::Chart chart(const std::string& title, const std::string& y_label, svg::Scale y_scale = svg::Scale::Linear) {
+  svg::Chart c;
+  c.title = title;
+  c.x.label = "optimizer step";
+  c.y.label = y_label;
+  c.y.scale = y_scale;
+  c.width = 660;
+  c.height = 360;
+  c.legend = svg::LegendPlacement::Bottom;
+  return c;
+}
+
+std::string format_value(const nlohmann::json& v) {
+  if (v.is_string()) return v.get<std::string>().empty() ? "(none)" : v.get<std::string>();
+  if (v.is_number_float()) return fmt::format("{:g}", v.get<double>());
+  return v.dump();
+}
+
+}  // namespace
+
+std::string write_report(const std::string& run_dir) {
+  const fs::path dir(run_dir);
+  const auto metrics = read_jsonl((dir / "metrics.jsonl").string());
+  const auto evals = read_jsonl((dir / "eval.jsonl").string());
+  const auto loads = read_jsonl((dir / "expert_load.jsonl").string());
+  const auto events = read_jsonl((dir / "events.jsonl").string());
+  nlohmann::json config, summary;
+  if (fs::exists(dir / "config.json")) config = nlohmann::json::parse(read_file((dir / "config.json").string()), nullptr, false);
+  if (fs::exists(dir / "summary.json")) summary = nlohmann::json::parse(read_file((dir / "summary.json").string()), nullptr, false);
+
+  std::string body;
+  // ---- summary ----------------------------------------------------------------------------------------
+  body += "<h1>fp8train run report</h1>\n<p class=\"dir\">" + svg::escape(fs::absolute(dir).string()) + "</p>\n";
+  body += "<table class=\"summary\">\n";
+  const auto row = [&](const std::string& k, const std::string& v) {
+    body += "<tr><th>" + svg::escape(k) + "</th><td>" + svg::escape(v) + "</td></tr>\n";
+  };
+  if (summary.is_object())
+    for (auto it = summary.begin(); it != summary.end(); ++it) row(it.key(), format_value(it.value()));
+  row("steps logged", std::to_string(metrics.size()));
+  int skipped = 0;
+  for (const auto& e : events)
+    if (e.value("event", "") == "skipped_nonfinite") ++skipped;
+  row("non-finite steps skipped", std::to_string(skipped));
+  body += "</table>\n";
+
+  // ---- losses -----------------------------------------------------------------------------------------
+  const Column loss = column(metrics, "loss"), main = column(metrics, "loss_main"), mtp = column(metrics, "loss_mtp"),
+               balance = column(metrics, "loss_balance");
+  const bool bytes = !evals.empty() && evals.front().contains("eval_bpb");
+  const Column eval_loss = column(evals, "eval_loss"), eval_bits = column(evals, bytes ? "eval_bpb" : "eval_bits_per_token");
+  const double alpha = metrics.size() > 200 ? 0.05 : 0.2;
+  {
+    std::vector<svg::LineSeries> s;
+    s.push_back({"train loss (per step)", loss.x, loss.y, "#b8b8b8", false, false});
+    s.push_back({"train loss (EMA)", loss.x, smooth(loss.y, alpha), svg::palette_color(0), false, false});
+    s.push_back({"train main CE (EMA)", main.x, smooth(main.y, alpha), svg::palette_color(2), true, false});
+    s.push_back({"held-out loss", eval_loss.x, eval_loss.y, svg::palette_color(1), false, true});
+    body += figure(svg::line_chart(chart("Loss", "loss (nats per token)"), s),
+                   "Training loss (total = main + MTP + balance) per step and smoothed, and the held-out "
+                   "next-token loss at each evaluation.");
+  }
+  {
+    std::vector<svg::LineSeries> s;
+    s.push_back({"main CE", main.x, smooth(main.y, alpha), svg::palette_color(0), false, false});
+    s.push_back({"MTP (weighted)", mtp.x, smooth(mtp.y, alpha), svg::palette_color(1), false, false});
+    s.push_back({"balance (weighted)", balance.x, smooth(balance.y, alpha), svg::palette_color(2), false, false});
+    body += figure(svg::line_chart(chart("Loss components (EMA)", "nats per token", svg::Scale::Log10), s),
+                   "The three terms of the training loss, smoothed: next-token cross-entropy, the MTP loss "
+                   "(lambda-weighted) and the sequence-wise balance loss (alpha-weighted), log scale.");
+  }
+  {
+    std::vector<svg::LineSeries> s;
+    s.push_back({bytes ? "held-out bits per byte" : "held-out bits per token", eval_bits.x, eval_bits.y,
+                 svg::palette_color(1), false, true});
+    body += figure(svg::line_chart(chart(bytes ? "Held-out bits per byte" : "Held-out bits per token",
+                                         bytes ? "bits per byte" : "bits per token"),
+                                   s),
+                   "Held-out loss in bits (loss / ln 2) at each evaluation.");
+  }
+  // ---- optimisation -----------------------------------------------------------------------------------
+  {
+    const Column lr = column(metrics, "lr");
+    body += figure(svg::line_chart(chart("Learning rate", "learning rate"),
+                                   {{"lr", lr.x, lr.y, svg::palette_color(4), false, false}}),
+                   "Learning-rate schedule: warmup, constant, cosine decay, final constant.");
+  }
+  {
+    const Column g = column(metrics, "grad_norm");
+    std::vector<svg::LineSeries> s{{"global grad norm (before clipping)", g.x, g.y, svg::palette_color(5), false, false}};
+    const double clip = config.is_object() ? config.value("/optim/grad_clip"_json_pointer, 0.0) : 0.0;
+    if (clip > 0 && !g.x.empty())
+      s.push_back({"clipping threshold", {g.x.front(), g.x.back()}, {clip, clip}, "#555555", true, false});
+    body += figure(svg::line_chart(chart("Gradient norm", "global L2 norm", svg::Scale::Log10), s),
+                   "Global gradient norm of each step before clipping; steps above the threshold were scaled down to it.");
+  }
+  {
+    const Column t = column(metrics, "tokens_per_s");
+    body += figure(svg::line_chart(chart("Throughput", "tokens per second"),
+                                   {{"tokens/s", t.x, t.y, svg::palette_color(6), false, false}}),
+                   "Training tokens processed per second of wall time, per step.");
+  }
+  // ---- experts ----------------------------------------------------------------------------------------
+  {
+    const Column r = column(metrics, "max_expert_load_ratio");
+    body += figure(svg::line_chart(chart("Max expert load ratio", "max load / mean load"),
+                                   {{"max over layers and experts", r.x, r.y, svg::palette_color(3), false, false},
+                                    {"balanced", {r.x.empty() ? 0 : r.x.front(), r.x.empty() ? 1 : r.x.back()},
+                                     {1.0, 1.0}, "#555555", true, false}}),
+                   "The busiest expert's share of routed tokens relative to the mean (1 = perfectly balanced).");
+  }
+  if (!loads.empty() && loads.front().contains("load")) {
+    const size_t layers = loads.front()["load"].size();
+    for (size_t l = 0; l < layers; ++l) {
+      const size_t experts = loads.front()["load"][l].size();
+      std::vector<svg::LineSeries> s(experts);
+      for (size_t e = 0; e < experts; ++e) {
+        s[e].name = "expert " + std::to_string(e);
+        s[e].markers = false;
+      }
+      for (const auto& rec : loads) {
+        if (!rec.contains("load") || rec["load"].size() <= l || rec["load"][l].size() != experts) continue;
+        for (size_t e = 0; e < experts; ++e) {
+          s[e].x.push_back(number_or_nan(rec, "step"));
+          // relative load: fraction × experts, so 1 = the balanced share
+          s[e].y.push_back(rec["load"][l][e].get<double>() * static_cast<double>(experts));
+        }
+      }
+      body += figure(svg::line_chart(chart(fmt::format("Per-expert load, MoE layer {}", l), "load / balanced share"), s),
+                     fmt::format("Share of routed token assignments each expert of MoE layer {} received, relative to "
+                                 "the balanced share 1/{} (router-bias balancing pulls these toward 1).",
+                                 l, experts));
+    }
+  }
+  // ---- config -----------------------------------------------------------------------------------------
+  if (config.is_object()) {
+    body += "<h2>Configuration</h2>\n<table class=\"config\">\n";
+    for (auto section = config.begin(); section != config.end(); ++section) {
+      if (!section.value().is_object()) {
+        row(section.key(), format_value(section.value()));
+        continue;
+      }
+      for (auto it = section.value().begin(); it != section.value().end(); ++it)
+        row(section.key() + "." + it.key(), format_value(it.value()));
+    }
+    body += "</table>\n";
+  }
+
+  const std::string html = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+                           "<title>fp8train run report</title>\n<style>\n"
+                           "body{font-family:sans-serif;margin:24px;color:#222;max-width:1400px}\n"
+                           "h1{font-size:22px;margin-bottom:4px}h2{font-size:18px;margin-top:28px}\n"
+                           ".dir{color:#666;margin-top:0}\n"
+                           "figure{display:inline-block;margin:8px 12px 16px 0;vertical-align:top;width:660px}\n"
+                           "figcaption{font-size:13px;color:#444;margin-top:4px}\n"
+                           "table{border-collapse:collapse;font-size:13px}th,td{padding:2px 10px;text-align:left;"
+                           "border-bottom:1px solid #e4e4e4}th{font-weight:600}\n"
+                           "</style></head><body>\n" +
+                           body + "</body></html>\n";
+  const std::string path = (dir / "report.html").string();
+  write_file_atomic(path, html);
+  return path;
+}
+
+}  // namespace fp8train::train

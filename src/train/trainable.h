@@ -1,0 +1,70 @@
+// TrainableModel: what the trainer needs from a model, and nothing more. The DeepSeek-V3 model is adapted
+// to it in model_adapter.cpp; tests drive the trainer with small models of their own through it.
+//   inputs, targets: [batch, seq_len] tokens, row-major (targets = inputs shifted by one)
+//   parameters():    named FP32 master weights + FP32 gradients (optim::ParamBuffer) and their shapes
+//   state():         named non-trainable FP32 buffers saved with a checkpoint (router biases)
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "optim/param.h"
+#include "train/tokenizer.h"
+
+namespace fp8train::train {
+
+struct NamedShape {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+// A non-trainable buffer the model keeps across steps (e.g. a MoE layer's router bias).
+struct StateBuffer {
+  std::string name;
+  std::vector<int64_t> shape;
+  float* data = nullptr;
+  size_t size = 0;
+};
+
+struct LossBreakdown {
+  double total = 0.0;    // main + mtp + balance: what the gradient is of
+  double main = 0.0;     // next-token cross-entropy (nats per token)
+  double mtp = 0.0;      // λ/D · Σ_k MTP cross-entropy
+  double balance = 0.0;  // α · sequence-wise balance loss
+};
+
+struct MicroBatchResult {
+  LossBreakdown loss;
+  // Tokens routed to each expert in this micro-batch, per MoE layer: [moe_layers][n_routed_experts].
+  std::vector<std::vector<double>> expert_tokens;
+};
+
+class TrainableModel {
+ public:
+  virtual ~TrainableModel() = default;
+
+  virtual optim::ParamList parameters() = 0;
+  virtual std::vector<NamedShape> parameter_shapes() = 0;  // same order as parameters()
+  virtual std::vector<StateBuffer> state() = 0;
+  virtual int64_t vocab_size() const = 0;
+
+  // Forward + backward of one micro-batch. Gradients ACCUMULATE into the parameters' grad buffers, as the
+  // gradient of grad_scale · loss.total (the trainer passes the micro-batch's share of the step's tokens).
+  virtual MicroBatchResult forward_backward(const Token* inputs, const Token* targets, int64_t batch,
+                                            int64_t seq_len, double grad_scale) = 0;
+
+  // Called once per applied optimizer step, after the update: e.g. the auxiliary-loss-free router bias
+  // update from the loads of the step just taken.
+  virtual void after_step() = 0;
+
+  // Called instead of after_step when a step is skipped (non-finite): discard per-step accumulations.
+  virtual void discard_step() = 0;
+
+  // Forward only, no MTP: Σ over all [batch, seq_len] targets of the main cross-entropy, in nats.
+  virtual double eval_loss_sum(const Token* inputs, const Token* targets, int64_t batch, int64_t seq_len) = 0;
+
+  // Forward only: logits of the next token after each sequence's last position, [batch, vocab_size].
+  virtual std::vector<float> next_token_logits(const Token* inputs, int64_t batch, int64_t seq_len) = 0;
+};
+
+}  // namespace fp8train::train
