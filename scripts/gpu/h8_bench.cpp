@@ -1,0 +1,564 @@
+// h8_bench: timing harness for fp8train's own Hopper FP8 GEMMs (src/ops/cuda/fp8_gemm_*), run on the H200
+// by scripts/gpu/h8_run*.sh until `fp8train bench gemm` serves them. For every case, in the same process:
+// our kernel (heuristic block size, and with --sweep every built block size), cuBLASLt FP8 with
+// 1x128 x 128x128 block scaling (VEC128_32F x BLK128x128_32F; the same operand and scale buffers: cuBLASLt's
+// native scale layouts, which our ScaleView reads directly) and cuBLASLt BF16 on same-shape BF16 operands.
+// Method: random inputs (never zeros), warm-up, L2 flushed (256 MiB memset) before every timed launch, CUDA
+// events around the GEMM alone, median of --reps launches; TFLOP/s = 2MNK / time; GB/s = bytes of A, B, scales
+// and D once each / time. Every timed configuration of ours is first checked bit for bit on sampled output
+// elements against num::hopper_dot_scaled (the CPU Hopper model), so a fast wrong variant cannot pass.
+// Output: one JSON line per case (stdout, prefixed "JSON "), then an aligned table.
+// Families: dense (DeepSeek-V3 shape set M in {128, 4096} x (N, K) + 8192^3), grouped (MoE contiguous,
+// 8 experts x 4096 tokens, N 4096, K 7168; and uneven token counts), wgrad (7168 x 2048 over 16384 tokens,
+// accumulate into FP32; and K-grouped 8 experts).
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+#include "numerics/formats.h"
+#include "numerics/hopper_accum.h"
+#include "ops/cuda/cublaslt_gemm.h"
+#include "ops/cuda/fp8_gemm.h"
+
+namespace {
+
+using namespace fp8train;
+using namespace fp8train::ops::cuda;
+
+void ck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(fmt::format("{}: {}", what, cudaGetErrorString(e)));
+}
+#define CK(x) ck((x), #x)
+
+struct Buf {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit Buf(size_t b) : bytes(b) { CK(cudaMalloc(&p, std::max<size_t>(b, 16))); }
+  ~Buf() { cudaFree(p); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  template <class T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
+template <class T>
+void upload(Buf& b, const std::vector<T>& h) {
+  CK(cudaMemcpy(b.p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+}
+template <class T>
+std::vector<T> download(const Buf& b, size_t count) {
+  std::vector<T> h(count);
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(h.data(), b.p, count * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+uint64_t splitmix(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Finite E4M3 codes, uniform over the 254 finite codes (never NaN).
+std::vector<uint8_t> random_e4m3(size_t n, uint64_t seed) {
+  std::vector<uint8_t> v(n);
+#pragma omp parallel for schedule(static)
+  for (int64_t chunk = 0; chunk < static_cast<int64_t>((n + 65535) / 65536); ++chunk) {
+    uint64_t s = seed * 1000003 + chunk;
+    const size_t end = std::min(n, static_cast<size_t>(chunk + 1) * 65536);
+    for (size_t i = static_cast<size_t>(chunk) * 65536; i < end; i += 8) {
+      uint64_t r = splitmix(s);
+      for (size_t j = i; j < std::min(end, i + 8); ++j, r >>= 8) {
+        uint8_t c = static_cast<uint8_t>(r);
+        if ((c & 0x7F) == 0x7F) c &= 0xFE;
+        v[j] = c;
+      }
+    }
+  }
+  return v;
+}
+// BF16 codes of normal-ish values in [-4, 4) (random mantissa, exponents -3..1).
+std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
+  std::vector<uint16_t> v(n);
+#pragma omp parallel for schedule(static)
+  for (int64_t chunk = 0; chunk < static_cast<int64_t>((n + 65535) / 65536); ++chunk) {
+    uint64_t s = seed * 7919 + chunk;
+    const size_t end = std::min(n, static_cast<size_t>(chunk + 1) * 65536);
+    for (size_t i = static_cast<size_t>(chunk) * 65536; i < end; ++i) {
+      const uint64_t r = splitmix(s);
+      const uint16_t sign = static_cast<uint16_t>((r & 1) << 15);
+      const uint16_t exp = static_cast<uint16_t>(124 + (r >> 1) % 5);
+      v[i] = static_cast<uint16_t>(sign | (exp << 7) | ((r >> 8) & 0x7F));
+    }
+  }
+  return v;
+}
+std::vector<float> random_scales(size_t n, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<float> u(0.5f, 1.0f);
+  std::uniform_int_distribution<int> e(-4, 4);
+  std::vector<float> v(n);
+  for (auto& x : v) x = std::ldexp(u(g), e(g));
+  return v;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+struct Timing {
+  Buf flush{size_t{256} << 20};
+  cudaEvent_t start, stop;
+  int reps = 20;
+  Timing() {
+    CK(cudaEventCreate(&start));
+    CK(cudaEventCreate(&stop));
+  }
+  // Median milliseconds of fn() over reps launches, each after an L2 flush; 3 warm-up launches first.
+  double ms(const std::function<void()>& fn) {
+    for (int i = 0; i < 3; ++i) fn();
+    CK(cudaDeviceSynchronize());
+    std::vector<double> t;
+    for (int i = 0; i < reps; ++i) {
+      CK(cudaMemsetAsync(flush.p, i & 0xFF, flush.bytes, nullptr));
+      CK(cudaEventRecord(start, nullptr));
+      fn();
+      CK(cudaEventRecord(stop, nullptr));
+      CK(cudaEventSynchronize(stop));
+      float m = 0;
+      CK(cudaEventElapsedTime(&m, start, stop));
+      t.push_back(m);
+    }
+    CK(cudaGetLastError());
+    return median(t);
+  }
+};
+
+struct Result {
+  Result(std::string f, std::string s, std::string v) : family(std::move(f)), shape(std::move(s)), variant(std::move(v)) {}
+  std::string family, shape, variant;
+  double ms = 0, tflops = 0, gbps = 0;
+  std::string note;
+};
+std::vector<Result> g_results;
+
+void report(const Result& r, double flops, double bytes) {
+  Result x = r;
+  x.tflops = flops / (x.ms * 1e-3) / 1e12;
+  x.gbps = bytes / (x.ms * 1e-3) / 1e9;
+  std::printf("JSON {\"family\":\"%s\",\"shape\":\"%s\",\"variant\":\"%s\",\"ms\":%.5f,\"tflops\":%.1f,\"gbps\":%.1f,\"note\":\"%s\"}\n",
+              x.family.c_str(), x.shape.c_str(), x.variant.c_str(), x.ms, x.tflops, x.gbps, x.note.c_str());
+  std::fflush(stdout);
+  g_results.push_back(x);
+}
+
+// Sampled bit-exactness check: `samples` random (i, j) against num::hopper_dot_scaled.
+// scale_a(i, g), scale_b(j, g) give the scales; out(i, j) the GPU result as float (bf16 decoded or fp32),
+// expected = finish(i, j, acc) (bf16 rounding, or c + acc).
+struct SampleCheck {
+  int checked = 0, bad = 0;
+  std::string first;
+};
+SampleCheck check_samples(int64_t m, int64_t n, int64_t k, const std::vector<uint8_t>& a, const std::vector<uint8_t>& b,
+                          const std::function<float(int64_t, int64_t)>& scale_a,
+                          const std::function<float(int64_t, int64_t)>& scale_b,
+                          const std::function<uint32_t(int64_t, int64_t)>& got_bits,
+                          const std::function<uint32_t(int64_t, int64_t, float)>& want_bits, int samples, uint64_t seed,
+                          int64_t a_row_offset = 0, int64_t b_row_offset = 0, int64_t k_offset = 0, int64_t lda = 0,
+                          int64_t ldb = 0) {
+  if (lda == 0) lda = k;
+  if (ldb == 0) ldb = k;
+  SampleCheck r;
+  std::mt19937_64 g(seed);
+  const int64_t kb = k / 128;
+  std::vector<std::pair<int64_t, int64_t>> pts;
+  for (int s = 0; s < samples; ++s) pts.push_back({static_cast<int64_t>(g() % m), static_cast<int64_t>(g() % n)});
+  pts.push_back({m - 1, n - 1});
+  pts.push_back({0, 0});
+  std::vector<int> bad_flags(pts.size(), 0);
+  std::vector<std::string> msgs(pts.size());
+#pragma omp parallel for schedule(dynamic, 4)
+  for (int64_t s = 0; s < static_cast<int64_t>(pts.size()); ++s) {
+    const auto [i, j] = pts[s];
+    std::vector<float> sa(kb), sb(kb);
+    for (int64_t q = 0; q < kb; ++q) {
+      sa[q] = scale_a(i, q + k_offset / 128);
+      sb[q] = scale_b(j, q + k_offset / 128);
+    }
+    const float acc = num::hopper_dot_scaled(a.data() + (a_row_offset + i) * lda + k_offset, num::Fp8Format::E4M3,
+                                             sa.data(), b.data() + (b_row_offset + j) * ldb + k_offset,
+                                             num::Fp8Format::E4M3, sb.data(), static_cast<int>(k), 128);
+    const uint32_t want = want_bits(i, j, acc), got = got_bits(i, j);
+    if (want != got) {
+      bad_flags[s] = 1;
+      msgs[s] = fmt::format("({}, {}): got 0x{:x} want 0x{:x}", i, j, got, want);
+    }
+  }
+  for (size_t s = 0; s < pts.size(); ++s) {
+    ++r.checked;
+    if (bad_flags[s]) {
+      if (r.bad == 0) r.first = msgs[s];
+      ++r.bad;
+    }
+  }
+  return r;
+}
+
+std::string check_note(const SampleCheck& c) {
+  return c.bad == 0 ? fmt::format("exact {}/{}", c.checked, c.checked)
+                    : fmt::format("MISMATCH {}/{} first {}", c.bad, c.checked, c.first);
+}
+
+int g_num_sms = 132;
+
+// ---- dense --------------------------------------------------------------------------------------------
+void bench_dense(Timing& timing, int64_t m, int64_t n, int64_t k, bool sweep, bool baselines) {
+  const std::string shape = fmt::format("{}x{}x{}", m, n, k);
+  const int64_t kb = k / 128, nb = (n + 127) / 128, ld = (kb + 3) / 4 * 4;
+  const std::vector<uint8_t> ha = random_e4m3(static_cast<size_t>(m * k), 1 + m + n + k);
+  const std::vector<uint8_t> hb = random_e4m3(static_cast<size_t>(n * k), 2 + m + n + k);
+  const std::vector<float> hsa = random_scales(static_cast<size_t>(kb * m), 3);  // [kb][m] (cuBLASLt native)
+  std::vector<float> hsb = random_scales(static_cast<size_t>(nb * ld), 4);       // [nb][ld]
+  Buf a(ha.size()), b(hb.size()), sa(hsa.size() * 4), sb(hsb.size() * 4), d(static_cast<size_t>(m * n) * 2),
+      d2(static_cast<size_t>(m * n) * 2);
+  upload(a, ha);
+  upload(b, hb);
+  upload(sa, hsa);
+  upload(sb, hsb);
+  const double flops = 2.0 * m * n * k;
+  const double bytes = static_cast<double>(m * k + n * k + 2 * m * n) + 4.0 * (hsa.size() + hsb.size());
+
+  Fp8GemmDenseProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a = a.as<uint8_t>();
+  p.b = b.as<uint8_t>();
+  p.a_scales = ScaleView{sa.as<float>(), 1, m, 0};
+  p.b_scales = ScaleView{sb.as<float>(), ld, 1, 0};
+  p.d = d.as<uint16_t>();
+
+  auto scale_a = [&](int64_t i, int64_t g) { return hsa[g * m + i]; };
+  auto scale_b = [&](int64_t j, int64_t g) { return hsb[(j / 128) * ld + g]; };
+  std::vector<uint16_t> hd;
+  auto got = [&](int64_t i, int64_t j) -> uint32_t { return hd[i * n + j]; };
+  auto want = [&](int64_t, int64_t, float acc) -> uint32_t { return num::bf16_encode(acc); };
+
+  std::vector<int> variants;
+  const Fp8GemmConfig heur = fp8_gemm_dense_heuristic(m, n, k, g_num_sms);
+  variants.push_back(heur.block_n);
+  if (sweep) {
+    int count = 0;
+    const int* bns = fp8_gemm_dense_block_ns(&count);
+    for (int i = 0; i < count; ++i)
+      if (bns[i] != heur.block_n) variants.push_back(bns[i]);
+  }
+  for (size_t vi = 0; vi < variants.size(); ++vi) {
+    Fp8GemmConfig cfg;
+    cfg.block_n = variants[vi];
+    CK(cudaMemset(d.p, 0xA5, d.bytes));
+    fp8_gemm_dense(p, cfg, nullptr);
+    hd = download<uint16_t>(d, static_cast<size_t>(m * n));
+    const SampleCheck c = check_samples(m, n, k, ha, hb, scale_a, scale_b, got, want, vi == 0 ? 384 : 96, 11 + vi);
+    Result r{"dense", shape, fmt::format("ours bn{}{}", cfg.block_n, vi == 0 ? " (heur)" : "")};
+    r.ms = timing.ms([&] { fp8_gemm_dense(p, cfg, nullptr); });
+    r.note = check_note(c);
+    report(r, flops, bytes);
+  }
+  if (!baselines) return;
+  try {
+    ScaledGemmProblem q;
+    q.m = m;
+    q.n = n;
+    q.k = k;
+    q.a_scaling = OperandScaling::Tile1x128;
+    q.b_scaling = OperandScaling::Block128x128;
+    q.a_scale_layout = ScaleLayout::Native;
+    q.b_scale_layout = ScaleLayout::Native;
+    q.out = GemmOutput::BF16;
+    CublasLtGemm& lt = cublaslt_gemm(0);
+    CK(cudaMemset(d2.p, 0xA5, d2.bytes));
+    lt.run(q, a.p, sa.as<float>(), b.p, sb.as<float>(), d2.p, nullptr);
+    hd = download<uint16_t>(d2, static_cast<size_t>(m * n));
+    const SampleCheck c = check_samples(m, n, k, ha, hb, scale_a, scale_b, got, want, 96, 99);
+    Result r{"dense", shape, "cublaslt fp8 1x128x128x128"};
+    r.ms = timing.ms([&] { lt.run(q, a.p, sa.as<float>(), b.p, sb.as<float>(), d2.p, nullptr); });
+    r.note = (c.bad == 0 ? "hopper-model exact on samples" : fmt::format("differs from model on {}/{}", c.bad, c.checked)) +
+             std::string(" | ") + lt.algorithm(q);
+    report(r, flops, bytes);
+  } catch (const std::exception& e) {
+    std::printf("cuBLASLt FP8 baseline failed for %s: %s\n", shape.c_str(), e.what());
+  }
+  try {
+    const std::vector<uint16_t> ha16 = random_bf16(static_cast<size_t>(m * k), 5), hb16 = random_bf16(static_cast<size_t>(n * k), 6);
+    Buf a16(ha16.size() * 2), b16(hb16.size() * 2);
+    upload(a16, ha16);
+    upload(b16, hb16);
+    ScaledGemmProblem q;
+    q.m = m;
+    q.n = n;
+    q.k = k;
+    q.a_type = GemmInput::BF16;
+    q.b_type = GemmInput::BF16;
+    q.a_scaling = OperandScaling::None;
+    q.b_scaling = OperandScaling::None;
+    q.out = GemmOutput::BF16;
+    CublasLtGemm& lt = cublaslt_gemm(0);
+    Result r{"dense", shape, "cublaslt bf16"};
+    r.ms = timing.ms([&] { lt.run(q, a16.p, nullptr, b16.p, nullptr, d2.p, nullptr); });
+    report(r, flops, static_cast<double>(2 * (m * k + n * k + m * n)));
+  } catch (const std::exception& e) {
+    std::printf("cuBLASLt BF16 baseline failed for %s: %s\n", shape.c_str(), e.what());
+  }
+}
+
+// ---- grouped -------------------------------------------------------------------------------------------
+void bench_grouped(Timing& timing, const std::vector<int>& tokens, int64_t n, int64_t k, bool sweep) {
+  const int groups = static_cast<int>(tokens.size());
+  std::vector<int32_t> off(groups + 1, 0);
+  int64_t real_rows = 0;
+  for (int e = 0; e < groups; ++e) {
+    off[e + 1] = off[e] + (tokens[e] + 127) / 128 * 128;
+    real_rows += tokens[e];
+  }
+  const int64_t m = off[groups], kb = k / 128, nb = (n + 127) / 128;
+  std::string shape = fmt::format("{}e x", groups);
+  for (int t : tokens) shape += fmt::format(" {}", t);
+  shape += fmt::format(" n{} k{}", n, k);
+  const std::vector<uint8_t> ha = random_e4m3(static_cast<size_t>(m * k), 21), hb = random_e4m3(static_cast<size_t>(groups * n * k), 22);
+  const std::vector<float> hsa = random_scales(static_cast<size_t>(m * kb), 23), hsb = random_scales(static_cast<size_t>(groups * nb * kb), 24);
+  Buf a(ha.size()), b(hb.size()), sa(hsa.size() * 4), sb(hsb.size() * 4), d(static_cast<size_t>(m * n) * 2), doff(off.size() * 4);
+  upload(a, ha);
+  upload(b, hb);
+  upload(sa, hsa);
+  upload(sb, hsb);
+  upload(doff, off);
+  Fp8GemmGroupedProblem p;
+  p.m_total = m;
+  p.n = n;
+  p.k = k;
+  p.num_groups = groups;
+  p.row_offsets = doff.as<int32_t>();
+  p.a = a.as<uint8_t>();
+  p.a_scales = row_major_scale_view(sa.as<float>(), kb);
+  p.b = b.as<uint8_t>();
+  p.b_scales = row_major_scale_view(sb.as<float>(), kb, nb * kb);
+  p.d = d.as<uint16_t>();
+  // FLOPs of the real tokens (padding rows are overhead the kernel pays).
+  const double flops = 2.0 * real_rows * n * k;
+  const double bytes = static_cast<double>(m * k + groups * n * k + 2 * m * n);
+  std::vector<int> variants{fp8_gemm_grouped_heuristic(m, n, k, g_num_sms).block_n};
+  if (sweep) {
+    int count = 0;
+    const int* bns = fp8_gemm_grouped_block_ns(&count);
+    for (int i = 0; i < count; ++i)
+      if (bns[i] != variants[0]) variants.push_back(bns[i]);
+  }
+  std::vector<uint16_t> hd;
+  for (size_t vi = 0; vi < variants.size(); ++vi) {
+    Fp8GemmConfig cfg;
+    cfg.block_n = variants[vi];
+    CK(cudaMemset(d.p, 0xA5, d.bytes));
+    fp8_gemm_grouped(p, cfg, nullptr);
+    hd = download<uint16_t>(d, static_cast<size_t>(m * n));
+    SampleCheck total;
+    for (int e = 0; e < groups; ++e) {
+      const int64_t rows = off[e + 1] - off[e];
+      if (rows == 0) continue;
+      const SampleCheck c = check_samples(
+          rows, n, k, ha, hb, [&](int64_t i, int64_t g) { return hsa[(off[e] + i) * kb + g]; },
+          [&](int64_t j, int64_t g) { return hsb[(e * nb + j / 128) * kb + g]; },
+          [&](int64_t i, int64_t j) -> uint32_t { return hd[(off[e] + i) * n + j]; },
+          [&](int64_t, int64_t, float acc) -> uint32_t { return num::bf16_encode(acc); }, 48, 31 + e, off[e], e * n);
+      total.checked += c.checked;
+      if (c.bad && total.bad == 0) total.first = fmt::format("expert {} {}", e, c.first);
+      total.bad += c.bad;
+    }
+    Result r{"grouped", shape, fmt::format("ours bn{}{}", cfg.block_n, vi == 0 ? " (heur)" : "")};
+    r.ms = timing.ms([&] { fp8_gemm_grouped(p, cfg, nullptr); });
+    r.note = check_note(total);
+    report(r, flops, bytes);
+  }
+}
+
+// ---- wgrad ---------------------------------------------------------------------------------------------
+void bench_wgrad(Timing& timing, int64_t m, int64_t n, const std::vector<int>& tokens, bool sweep, bool baselines) {
+  const int groups = static_cast<int>(tokens.size());
+  std::vector<int32_t> off(groups + 1, 0);
+  for (int e = 0; e < groups; ++e) off[e + 1] = off[e] + (tokens[e] + 127) / 128 * 128;
+  const int64_t k = off[groups], kb = k / 128;
+  const std::string shape = groups == 1 ? fmt::format("{}x{}x{}", m, n, k) : fmt::format("{}e {}x{} k{}", groups, m, n, k);
+  const std::vector<uint8_t> ha = random_e4m3(static_cast<size_t>(m * k), 41), hb = random_e4m3(static_cast<size_t>(n * k), 42);
+  const std::vector<float> hsa = random_scales(static_cast<size_t>(kb * m), 43), hsb = random_scales(static_cast<size_t>(kb * n), 44);
+  std::vector<float> hc(static_cast<size_t>(groups * m * n));
+  {
+    std::mt19937_64 g(45);
+    std::normal_distribution<float> nd(0.0f, 1000.0f);
+    for (auto& x : hc) x = nd(g);
+  }
+  Buf a(ha.size()), b(hb.size()), sa(hsa.size() * 4), sb(hsb.size() * 4), c(hc.size() * 4), d(hc.size() * 4),
+      doff(off.size() * 4);
+  upload(a, ha);
+  upload(b, hb);
+  upload(sa, hsa);  // [kb][m]: cuBLASLt's native VEC128 layout
+  upload(sb, hsb);  // [kb][n]
+  upload(c, hc);
+  upload(doff, off);
+  Fp8GemmWgradProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.num_groups = groups;
+  p.k_offsets = groups > 1 ? doff.as<int32_t>() : nullptr;
+  p.a = a.as<uint8_t>();
+  p.b = b.as<uint8_t>();
+  p.a_scales = ScaleView{sa.as<float>(), 1, m, 0};
+  p.b_scales = ScaleView{sb.as<float>(), 1, n, 0};
+  p.c = c.as<float>();
+  p.d = d.as<float>();
+  const double flops = 2.0 * m * n * k;
+  const double bytes = static_cast<double>(m * k + n * k) + 8.0 * groups * m * n;
+  std::vector<int> variants{fp8_gemm_wgrad_heuristic(m, n, k, groups, g_num_sms).block_n};
+  if (sweep) {
+    int count = 0;
+    const int* bns = fp8_gemm_wgrad_block_ns(&count);
+    for (int i = 0; i < count; ++i)
+      if (bns[i] != variants[0]) variants.push_back(bns[i]);
+  }
+  std::vector<float> hd;
+  for (size_t vi = 0; vi < variants.size(); ++vi) {
+    Fp8GemmConfig cfg;
+    cfg.block_n = variants[vi];
+    CK(cudaMemset(d.p, 0xA5, d.bytes));
+    fp8_gemm_wgrad(p, cfg, nullptr);
+    hd = download<float>(d, hc.size());
+    SampleCheck total;
+    for (int e = 0; e < groups; ++e) {
+      const int64_t ke = off[e + 1] - off[e];
+      if (ke == 0) continue;
+      const SampleCheck s = check_samples(
+          m, n, ke, ha, hb, [&](int64_t i, int64_t g) { return hsa[g * m + i]; },
+          [&](int64_t j, int64_t g) { return hsb[g * n + j]; },
+          [&](int64_t i, int64_t j) -> uint32_t { return num::float_bits(hd[(e * m + i) * n + j]); },
+          [&](int64_t i, int64_t j, float acc) -> uint32_t { return num::float_bits(hc[(e * m + i) * n + j] + acc); },
+          groups == 1 ? 256 : 32, 51 + e, 0, 0, off[e], k, k);
+      total.checked += s.checked;
+      if (s.bad && total.bad == 0) total.first = fmt::format("group {} {}", e, s.first);
+      total.bad += s.bad;
+    }
+    Result r{"wgrad", shape, fmt::format("ours bn{}{}", cfg.block_n, vi == 0 ? " (heur)" : "")};
+    // Timed in place (d = c = d + A.B^T), as gradient accumulation runs.
+    Fp8GemmWgradProblem pin = p;
+    pin.d = c.as<float>();
+    r.ms = timing.ms([&] { fp8_gemm_wgrad(pin, cfg, nullptr); });
+    r.note = check_note(total);
+    report(r, flops, bytes);
+  }
+  if (!baselines || groups != 1) return;
+  try {
+    ScaledGemmProblem q;
+    q.m = m;
+    q.n = n;
+    q.k = k;
+    q.a_scaling = OperandScaling::Tile1x128;
+    q.b_scaling = OperandScaling::Tile1x128;
+    q.a_scale_layout = ScaleLayout::Native;
+    q.b_scale_layout = ScaleLayout::Native;
+    q.out = GemmOutput::F32;
+    q.accumulate = true;
+    CublasLtGemm& lt = cublaslt_gemm(0);
+    upload(d, hc);
+    lt.run(q, a.p, sa.as<float>(), b.p, sb.as<float>(), d.p, nullptr);
+    hd = download<float>(d, hc.size());
+    const SampleCheck s = check_samples(
+        m, n, k, ha, hb, [&](int64_t i, int64_t g) { return hsa[g * m + i]; },
+        [&](int64_t j, int64_t g) { return hsb[g * n + j]; },
+        [&](int64_t i, int64_t j) -> uint32_t { return num::float_bits(hd[i * n + j]); },
+        [&](int64_t i, int64_t j, float acc) -> uint32_t { return num::float_bits(hc[i * n + j] + acc); }, 96, 77);
+    Result r{"wgrad", shape, "cublaslt fp8 1x128x1x128 +=C"};
+    r.ms = timing.ms([&] { lt.run(q, a.p, sa.as<float>(), b.p, sb.as<float>(), d.p, nullptr); });
+    r.note = (s.bad == 0 ? "hopper-model exact on samples" : fmt::format("differs from model on {}/{}", s.bad, s.checked)) +
+             std::string(" | ") + lt.algorithm(q);
+    report(r, flops, bytes);
+  } catch (const std::exception& e) {
+    std::printf("cuBLASLt Wgrad baseline failed for %s: %s\n", shape.c_str(), e.what());
+  }
+}
+
+void print_table() {
+  std::printf("\n%-8s %-34s %-34s %9s %8s %8s  %s\n", "family", "shape", "variant", "ms", "TFLOP/s", "GB/s", "note");
+  for (const Result& r : g_results)
+    std::printf("%-8s %-34s %-34s %9.4f %8.1f %8.1f  %.70s\n", r.family.c_str(), r.shape.c_str(), r.variant.c_str(), r.ms,
+                r.tflops, r.gbps, r.note.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool sweep = false, quick = false, baselines = true;
+  std::string only;
+  int reps = 20;
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    if (s == "--sweep") sweep = true;
+    else if (s == "--quick") quick = true;
+    else if (s == "--no-baselines") baselines = false;
+    else if (s == "--only" && i + 1 < argc) only = argv[++i];
+    else if (s == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: h8_bench [--sweep] [--quick] [--no-baselines] [--only dense|grouped|wgrad] [--reps N]\n");
+      return 2;
+    }
+  }
+  try {
+    int dev_count = 0;
+    if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
+      std::printf("h8_bench: no CUDA device\n");
+      return 77;
+    }
+    cudaDeviceProp prop{};
+    CK(cudaGetDeviceProperties(&prop, 0));
+    g_num_sms = prop.multiProcessorCount;
+    std::printf("device %s, %d SMs, L2 %d MiB, %s\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
+                cublaslt_version().c_str());
+    Timing timing;
+    timing.reps = reps;
+    if (only.empty() || only == "dense") {
+      std::vector<std::pair<int64_t, int64_t>> nk = {{2112, 7168}, {24576, 1536}, {32768, 512},
+                                                     {7168, 16384}, {4096, 7168}, {7168, 2048}};
+      for (int64_t m : {int64_t{128}, int64_t{4096}})
+        for (auto [n, k] : nk) {
+          if (quick && m == 128 && n != 7168) continue;
+          bench_dense(timing, m, n, k, sweep, baselines);
+        }
+      if (!quick) bench_dense(timing, 8192, 8192, 8192, sweep, baselines);
+    }
+    if (only.empty() || only == "grouped") {
+      bench_grouped(timing, std::vector<int>(8, 4096), 4096, 7168, sweep);
+      if (!quick) bench_grouped(timing, {3900, 4300, 0, 4100, 5000, 3000, 4600, 4700}, 4096, 7168, false);
+    }
+    if (only.empty() || only == "wgrad") {
+      bench_wgrad(timing, 7168, 2048, {16384}, sweep, baselines);
+      if (!quick) bench_wgrad(timing, 4096, 7168, std::vector<int>(8, 2048), false, false);
+    }
+    print_table();
+  } catch (const std::exception& e) {
+    std::printf("h8_bench failed: %s\n", e.what());
+    print_table();
+    return 1;
+  }
+  return 0;
+}
