@@ -31,7 +31,16 @@ OperandHealth measure_health(const float* x, const quant::QuantTensor& q) {
     h.scale_min = std::min(h.scale_min, s);
     h.scale_max = std::max(h.scale_max, s);
   }
-  const float fmax = quant::format_max(q.format);
+  // A value saturates when it would have rounded above the largest code: beyond fmax plus half its ulp
+  // (a scale one float ulp off its ideal value must not count).
+  float limit = quant::format_max(q.format);
+  switch (q.format) {
+    case quant::Format::E4M3: limit = 464.0f; break;     // 448 + 32 / 2
+    case quant::Format::E5M2: limit = 61440.0f; break;   // 57344 + 8192 / 2
+    case quant::Format::E5M6: limit = 65280.0f; break;   // 65024 + 512 / 2
+    case quant::Format::INT8: limit = 127.5f; break;
+    case quant::Format::BF16: break;
+  }
   int64_t nonzero = 0, saturated = 0, underflow = 0;
 #pragma omp parallel for schedule(static) reduction(+ : nonzero, saturated, underflow)
   for (int64_t r = 0; r < q.rows; ++r) {
@@ -40,7 +49,7 @@ OperandHealth measure_health(const float* x, const quant::QuantTensor& q) {
       if (v == 0.0f || std::isnan(v)) continue;
       ++nonzero;
       const float s = q.scale_of(r, c);
-      if (std::fabs(v) > fmax * s) ++saturated;
+      if (std::fabs(v) / s > limit) ++saturated;
       if (q.decoded_at(r, c) == 0.0f) ++underflow;
     }
   }

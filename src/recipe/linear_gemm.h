@@ -32,8 +32,8 @@
 
 namespace fp8train::recipe {
 
-// What quantizing one operand did to it. saturated: |x| > fmax · scale (clamped to ±fmax; only delayed or
-// stale scales can do this); underflow: x != 0 but its code decodes to zero.
+// What quantizing one operand did to it. saturated: |x| / scale beyond fmax + ulp/2 (clamped to ±fmax; only
+// delayed or stale scales can do this); underflow: x != 0 but its code decodes to zero.
 struct OperandHealth {
   int64_t elements = 0;
   int64_t nonzero = 0;
