@@ -162,10 +162,10 @@ bool cache_matches(const quant::QuantTensor& q, CacheFormat format) {
 }  // namespace
 
 // ---- LinearGemm ----------------------------------------------------------------------------------------------
-LinearGemm::LinearGemm(RecipeContext& context, std::string name, CacheRole input_role)
+LinearGemm::LinearGemm(RecipeContext& context, std::string name, LinearOptions options)
     : context_(&context),
       name_(std::move(name)),
-      input_role_(input_role),
+      options_(options),
       history_x_(context.config().amax_history, context.config().amax_algorithm),
       history_w_(context.config().amax_history, context.config().amax_algorithm),
       history_dy_(context.config().amax_history, context.config().amax_algorithm),
@@ -188,12 +188,14 @@ CachedActivation LinearGemm::forward(const Tensor& x, const Tensor& w, const Ten
   FP8T_CHECK(y.size(0) == tokens && y.size(1) == out, "linear {}: y must be [{}, {}], got {}", name_, tokens, out,
              y.str());
   const RecipeConfig& cfg = context_->config();
-  const CacheFormat cache_format = cfg.cache_format(input_role_);
+  const CacheFormat cache_format = cfg.cache_format(options_.input_role);
+  dy_uses_left_ = 0;
 
   if (!cfg.quantized_gemms()) {
     ops::GemmOptions o;
     o.round_inputs_bf16 = cfg.kind == RecipeKind::Bf16;
     ops::gemm(x, false, w, true, y, o);
+    weight_operand_bytes_ = static_cast<size_t>(w.numel()) * (o.round_inputs_bf16 ? 2 : 4);
     return cache_input ? CachedActivation::store(x, cache_format) : CachedActivation();
   }
 
@@ -206,9 +208,12 @@ CachedActivation LinearGemm::forward(const Tensor& x, const Tensor& w, const Ten
     have_weight_scale_ = true;
     b = quant::quantize_delayed(wh.data, out, in, g.b, history_w_);
   } else {
-    a = quant::quantize(xh.data, tokens, in, g.a);
+    quant::QuantConfig qa = g.a;
+    if (options_.dispatched_input && cfg.moe_dispatch_fp8) qa.scale_mode = quant::ScaleMode::PowerOfTwo;
+    a = quant::quantize(xh.data, tokens, in, qa);
     b = quant::quantize(wh.data, out, in, g.b);
   }
+  weight_operand_bytes_ = b.bytes();
   if (context_->sampling_health())
     context_->record(name_, GemmKind::Fprop, measure_health(xh.data, a), measure_health(wh.data, b));
   write_output(y, quant::ref_gemm(a, b, g.gemm), false);
@@ -219,113 +224,152 @@ CachedActivation LinearGemm::forward(const Tensor& x, const Tensor& w, const Ten
   return CachedActivation::store(xh.data, tokens, in, cache_format);
 }
 
-void LinearGemm::backward(const Tensor& dy, const Tensor& w, const CachedActivation& x, const Tensor& dx,
-                          const Tensor& dw, bool accumulate_dx, bool accumulate_dw) {
-  check_matrix("dy", dy);
-  check_matrix("w", w);
-  const int64_t tokens = dy.size(0), out = dy.size(1), in = w.size(1);
-  FP8T_CHECK(w.size(0) == out, "linear {}: dy is {} but w is {}", name_, dy.str(), w.str());
-  if (dx.defined()) {
-    check_matrix("dx", dx);
-    FP8T_CHECK(dx.size(0) == tokens && dx.size(1) == in, "linear {}: dx must be [{}, {}], got {}", name_, tokens, in,
-               dx.str());
+const quant::QuantTensor& LinearGemm::tensorwise_dy(const Tensor& dy, const float* dyh) {
+  if (dy_uses_left_ > 0 && dy_ptr_ == dy.raw() && dy_q_.rows == dy.size(0) && dy_q_.cols == dy.size(1)) {
+    --dy_uses_left_;
+    return dy_q_;
   }
-  if (dw.defined()) {
-    check_matrix("dw", dw);
-    FP8T_CHECK(dw.size(0) == out && dw.size(1) == in, "linear {}: dw must be [{}, {}], got {}", name_, out, in,
-               dw.str());
-    FP8T_CHECK(x.defined() && x.rows() == tokens && x.cols() == in,
-               "linear {}: Wgrad needs the cached input [{}, {}]", name_, tokens, in);
-  }
-  const RecipeConfig& cfg = context_->config();
-  if (cfg.quantized_gemms()) {
-    backward_quantized(dy, w, x, dx, dw, accumulate_dx, accumulate_dw);
-    return;
-  }
-  ops::GemmOptions o;
-  o.round_inputs_bf16 = cfg.kind == RecipeKind::Bf16;
-  if (dx.defined()) {
-    o.beta = accumulate_dx ? 1.0 : 0.0;
-    ops::gemm(dy, false, w, false, dx, o);
-  }
-  if (dw.defined()) {
-    const Tensor xt = x.to_tensor();
-    o.beta = accumulate_dw ? 1.0 : 0.0;
-    ops::gemm(dy, true, xt, false, dw, o);
-  }
+  const GemmOperands gd = gemm_operands(context_->config(), GemmKind::Dgrad);
+  dy_q_ = quant::quantize_delayed(dyh, dy.size(0), dy.size(1), gd.a, history_dy_);
+  dy_ptr_ = dy.raw();
+  dy_uses_left_ = 1;  // the other GEMM of this backward
+  return dy_q_;
 }
 
-void LinearGemm::backward_quantized(const Tensor& dy, const Tensor& w, const CachedActivation& x, const Tensor& dx,
-                                    const Tensor& dw, bool accumulate_dx, bool accumulate_dw) {
-  const RecipeConfig& cfg = context_->config();
+void LinearGemm::dgrad(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumulate) {
+  check_matrix("dy", dy);
+  check_matrix("w", w);
+  check_matrix("dx", dx);
   const int64_t tokens = dy.size(0), out = dy.size(1), in = w.size(1);
+  FP8T_CHECK(w.size(0) == out, "linear {}: dy is {} but w is {}", name_, dy.str(), w.str());
+  FP8T_CHECK(dx.size(0) == tokens && dx.size(1) == in, "linear {}: dx must be [{}, {}], got {}", name_, tokens, in,
+             dx.str());
+  const RecipeConfig& cfg = context_->config();
+  if (!cfg.quantized_gemms()) {
+    ops::GemmOptions o;
+    o.round_inputs_bf16 = cfg.kind == RecipeKind::Bf16;
+    o.beta = accumulate ? 1.0 : 0.0;
+    ops::gemm(dy, false, w, false, dx, o);
+    return;
+  }
   const bool health = context_->sampling_health();
+  const GemmOperands g = gemm_operands(cfg, GemmKind::Dgrad);
+  HostMatrix dyh(dy), wh(w);
+  if (cfg.per_tensor()) {
+    FP8T_CHECK(have_weight_scale_, "linear {}: backward before forward (no weight scale yet)", name_);
+    const quant::QuantTensor& dq = tensorwise_dy(dy, dyh.data);
+    const quant::QuantTensor wq = quant::quantize_with_scale(wh.data, out, in, g.b.format, weight_scale_);
+    if (health) context_->record(name_, GemmKind::Dgrad, measure_health(dyh.data, dq), measure_health(wh.data, wq));
+    write_output(dx, quant::ref_gemm(dq, quant::transpose(wq), g.gemm), accumulate);
+    return;
+  }
+  quant::QuantConfig qa = g.a;
+  if (qa.rounding == quant::Rounding::Stochastic) qa.seed = next_seed();
+  if (options_.dispatched_grad && cfg.moe_dispatch_fp8) {
+    qa.scale_mode = quant::ScaleMode::PowerOfTwo;
+    qa.granularity = quant::Granularity::tile_1x128();  // the dispatched tensor's own tiles
+  }
+  quant::QuantTensor a = quant::quantize(dyh.data, tokens, out, qa);
+  const quant::QuantTensor wq = quant::quantize(wh.data, out, in, g.b);
+  if (health) context_->record(name_, GemmKind::Dgrad, measure_health(dyh.data, a), measure_health(wh.data, wq));
+  if (!a.granularity.per_tensor && a.granularity.block_rows > 1) a = blocks_as_row_tiles(a);
+  write_output(dx, quant::ref_gemm(a, quant::transpose(wq), g.gemm), accumulate);
+}
+
+void LinearGemm::wgrad(const Tensor& dy, const CachedActivation& x, const Tensor& dw, bool accumulate) {
+  FP8T_CHECK(x.defined() && x.rows() == dy.size(0), "linear {}: Wgrad needs the cached input with {} rows", name_,
+             dy.size(0));
+  if (x.quantized() && context_->config().quantized_gemms()) {
+    wgrad_impl(dy, nullptr, &x, x.cols(), dw, accumulate);
+    return;
+  }
+  const std::vector<float> xv = x.values();
+  wgrad_impl(dy, xv.data(), nullptr, x.cols(), dw, accumulate);
+}
+
+void LinearGemm::wgrad(const Tensor& dy, const Tensor& x, const Tensor& dw, bool accumulate) {
+  check_matrix("x", x);
+  FP8T_CHECK(x.size(0) == dy.size(0), "linear {}: x is {} but dy is {}", name_, x.str(), dy.str());
+  if (!context_->config().quantized_gemms()) {
+    check_matrix("dy", dy);
+    check_matrix("dw", dw);
+    ops::GemmOptions o;
+    o.round_inputs_bf16 = context_->config().kind == RecipeKind::Bf16;
+    o.beta = accumulate ? 1.0 : 0.0;
+    ops::gemm(dy, true, x, false, dw, o);
+    return;
+  }
+  HostMatrix xh(x);
+  wgrad_impl(dy, xh.data, nullptr, x.size(1), dw, accumulate);
+}
+
+void LinearGemm::wgrad_impl(const Tensor& dy, const float* xv, const CachedActivation* xc, int64_t in,
+                            const Tensor& dw, bool accumulate) {
+  check_matrix("dy", dy);
+  check_matrix("dw", dw);
+  const int64_t tokens = dy.size(0), out = dy.size(1);
+  FP8T_CHECK(dw.size(0) == out && dw.size(1) == in, "linear {}: dw must be [{}, {}], got {}", name_, out, in,
+             dw.str());
+  const RecipeConfig& cfg = context_->config();
+  if (!cfg.quantized_gemms()) {
+    const Tensor xt = xc->to_tensor();
+    wgrad(dy, xt, dw, accumulate);
+    return;
+  }
+  const bool health = context_->sampling_health();
+  const GemmOperands g = gemm_operands(cfg, GemmKind::Wgrad);
   HostMatrix dyh(dy);
+  std::vector<float> xvalues;  // x values when health needs them and only the cache was given
+  auto x_values = [&]() -> const float* {
+    if (xv) return xv;
+    if (xvalues.empty()) xvalues = xc->values();
+    return xvalues.data();
+  };
 
   if (cfg.per_tensor()) {
-    // One delayed-scaled E5M2 (by default) quantization of dy serves both GEMMs (one amax per step).
-    const GemmOperands gd = gemm_operands(cfg, GemmKind::Dgrad);
-    const quant::QuantTensor dq = quant::quantize_delayed(dyh.data, tokens, out, gd.a, history_dy_);
-    const OperandHealth dy_health = health ? measure_health(dyh.data, dq) : OperandHealth{};
-    if (dx.defined()) {
-      FP8T_CHECK(have_weight_scale_, "linear {}: backward before forward (no weight scale yet)", name_);
-      HostMatrix wh(w);
-      const quant::QuantTensor wq = quant::quantize_with_scale(wh.data, out, in, gd.b.format, weight_scale_);
-      if (health) context_->record(name_, GemmKind::Dgrad, dy_health, measure_health(wh.data, wq));
-      write_output(dx, quant::ref_gemm(dq, quant::transpose(wq), gd.gemm), accumulate_dx);
+    const quant::QuantTensor& dq = tensorwise_dy(dy, dyh.data);
+    quant::QuantTensor xq;
+    if (xc && xc->quant().granularity.per_tensor && xc->quant().format == g.b.format) {
+      xq = xc->quant();
+    } else {
+      xq = quant::quantize(x_values(), tokens, in, g.b);
     }
-    if (dw.defined()) {
-      const GemmOperands gw = gemm_operands(cfg, GemmKind::Wgrad);
-      quant::QuantTensor xq;
-      std::vector<float> xv;
-      if (x.quantized() && x.quant().granularity.per_tensor && x.quant().format == gw.b.format) {
-        xq = x.quant();
-      } else {
-        xv = x.values();
-        xq = quant::quantize(xv.data(), tokens, in, gw.b);
-      }
-      if (health) {
-        if (xv.empty()) xv = x.values();
-        context_->record(name_, GemmKind::Wgrad, dy_health, measure_health(xv.data(), xq));
-      }
-      write_output(dw, quant::ref_gemm(quant::transpose(dq), quant::transpose(xq), gw.gemm), accumulate_dw);
-    }
+    if (health) context_->record(name_, GemmKind::Wgrad, measure_health(dyh.data, dq), measure_health(x_values(), xq));
+    write_output(dw, quant::ref_gemm(quant::transpose(dq), quant::transpose(xq), g.gemm), accumulate);
     return;
   }
 
-  if (dx.defined()) {
-    const GemmOperands g = gemm_operands(cfg, GemmKind::Dgrad);
-    quant::QuantConfig qa = g.a;
-    if (qa.rounding == quant::Rounding::Stochastic) qa.seed = next_seed();
-    quant::QuantTensor a = quant::quantize(dyh.data, tokens, out, qa);
-    HostMatrix wh(w);
-    const quant::QuantTensor wq = quant::quantize(wh.data, out, in, g.b);
-    if (health) context_->record(name_, GemmKind::Dgrad, measure_health(dyh.data, a), measure_health(wh.data, wq));
-    if (!a.granularity.per_tensor && a.granularity.block_rows > 1) a = blocks_as_row_tiles(a);
-    write_output(dx, quant::ref_gemm(a, quant::transpose(wq), g.gemm), accumulate_dx);
+  // Both operands are tiled along tokens: quantize 128×1 on the [tokens, ·] matrices, then transpose.
+  quant::QuantConfig qa = g.a, qb = g.b;
+  qa.granularity = qa.granularity.transposed();
+  qb.granularity = qb.granularity.transposed();
+  if (qa.rounding == quant::Rounding::Stochastic) qa.seed = next_seed();
+  const float* dy_values = dyh.data;
+  std::vector<float> dispatched;
+  if (options_.dispatched_grad && cfg.moe_dispatch_fp8) {
+    // The expert received dy as FP8 with power-of-two 1×128 scales; Wgrad re-tiles those values.
+    quant::QuantConfig d = g.a;
+    d.scale_mode = quant::ScaleMode::PowerOfTwo;
+    d.granularity = quant::Granularity::tile_1x128();
+    d.rounding = quant::Rounding::Nearest;
+    dispatched = quant::dequantize(quant::quantize(dyh.data, tokens, out, d));
+    dy_values = dispatched.data();
   }
-  if (dw.defined()) {
-    const GemmOperands g = gemm_operands(cfg, GemmKind::Wgrad);
-    // Both operands are tiled along tokens: quantize 128×1 on the [tokens, ·] matrices, then transpose.
-    quant::QuantConfig qa = g.a, qb = g.b;
-    qa.granularity = qa.granularity.transposed();
-    qb.granularity = qb.granularity.transposed();
-    if (qa.rounding == quant::Rounding::Stochastic) qa.seed = next_seed();
-    const quant::QuantTensor dq = quant::quantize(dyh.data, tokens, out, qa);
-    quant::QuantTensor xq;
-    std::vector<float> xv;
-    if (x.quantized() && x.quant().format == qb.format) {
-      xq = quant::retile(x.quant(), qb);  // exact when both sides use power-of-two scales (quant.h)
-    } else {
-      xv = x.values();
-      xq = quant::quantize(xv.data(), tokens, in, qb);
-    }
-    if (health) {
-      if (xv.empty()) xv = x.values();
-      context_->record(name_, GemmKind::Wgrad, measure_health(dyh.data, dq), measure_health(xv.data(), xq));
-    }
-    write_output(dw, quant::ref_gemm(quant::transpose(dq), quant::transpose(xq), g.gemm), accumulate_dw);
+  const quant::QuantTensor dq = quant::quantize(dy_values, tokens, out, qa);
+  quant::QuantTensor xq;
+  if (xc && xc->quant().format == qb.format) {
+    xq = quant::retile(xc->quant(), qb);  // exact when both sides use power-of-two scales (quant.h)
+  } else {
+    xq = quant::quantize(x_values(), tokens, in, qb);
   }
+  if (health) context_->record(name_, GemmKind::Wgrad, measure_health(dy_values, dq), measure_health(x_values(), xq));
+  write_output(dw, quant::ref_gemm(quant::transpose(dq), quant::transpose(xq), g.gemm), accumulate);
+}
+
+void LinearGemm::backward(const Tensor& dy, const Tensor& w, const CachedActivation& x, const Tensor& dx,
+                          const Tensor& dw, bool accumulate_dx, bool accumulate_dw) {
+  if (dx.defined()) dgrad(dy, w, dx, accumulate_dx);
+  if (dw.defined()) wgrad(dy, x, dw, accumulate_dw);
 }
 
 }  // namespace fp8train::recipe

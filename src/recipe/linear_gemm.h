@@ -82,34 +82,63 @@ class RecipeContext {
   std::map<std::pair<std::string, int>, GemmHealth> health_;
 };
 
+// Per-Linear options. A routed expert's up-projection (W1|W3) takes tokens dispatched in FP8 with
+// power-of-two 1×128 scales, and its down-projection (W2) receives activation gradients dispatched the same way
+// (RecipeConfig::moe_dispatch_fp8): with those flags the Fprop x (resp. the Dgrad dy) is quantized with
+// power-of-two scales — the dispatched FP8 tensor itself, since both are per-token 1×128 tiles — and Wgrad sees
+// the dequantized dispatched values.
+struct LinearOptions {
+  CacheRole input_role = CacheRole::LinearInput;
+  bool dispatched_input = false;
+  bool dispatched_grad = false;
+};
+
 class LinearGemm {
  public:
-  // `name` identifies the layer in health counters ("layers.1.attn.wo"); `input_role` says how its input
-  // is cached (CacheRole::AttnOutProjInput for the attention output projection).
-  LinearGemm(RecipeContext& context, std::string name, CacheRole input_role = CacheRole::LinearInput);
+  // `name` identifies the layer in health counters ("layers.1.attn.wo").
+  LinearGemm(RecipeContext& context, std::string name, LinearOptions options = {});
+  LinearGemm(RecipeContext& context, std::string name, CacheRole input_role)
+      : LinearGemm(context, std::move(name), LinearOptions{input_role, false, false}) {}
 
   const std::string& name() const { return name_; }
-  CacheRole input_role() const { return input_role_; }
+  const LinearOptions& options() const { return options_; }
 
   // y = x·Wᵀ. Returns x as the recipe caches it for Wgrad (undefined when cache_input is false: the caller
-  // will recompute x and pass it to backward through CachedActivation::store).
+  // keeps x some other way and passes its values to wgrad).
   CachedActivation forward(const Tensor& x, const Tensor& w, const Tensor& y, bool cache_input = true);
-  // Dgrad and Wgrad together (dy is quantized once per orientation). dx / dw may be undefined to skip that
-  // GEMM; accumulate adds into them instead of overwriting.
+  // dx (+)= dy·W.
+  void dgrad(const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumulate);
+  // dW (+)= dyᵀ·x, x from the cache (its quantized form is re-tiled) or as plain values.
+  void wgrad(const Tensor& dy, const CachedActivation& x, const Tensor& dw, bool accumulate);
+  void wgrad(const Tensor& dy, const Tensor& x, const Tensor& dw, bool accumulate);
+  // Dgrad and Wgrad together; dx / dw may be undefined to skip that GEMM.
   void backward(const Tensor& dy, const Tensor& w, const CachedActivation& x, const Tensor& dx, const Tensor& dw,
                 bool accumulate_dx = false, bool accumulate_dw = false);
 
+  // Bytes of the low-precision weight operand the last forward made (what a GPU run keeps as the compute
+  // copy of W: FP8 codes + scales, BF16 codes, or the FP32 weights themselves).
+  size_t weight_operand_bytes() const { return weight_operand_bytes_; }
+
  private:
-  void backward_quantized(const Tensor& dy, const Tensor& w, const CachedActivation& x, const Tensor& dx,
-                          const Tensor& dw, bool accumulate_dx, bool accumulate_dw);
+  // x as [tokens, in] values (xv) or a quantized cache (xc); exactly one is given.
+  void wgrad_impl(const Tensor& dy, const float* xv, const CachedActivation* xc, int64_t in, const Tensor& dw,
+                  bool accumulate);
+  // fp8-tensorwise: dy quantized once per backward (one amax per step) and shared by Dgrad and Wgrad, which the
+  // model calls one after the other with the same dy.
+  const quant::QuantTensor& tensorwise_dy(const Tensor& dy, const float* dyh);
+  // Values of dy as the GEMMs see them (the dispatched FP8 values for a dispatched gradient).
   RecipeContext* context_;
   std::string name_;
-  CacheRole input_role_;
+  LinearOptions options_;
   // fp8-tensorwise delayed scaling: one history per operand; the weight scale used by forward is reused by
   // Dgrad (TE casts the weight once per step).
   quant::AmaxHistory history_x_, history_w_, history_dy_;
   quant::BlockScale weight_scale_{1.0f, 1.0f};
   bool have_weight_scale_ = false;
+  quant::QuantTensor dy_q_;
+  const void* dy_ptr_ = nullptr;
+  int dy_uses_left_ = 0;
+  size_t weight_operand_bytes_ = 0;
   uint64_t name_hash_ = 0;
   int64_t seed_step_ = -1;   // step of the last stochastic quantization
   uint64_t seed_calls_ = 0;  // stochastic quantizations in that step
