@@ -1,0 +1,65 @@
+// GPU timing and random fills for benchmarks (bench_harness.h).
+#include "ops/cuda/bench_harness.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "common/error.h"
+#include "tensor/cuda/cuda_check.h"
+#include "tensor/cuda/device.h"
+
+namespace fp8train::ops::cuda {
+namespace detail {
+cudaError_t launch_fill_bf16(uint16_t* out, int64_t n, uint64_t seed, float scale, cudaStream_t s);
+cudaError_t launch_fill_f32(float* out, int64_t n, uint64_t seed, float scale, cudaStream_t s);
+cudaError_t launch_fill_fp8(uint8_t* out, int64_t n, uint64_t seed, bool e5m2, cudaStream_t s);
+cudaError_t launch_fill_positive(float* out, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t s);
+}  // namespace detail
+
+GpuTimer::GpuTimer(cudaStream_t stream) : stream_(stream) {
+  const auto info = fp8train::cuda::device_info(fp8train::cuda::current_device());
+  flush_ = fp8train::cuda::DeviceBuffer(std::max<size_t>(2 * info.l2_bytes, size_t{64} << 20), stream);
+}
+
+Timing GpuTimer::time(const std::function<void(cudaStream_t)>& launch, const TimingConfig& config) {
+  FP8T_CHECK(config.repeats >= 1 && config.warmup >= 0, "benchmark: repeats must be >= 1 and warmup >= 0");
+  for (int i = 0; i < config.warmup; ++i) launch(stream_);
+  std::vector<fp8train::cuda::Event> start(config.repeats), stop(config.repeats);
+  for (int i = 0; i < config.repeats; ++i) {
+    if (config.flush_l2) FP8T_CUDA_CHECK(cudaMemsetAsync(flush_.get(), i & 0xFF, flush_.bytes(), stream_));
+    start[i].record(stream_);
+    launch(stream_);
+    stop[i].record(stream_);
+  }
+  FP8T_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<double> ms(config.repeats);
+  for (int i = 0; i < config.repeats; ++i) ms[i] = stop[i].elapsed_ms_since(start[i]);
+  std::sort(ms.begin(), ms.end());
+  Timing t;
+  t.repeats = config.repeats;
+  t.min_ms = ms.front();
+  t.max_ms = ms.back();
+  t.median_ms = config.repeats % 2 ? ms[config.repeats / 2] : 0.5 * (ms[config.repeats / 2 - 1] + ms[config.repeats / 2]);
+  return t;
+}
+
+namespace {
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) FP8T_FAIL("{} failed: {} ({})", what, cudaGetErrorName(err), cudaGetErrorString(err));
+}
+}  // namespace
+
+void fill_random_bf16(uint16_t* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream) {
+  check(detail::launch_fill_bf16(out, n, seed, scale, stream), "fill_random_bf16");
+}
+void fill_random_f32(float* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream) {
+  check(detail::launch_fill_f32(out, n, seed, scale, stream), "fill_random_f32");
+}
+void fill_random_fp8(uint8_t* out, int64_t n, uint64_t seed, bool e5m2, cudaStream_t stream) {
+  check(detail::launch_fill_fp8(out, n, seed, e5m2, stream), "fill_random_fp8");
+}
+void fill_random_positive(float* out, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream) {
+  check(detail::launch_fill_positive(out, n, seed, lo, hi, stream), "fill_random_positive");
+}
+
+}  // namespace fp8train::ops::cuda

@@ -1,0 +1,46 @@
+// GPU timing for benchmarks (fp8train bench): warm-up launches, an L2 flush before every timed launch (a
+// memset of twice the L2 size, so no operand is served from cache), CUDA events around each launch, and the
+// median of the repeats. Also device-side random fills, so benchmarks never run on zeros.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+
+#include "tensor/cuda/caching_allocator.h"
+
+namespace fp8train::ops::cuda {
+
+struct TimingConfig {
+  int warmup = 5;
+  int repeats = 30;
+  bool flush_l2 = true;
+};
+
+struct Timing {
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  int repeats = 0;
+};
+
+class GpuTimer {
+ public:
+  explicit GpuTimer(cudaStream_t stream);
+  // Times `launch` (which enqueues work on the stream it is given) per TimingConfig.
+  Timing time(const std::function<void(cudaStream_t)>& launch, const TimingConfig& config);
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  cudaStream_t stream_;
+  fp8train::cuda::DeviceBuffer flush_;
+};
+
+// Deterministic pseudo-random fills (num::counter_random_u32 of (seed, index)), on `stream`:
+//   bf16 / f32: normal-like values (sum of two uniforms) times `scale`;
+//   fp8 codes: E4M3 or E5M2 encodings of such values, never NaN or Inf;
+//   positive floats in [lo, hi) for scales.
+void fill_random_bf16(uint16_t* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
+void fill_random_f32(float* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
+void fill_random_fp8(uint8_t* out, int64_t n, uint64_t seed, bool e5m2, cudaStream_t stream);
+void fill_random_positive(float* out, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);
+
+}  // namespace fp8train::ops::cuda
