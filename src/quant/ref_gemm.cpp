@@ -256,9 +256,9 @@ void fp32_gemm(const QuantTensor& a, const QuantTensor& b, const Plan& p, bool f
     }
 }
 
-bool row_has_special(const uint8_t* codes, int64_t k, num::Fp8Format f) {
+bool row_has_special(const uint8_t* codes, int64_t k, const bool* special) {
   for (int64_t t = 0; t < k; ++t)
-    if (num::fp8_parts(f, codes[t]).special) return true;
+    if (special[codes[t]]) return true;
   return false;
 }
 
@@ -285,9 +285,14 @@ void hopper_gemm(const QuantTensor& a, const QuantTensor& b, const Plan& plan, c
     return;
   }
   // The SIMD kernel treats NaN/Inf codes as zeros; rows holding them are recomputed with the model.
+  bool special_a[256], special_b[256];
+  for (int c = 0; c < 256; ++c) {
+    special_a[c] = num::fp8_parts(p.fa, static_cast<uint8_t>(c)).special;
+    special_b[c] = num::fp8_parts(p.fb, static_cast<uint8_t>(c)).special;
+  }
   std::vector<char> a_special(static_cast<size_t>(p.m)), b_special(static_cast<size_t>(p.n));
-  for (int64_t i = 0; i < p.m; ++i) a_special[static_cast<size_t>(i)] = row_has_special(p.a + i * p.k, p.k, p.fa);
-  for (int64_t j = 0; j < p.n; ++j) b_special[static_cast<size_t>(j)] = row_has_special(p.b + j * p.k, p.k, p.fb);
+  for (int64_t i = 0; i < p.m; ++i) a_special[static_cast<size_t>(i)] = row_has_special(p.a + i * p.k, p.k, special_a);
+  for (int64_t j = 0; j < p.n; ++j) b_special[static_cast<size_t>(j)] = row_has_special(p.b + j * p.k, p.k, special_b);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t i = 0; i < p.m; ++i)
     for (int64_t j = 0; j < p.n; ++j)

@@ -3,14 +3,18 @@
 // in ref_gemm.cpp; tests compare them with GemmConfig::force_scalar and with num::hopper_dot*.
 //
 // Hopper kernel: 32 output columns (four 8-lane float vectors) per panel.
-//   B panel p, element k: 160 bytes = 32 int8 operand exponents of columns 32p..32p+31, then their 32
-//                          decoded float values;   A row i: int8 exponents [K] and float values [K].
+//   B panel p: int8 operand exponents [K][32] of columns 32p..32p+31 and their decoded values [K][32]
+//   (float, pre-scaled, below);   A row i: int8 exponents [K] and float values [K].
 // The exponent is the FP8 operand exponent of num::fp8_parts (subnormals carry the minimum exponent);
 // zero codes get kZeroExp so that zero products never set the block maximum (saturating int8 adds keep
 // zero + zero at -128). For one block of n <= 32 products and the chain value c of each lane:
 //   E     = max(max over products of expA + expB, exponent of c (when c != 0), kMinBlockExp)
-//   term  = trunc(a * 2^(13 - E) * b): the exact product in units of 2^(E - 13), truncated toward zero by
-//           vcvttps2dq (both multiplies are exact: power-of-two scaling of an exact FP8×FP8 product)
+//   term  = trunc(a * b * 2^(13 - E)): the exact product in units of 2^(E - 13), truncated toward zero by
+//           vcvttps2dq. B's values are stored pre-scaled, b' = b * 2^(13 - T) (T = kFastMaxExp), so the
+//           exact product a * b' only needs 2^(T - E): when every lane has E <= T this is an integer add of
+//           (T - E) << 23 to the float's exponent field (no FP multiply; a zero product becomes a value
+//           below 2^-27 that truncates to 0, which is why T - E is clamped to 100), otherwise an exact
+//           multiply by 2^(T - E).
 //   c     = trunc(c * 2^(13 - E)) in the same units
 //   sum   = exact int32 sum (|sum| < 2^22); result = (float(sum) with its low 10 mantissa bits cleared)
 //           * 2^(E - 13): the FP22 normalise-and-truncate of num::hopper_block.
@@ -42,40 +46,43 @@ bool cpu_has_avx2_fma() {
 
 constexpr int kLanes = 16;        // fp32 kernel panel width
 constexpr int kHopperLanes = 32;  // hopper kernel panel width
-constexpr int kPanelBytes = kHopperLanes * 5;  // per k: 32 int8 exponents + 32 floats
 constexpr int8_t kZeroExp = -100;   // zero codes: zero products stay <= -85, below every real exponent
 constexpr int32_t kNoExp = -100000;
 constexpr int32_t kMinBlockExp = -100;
+// Real block exponents lie in [-41, ~60] (E5M2 subnormal products to long chains of large products): with
+// T = 58 the exponent-add path covers them, the multiply path the rest.
+constexpr int32_t kFastMaxExp = 58;
 
 struct CodeTable {
   int8_t exp[256];
   float value[256];
 };
 
-CodeTable make_table(num::Fp8Format f) {
+// value_scale: a power of two applied to every decoded value (exact).
+CodeTable make_table(num::Fp8Format f, float value_scale) {
   CodeTable t{};
   for (int c = 0; c < 256; ++c) {
     const num::Fp8Parts parts = num::fp8_parts(f, static_cast<uint8_t>(c));
     const bool zero = parts.special || parts.sig == 0;
     t.exp[c] = zero ? kZeroExp : static_cast<int8_t>(parts.exp);
-    t.value[c] = zero ? 0.0f : num::fp8_decode(f, static_cast<uint8_t>(c));
+    t.value[c] = zero ? 0.0f : num::fp8_decode(f, static_cast<uint8_t>(c)) * value_scale;
   }
   return t;
 }
 
-// One block of n <= 32 products for 32 lanes, updating the chain values c[0..3].
-FP8T_SIMD_INLINE void hopper_block32(const int8_t* a_exp, const float* a_val, const uint8_t* b, int n,
-                                     __m256 c[4]) {
+// One block of n <= 32 products for 32 lanes, updating the chain values c[0..3]. b_exp: [n][32] int8,
+// b_val: [n][32] float (pre-scaled by 2^(13 - T)).
+FP8T_SIMD_INLINE void hopper_block32(const int8_t* a_exp, const float* a_val, const int8_t* b_exp,
+                                     const float* b_val, int n, __m256 c[4]) {
   __m256i m = _mm256_set1_epi8(-128);
   for (int t = 0; t < n; ++t) {
-    const __m256i be = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + kPanelBytes * t));
+    const __m256i be = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b_exp + kHopperLanes * t));
     m = _mm256_max_epi8(m, _mm256_adds_epi8(_mm256_set1_epi8(a_exp[t]), be));
   }
   const __m128i m_lo = _mm256_castsi256_si128(m), m_hi = _mm256_extracti128_si256(m, 1);
   const __m256i pmax[4] = {_mm256_cvtepi8_epi32(m_lo), _mm256_cvtepi8_epi32(_mm_srli_si128(m_lo, 8)),
                            _mm256_cvtepi8_epi32(m_hi), _mm256_cvtepi8_epi32(_mm_srli_si128(m_hi, 8))};
   const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
-  __m256 up[4];     // 2^(13 - E)
   __m256i e[4];
   __m256i sum[4];
   for (int v = 0; v < 4; ++v) {
@@ -84,15 +91,37 @@ FP8T_SIMD_INLINE void hopper_block32(const int8_t* a_exp, const float* a_val, co
     const __m256i ec = _mm256_blendv_epi8(_mm256_sub_epi32(_mm256_srli_epi32(cabs, 23), _mm256_set1_epi32(127)),
                                           _mm256_set1_epi32(kNoExp), czero);
     e[v] = _mm256_max_epi32(_mm256_max_epi32(pmax[v], ec), _mm256_set1_epi32(kMinBlockExp));
-    up[v] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(127 + 13), e[v]), 23));
-    sum[v] = _mm256_cvttps_epi32(_mm256_mul_ps(c[v], up[v]));
+    // c in units of 2^(E - 13): c * 2^(13 - E), exact, truncated toward zero.
+    const __m256 up = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(127 + 13), e[v]), 23));
+    sum[v] = _mm256_cvttps_epi32(_mm256_mul_ps(c[v], up));
   }
-  for (int t = 0; t < n; ++t) {
-    const __m256 av = _mm256_set1_ps(a_val[t]);
-    const float* bv = reinterpret_cast<const float*>(b + kPanelBytes * t + kHopperLanes);
-    for (int v = 0; v < 4; ++v) {
-      const __m256 prod = _mm256_mul_ps(_mm256_mul_ps(av, up[v]), _mm256_loadu_ps(bv + 8 * v));
-      sum[v] = _mm256_add_epi32(sum[v], _mm256_cvttps_epi32(prod));
+  const __m256i fast_max = _mm256_set1_epi32(kFastMaxExp);
+  int over = 0;
+  for (int v = 0; v < 4; ++v) over |= _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(e[v], fast_max)));
+  if (over == 0) {
+    __m256i shift[4];  // (T - E) << 23, T - E clamped to 100 (only all-zero lanes reach the clamp)
+    for (int v = 0; v < 4; ++v)
+      shift[v] = _mm256_slli_epi32(_mm256_min_epi32(_mm256_sub_epi32(fast_max, e[v]), _mm256_set1_epi32(100)), 23);
+    for (int t = 0; t < n; ++t) {
+      const __m256 av = _mm256_set1_ps(a_val[t]);
+      const float* bv = b_val + kHopperLanes * t;
+      for (int v = 0; v < 4; ++v) {
+        const __m256i prod = _mm256_castps_si256(_mm256_mul_ps(av, _mm256_loadu_ps(bv + 8 * v)));
+        const __m256 scaled = _mm256_castsi256_ps(_mm256_add_epi32(prod, shift[v]));
+        sum[v] = _mm256_add_epi32(sum[v], _mm256_cvttps_epi32(scaled));
+      }
+    }
+  } else {
+    __m256 rescale[4];  // 2^(T - E)
+    for (int v = 0; v < 4; ++v)
+      rescale[v] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(127 + kFastMaxExp), e[v]), 23));
+    for (int t = 0; t < n; ++t) {
+      const __m256 av = _mm256_set1_ps(a_val[t]);
+      const float* bv = b_val + kHopperLanes * t;
+      for (int v = 0; v < 4; ++v) {
+        const __m256 prod = _mm256_mul_ps(_mm256_mul_ps(av, rescale[v]), _mm256_loadu_ps(bv + 8 * v));
+        sum[v] = _mm256_add_epi32(sum[v], _mm256_cvttps_epi32(prod));
+      }
     }
   }
   const __m256 trunc_mask = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int32_t>(0xFFFFFC00u)));
@@ -103,19 +132,29 @@ FP8T_SIMD_INLINE void hopper_block32(const int8_t* a_exp, const float* a_val, co
   }
 }
 
-// The whole K loop of one output row and one 32-column panel. out receives `lanes` valid columns.
-// sb_panel: [groups][32] scales of the panel's columns (block scales only).
-FP8T_SIMD void hopper_row_panel(const HopperProblem& p, const int8_t* a_exp, const float* a_val,
-                                const uint8_t* bpanel, const float* sb_panel, int64_t i, float* out, int lanes) {
+// Accumulator state of one output row across a 32-column panel, kept in memory between K chunks.
+struct alignas(32) RowState {
+  float acc[kHopperLanes];
+  float chain[kHopperLanes];
+  float pending[kHopperLanes];
+};
+
+// Blocks [k_begin, k_end) of one output row and one 32-column panel (k_begin a multiple of 32), with the
+// promotion rules of hopper_element. sb_panel: [groups][32] scales of the panel's columns.
+FP8T_SIMD void hopper_row_chunk(const HopperProblem& p, const int8_t* a_exp, const float* a_val,
+                                const int8_t* b_exp, const float* b_val, const float* sb_panel, int64_t i,
+                                int64_t k_begin, int64_t k_end, RowState& st) {
   const int64_t K = p.k, P = p.promote, G = p.group_k;
   __m256 acc[4], chain[4];
-  for (int v = 0; v < 4; ++v) acc[v] = chain[v] = _mm256_setzero_ps();
-  alignas(32) float pending[kHopperLanes] = {};
+  for (int v = 0; v < 4; ++v) {
+    acc[v] = _mm256_load_ps(st.acc + 8 * v);
+    chain[v] = _mm256_load_ps(st.chain + 8 * v);
+  }
   alignas(32) float tmp[kHopperLanes];
   const bool pending_model = !p.per_tensor && (P == num::kNeverPromote || P > G);
-  for (int64_t k0 = 0; k0 < K; k0 += num::kHopperBlockK) {
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += num::kHopperBlockK) {
     const int n = static_cast<int>(std::min<int64_t>(num::kHopperBlockK, K - k0));
-    hopper_block32(a_exp + k0, a_val + k0, bpanel + kPanelBytes * k0, n, chain);
+    hopper_block32(a_exp + k0, a_val + k0, b_exp + kHopperLanes * k0, b_val + kHopperLanes * k0, n, chain);
     const int64_t end = k0 + n;
     if (p.per_tensor) {
       if (P != num::kNeverPromote && (end % P == 0 || end == K)) {
@@ -142,47 +181,53 @@ FP8T_SIMD void hopper_row_panel(const HopperProblem& p, const int8_t* a_exp, con
         _mm256_store_ps(tmp + 8 * v, _mm256_mul_ps(_mm256_mul_ps(sa, _mm256_loadu_ps(sb + 8 * v)), chain[v]));
         chain[v] = _mm256_setzero_ps();
       }
-      for (int l = 0; l < kHopperLanes; ++l) pending[l] = fp22_add(pending[l], tmp[l]);
+      for (int l = 0; l < kHopperLanes; ++l) st.pending[l] = fp22_add(st.pending[l], tmp[l]);
       if ((P != num::kNeverPromote && end % P == 0) || end == K) {
-        for (int v = 0; v < 4; ++v) acc[v] = _mm256_add_ps(acc[v], _mm256_load_ps(pending + 8 * v));
-        std::fill(pending, pending + kHopperLanes, 0.0f);
+        for (int v = 0; v < 4; ++v) acc[v] = _mm256_add_ps(acc[v], _mm256_load_ps(st.pending + 8 * v));
+        std::fill(st.pending, st.pending + kHopperLanes, 0.0f);
       }
     }
   }
-  for (int v = 0; v < 4; ++v)
-    _mm256_store_ps(tmp + 8 * v, p.per_tensor && P == num::kNeverPromote ? chain[v] : acc[v]);
-  std::copy(tmp, tmp + lanes, out);
+  for (int v = 0; v < 4; ++v) {
+    _mm256_store_ps(st.acc + 8 * v, acc[v]);
+    _mm256_store_ps(st.chain + 8 * v, chain[v]);
+  }
 }
 
 FP8T_SIMD void hopper_gemm_avx2(const HopperProblem& p, float* acc) {
   const int64_t M = p.m, N = p.n, K = p.k;
-  const CodeTable ta = make_table(p.fa), tb = make_table(p.fb);
+  const CodeTable ta = make_table(p.fa, 1.0f), tb = make_table(p.fb, 0x1p-45f);  // 2^(13 - kFastMaxExp)
   const int64_t panels = (N + kHopperLanes - 1) / kHopperLanes;
   const int64_t groups = p.per_tensor ? 1 : (K + p.group_k - 1) / p.group_k;
-  std::vector<uint8_t> bpack(static_cast<size_t>(panels * K * kPanelBytes));
+  // B panels: exponents [panels][K][32] int8 and values [panels][K][32] float (padding columns: zero codes).
+  std::vector<int8_t> bexp(static_cast<size_t>(panels * K * kHopperLanes));
+  std::vector<float> bval(static_cast<size_t>(panels * K * kHopperLanes));
   std::vector<float> sbpack(static_cast<size_t>(panels * groups * kHopperLanes), 1.0f);
 #pragma omp parallel for schedule(static)
   for (int64_t pn = 0; pn < panels; ++pn) {
-    uint8_t* dst = bpack.data() + pn * K * kPanelBytes;
+    int8_t* de = bexp.data() + pn * K * kHopperLanes;
+    float* dv = bval.data() + pn * K * kHopperLanes;
     for (int l = 0; l < kHopperLanes; ++l) {
       const int64_t j = pn * kHopperLanes + l;
       for (int64_t k = 0; k < K; ++k) {
         const uint8_t code = j < N ? p.b[j * K + k] : uint8_t{0};
-        uint8_t* rec = dst + kPanelBytes * k;
-        rec[l] = static_cast<uint8_t>(tb.exp[code]);
-        std::memcpy(rec + kHopperLanes + 4 * l, &tb.value[code], 4);
+        de[kHopperLanes * k + l] = tb.exp[code];
+        dv[kHopperLanes * k + l] = tb.value[code];
       }
       if (!p.per_tensor && j < N)
         for (int64_t g = 0; g < groups; ++g)
           sbpack[static_cast<size_t>((pn * groups + g) * kHopperLanes + l)] = p.sb.at(j, g);
     }
   }
-  constexpr int64_t kRowBlock = 8;
+  // Row blocks × panels; inside, K in chunks of kChunkK so a panel chunk (kChunkK · 160 bytes) stays in L1
+  // while every row of the block walks over it.
+  constexpr int64_t kRowBlock = 8, kChunkK = 128;
   const int64_t row_blocks = (M + kRowBlock - 1) / kRowBlock;
 #pragma omp parallel
   {
     std::vector<int8_t> a_exp(static_cast<size_t>(kRowBlock * K));
     std::vector<float> a_val(static_cast<size_t>(kRowBlock * K));
+    std::vector<RowState> state(kRowBlock);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t rb = 0; rb < row_blocks; ++rb) {
       const int64_t i0 = rb * kRowBlock, i1 = std::min(M, i0 + kRowBlock);
@@ -195,11 +240,22 @@ FP8T_SIMD void hopper_gemm_avx2(const HopperProblem& p, float* acc) {
         }
       }
       for (int64_t pn = 0; pn < panels; ++pn) {
+        const int8_t* pe = bexp.data() + pn * K * kHopperLanes;
+        const float* pv = bval.data() + pn * K * kHopperLanes;
+        const float* sb = sbpack.data() + pn * groups * kHopperLanes;
+        for (auto& st : state) st = RowState{};
+        for (int64_t kc = 0; kc < K; kc += kChunkK) {
+          const int64_t kc_end = std::min(K, kc + kChunkK);
+          for (int64_t i = i0; i < i1; ++i)
+            hopper_row_chunk(p, a_exp.data() + (i - i0) * K, a_val.data() + (i - i0) * K, pe, pv, sb, i, kc, kc_end,
+                             state[static_cast<size_t>(i - i0)]);
+        }
         const int lanes = static_cast<int>(std::min<int64_t>(kHopperLanes, N - pn * kHopperLanes));
-        for (int64_t i = i0; i < i1; ++i)
-          hopper_row_panel(p, a_exp.data() + (i - i0) * K, a_val.data() + (i - i0) * K,
-                           bpack.data() + pn * K * kPanelBytes, sbpack.data() + pn * groups * kHopperLanes, i,
-                           acc + i * N + pn * kHopperLanes, lanes);
+        const bool chain_only = p.per_tensor && p.promote == num::kNeverPromote;
+        for (int64_t i = i0; i < i1; ++i) {
+          const RowState& st = state[static_cast<size_t>(i - i0)];
+          std::copy(chain_only ? st.chain : st.acc, (chain_only ? st.chain : st.acc) + lanes, acc + i * N + pn * kHopperLanes);
+        }
       }
     }
   }
