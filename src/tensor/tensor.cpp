@@ -139,6 +139,28 @@ Tensor Tensor::narrow(int d, int64_t start, int64_t length) const {
   return t;
 }
 
+Tensor Tensor::as_strided(Shape shape, std::vector<int64_t> strides, int64_t offset) const {
+  FP8T_CHECK(shape.size() == strides.size(), "as_strided: {} sizes but {} strides", shape.size(), strides.size());
+  int64_t lo = offset_ + offset, hi = offset_ + offset;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    FP8T_CHECK(shape[i] >= 0, "as_strided: negative size in {}", shape_str(shape));
+    if (shape[i] == 0) {
+      hi = lo - 1;
+      break;
+    }
+    const int64_t extent = (shape[i] - 1) * strides[i];
+    (extent < 0 ? lo : hi) += extent;
+  }
+  const int64_t capacity = static_cast<int64_t>(storage().bytes() / dtype_size(dtype_));
+  FP8T_CHECK(lo >= 0 && hi < capacity, "as_strided{} strides{} offset {} leaves the storage of {} elements",
+             shape_str(shape), shape_str(strides), offset, capacity);
+  Tensor t = *this;
+  t.offset_ += offset;
+  t.shape_ = std::move(shape);
+  t.strides_ = std::move(strides);
+  return t;
+}
+
 namespace {
 // Strided element copy on the host, any rank: walks the destination in row-major order.
 void host_strided_copy(const Tensor& src, void* dst) {

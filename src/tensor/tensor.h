@@ -94,6 +94,10 @@ class Tensor {
   // Elements [start, start + length) along dimension d (a view).
   Tensor narrow(int d, int64_t start, int64_t length) const;
   Tensor rows(int64_t begin, int64_t end) const { return narrow(0, begin, end - begin); }
+  // Any view of the same storage: new sizes and strides (elements), starting `offset` elements after this view's
+  // first element; checked to stay inside the storage. E.g. [rows, heads, d] with stride(0) = heads·stride(1)
+  // seen as the matrix [rows·heads, d].
+  Tensor as_strided(Shape shape, std::vector<int64_t> strides, int64_t offset = 0) const;
   Tensor cols(int64_t begin, int64_t end) const { return narrow(1, begin, end - begin); }
 
   // A contiguous copy on the same device (strided sources: CPU only here; use ops::copy on other devices).

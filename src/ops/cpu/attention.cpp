@@ -28,7 +28,9 @@ template <class T>
 void forward_impl(const AttentionProblem& p, const T* q, const T* k, const T* v, T* o, T* lse) {
   const int64_t tasks = p.batch * p.heads, T_ = p.seq;
   const T scale = static_cast<T>(p.scale);
-#pragma omp parallel
+  // below ~1 MFLOP the thread fork costs more than it saves (and small problems are what gradient checks run)
+  const bool parallel = tasks > 1 && tasks * T_ * T_ * (p.qk_dim + p.v_dim) > 1000000;
+#pragma omp parallel if (parallel)
   {
     std::vector<T> s(static_cast<size_t>(kQueryBlock * T_));
 #pragma omp for schedule(static)
@@ -72,7 +74,8 @@ void backward_impl(const AttentionProblem& p, const T* q, const T* k, const T* v
                    const T* dout, T* dq, T* dk, T* dv) {
   const int64_t tasks = p.batch * p.heads, T_ = p.seq;
   const T scale = static_cast<T>(p.scale);
-#pragma omp parallel
+  const bool parallel = tasks > 1 && tasks * T_ * T_ * (p.qk_dim + p.v_dim) > 500000;
+#pragma omp parallel if (parallel)
   {
     std::vector<T> prob(static_cast<size_t>(kQueryBlock * T_)), dprob(prob.size());
     std::vector<T> delta(static_cast<size_t>(kQueryBlock));

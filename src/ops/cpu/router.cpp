@@ -27,7 +27,7 @@ template <class T>
 void forward_impl(const RouterProblem& p, const T* logits, const float* bias, T* scores, int32_t* selected, T* gates) {
   const int64_t E = p.n_experts, K = p.top_k;
   const int64_t group_size = E / p.n_group;
-#pragma omp parallel
+#pragma omp parallel if (p.tokens * E > 16384)
   {
     std::vector<T> key(static_cast<size_t>(E)), group_key(static_cast<size_t>(p.n_group));
     std::vector<int32_t> cand, groups;
@@ -117,7 +117,7 @@ template <class T>
 double balance_forward_impl(const BalanceLossProblem& p, const T* scores, const int32_t* selected) {
   const int64_t E = p.n_experts;
   std::vector<double> per_sequence(static_cast<size_t>(p.batch));
-#pragma omp parallel for schedule(static) if (p.batch > 1)
+#pragma omp parallel for schedule(static) if (p.batch > 1 && p.batch * p.seq * p.n_experts > 16384)
   for (int64_t b = 0; b < p.batch; ++b) {
     const std::vector<double> f = frequencies<T>(p, selected, b);
     std::vector<double> P(static_cast<size_t>(E), 0.0);
@@ -141,7 +141,7 @@ void balance_backward_impl(const BalanceLossProblem& p, const T* scores, const i
                            T* dscores) {
   const int64_t E = p.n_experts;
   const double c = dloss * p.alpha / static_cast<double>(p.batch * p.seq);
-#pragma omp parallel for schedule(static) if (p.batch > 1)
+#pragma omp parallel for schedule(static) if (p.batch > 1 && p.batch * p.seq * p.n_experts > 16384)
   for (int64_t b = 0; b < p.batch; ++b) {
     const std::vector<double> f = frequencies<T>(p, selected, b);
     for (int64_t t = b * p.seq; t < (b + 1) * p.seq; ++t) {

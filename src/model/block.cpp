@@ -1,0 +1,50 @@
+// Transformer block forward/backward (see block.h).
+#include "model/block.h"
+
+#include "ops/elementwise.h"
+
+namespace fp8train::model {
+
+Block::Block(ParameterSet& params, const std::string& prefix, const ModelConfig& c, DType dtype, int layer, bool moe)
+    : prefix_(prefix) {
+  attn_norm_ = RMSNorm(params, prefix + ".attn_norm", c.hidden_size, c.rms_norm_eps, dtype);
+  attn_ = MLA(params, prefix + ".attn", c, dtype, layer);
+  ffn_norm_ = RMSNorm(params, prefix + ".ffn_norm", c.hidden_size, c.rms_norm_eps, dtype);
+  if (moe) {
+    moe_ = std::make_unique<MoE>(params, prefix + ".moe", c, dtype, layer);
+  } else {
+    ffn_ = SwigluFFN(params, prefix + ".ffn", c.hidden_size, c.intermediate_size, dtype, layer);
+  }
+}
+
+Tensor Block::forward(const StepContext& ctx, const Tensor& x, State* st, double* balance_loss) {
+  const bool keep = ctx.training && st;
+  // h = x + MLA(RMSNorm(x))
+  const Tensor a = attn_norm_.forward(ctx, x, prefix_ + ".attn_norm", keep ? &st->attn_norm : nullptr);
+  const Tensor h = attn_.forward(ctx, a, keep ? &st->attn : nullptr);
+  ops::axpy(1.0, x, h);
+  // y = h + FFN(RMSNorm(h))
+  const Tensor b = ffn_norm_.forward(ctx, h, prefix_ + ".ffn_norm", keep ? &st->ffn_norm : nullptr);
+  const Tensor y = moe_ ? moe_->forward(ctx, b, keep ? &st->moe : nullptr, balance_loss)
+                        : ffn_.forward(ctx, b, keep ? &st->ffn : nullptr);
+  ops::axpy(1.0, h, y);
+  return y;
+}
+
+void Block::backward(const StepContext& ctx, const State& st, const Tensor& dresid) const {
+  const int64_t n = dresid.size(0), d = dresid.size(1);
+  const Tensor b = ffn_norm_.output(ctx, st.ffn_norm);
+  const Tensor db = Tensor::empty({n, d}, dresid.dtype(), MemCategory::Workspace, dresid.device());
+  if (moe_) {
+    moe_->backward(ctx, st.moe, dresid, b, db, false);
+  } else {
+    ffn_.backward(ctx, st.ffn, dresid, b, db, false);
+  }
+  ffn_norm_.backward(ctx, st.ffn_norm, db, dresid, true);  // dresid = ∂L/∂h
+  const Tensor a = attn_norm_.output(ctx, st.attn_norm);
+  const Tensor da = Tensor::empty({n, d}, dresid.dtype(), MemCategory::Workspace, dresid.device());
+  attn_.backward(ctx, st.attn, dresid, a, da, false);
+  attn_norm_.backward(ctx, st.attn_norm, da, dresid, true);  // dresid = ∂L/∂x
+}
+
+}  // namespace fp8train::model

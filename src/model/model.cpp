@@ -1,0 +1,289 @@
+// DeepSeekV3Model: forward, backward, fused head loss, MTP and router-bias updates (see model.h).
+#include "model/model.h"
+
+#include <algorithm>
+
+#include "ops/cross_entropy.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/gemm.h"
+
+namespace fp8train::model {
+
+double ExpertLoad::max_over_mean() const {
+  int64_t total = 0, mx = 0;
+  for (int64_t l : load) {
+    total += l;
+    mx = std::max(mx, l);
+  }
+  return total > 0 ? static_cast<double>(mx) * static_cast<double>(load.size()) / static_cast<double>(total) : 0.0;
+}
+
+// MTP module k: h'^k = M_k·[RMSNorm(h^{k−1}); RMSNorm(Emb(t_{i+k}))], h^k = Block_k(h'^k), then its own RMSNorm
+// before the shared head.
+struct DeepSeekV3Model::Mtp {
+  std::string prefix;
+  RMSNorm hnorm, enorm, norm;
+  Linear eh_proj;  // M_k: [d, 2d]
+  std::unique_ptr<Block> block;
+  struct State {
+    RMSNorm::State hnorm, enorm, norm;
+    SavedTensor cat;  // [RMSNorm(h); RMSNorm(emb)]: [tokens, 2d], the input of M_k
+    Block::State block;
+    Tensor ids;       // Emb's tokens t_{i+k}
+    Tensor dnorm;     // ∂L/∂(norm output), produced by the fused head loss during forward
+  };
+};
+
+DeepSeekV3Model::DeepSeekV3Model(const ModelConfig& config, const ModelOptions& options)
+    : config_(config), dtype_(options.dtype) {
+  config_.validate();
+  FP8T_CHECK(is_floating(dtype_), "the model computes in f32 or f64, not {}", dtype_name(dtype_));
+  const ModelConfig& c = config_;
+  const int64_t d = c.hidden_size;
+  Parameter& emb = params_.add("embed.weight", {c.vocab_size, d}, dtype_, Init::Normal);
+  embed_ = emb.value;
+  embed_grad_ = emb.grad;
+  for (int64_t i = 0; i < c.n_layers; ++i)
+    layers_.push_back(std::make_unique<Block>(params_, "layers." + std::to_string(i), c, dtype_, static_cast<int>(i),
+                                              c.is_moe_layer(i)));
+  norm_ = RMSNorm(params_, "norm", d, c.rms_norm_eps, dtype_);
+  if (c.tie_embeddings) {
+    head_ = embed_;
+    head_grad_ = embed_grad_;
+  } else {
+    Parameter& head = params_.add("head.weight", {c.vocab_size, d}, dtype_, Init::Normal);
+    head_ = head.value;
+    head_grad_ = head.grad;
+  }
+  const bool mtp_moe = c.n_dense_layers < c.n_layers;  // MTP blocks use MoE when the model has MoE layers
+  for (int64_t k = 0; k < c.mtp_depth; ++k) {
+    auto m = std::make_unique<Mtp>();
+    m->prefix = "mtp." + std::to_string(k);
+    const int layer = static_cast<int>(c.n_layers + k);
+    m->enorm = RMSNorm(params_, m->prefix + ".enorm", d, c.rms_norm_eps, dtype_);
+    m->hnorm = RMSNorm(params_, m->prefix + ".hnorm", d, c.rms_norm_eps, dtype_);
+    m->eh_proj = Linear(params_, m->prefix + ".eh_proj", 2 * d, d, dtype_, layer);
+    m->block = std::make_unique<Block>(params_, m->prefix + ".block", c, dtype_, layer, mtp_moe);
+    m->norm = RMSNorm(params_, m->prefix + ".norm", d, c.rms_norm_eps, dtype_);
+    mtp_.push_back(std::move(m));
+  }
+  params_.initialize(options.seed, c.init_std);
+  linear_ = make_fp32_linear_compute();
+  cache_ = std::make_shared<ActivationCache>();
+}
+
+DeepSeekV3Model::~DeepSeekV3Model() = default;
+
+void DeepSeekV3Model::set_linear_compute(std::shared_ptr<LinearCompute> linear) {
+  FP8T_CHECK(linear != nullptr, "set_linear_compute: null");
+  linear_ = std::move(linear);
+}
+void DeepSeekV3Model::set_activation_cache(std::shared_ptr<ActivationCache> cache) {
+  FP8T_CHECK(cache != nullptr, "set_activation_cache: null");
+  cache_ = std::move(cache);
+}
+void DeepSeekV3Model::set_mtp_lambda(double lambda) {
+  FP8T_CHECK(lambda >= 0, "mtp_lambda must be >= 0, got {}", lambda);
+  config_.mtp_lambda = lambda;
+}
+void DeepSeekV3Model::set_bias_update_speed(double gamma) {
+  FP8T_CHECK(gamma >= 0, "bias_update_speed must be >= 0, got {}", gamma);
+  config_.bias_update_speed = gamma;
+}
+void DeepSeekV3Model::set_seq_aux_loss_alpha(double alpha) {
+  FP8T_CHECK(alpha >= 0, "seq_aux_loss_alpha must be >= 0, got {}", alpha);
+  config_.seq_aux_loss_alpha = alpha;
+  for (MoE* m : moe_layers()) m->set_seq_aux_loss_alpha(alpha);
+}
+
+std::vector<MoE*> DeepSeekV3Model::moe_layers() {
+  std::vector<MoE*> out;
+  for (auto& b : layers_)
+    if (b->is_moe()) out.push_back(b->moe());
+  for (auto& m : mtp_)
+    if (m->block->is_moe()) out.push_back(m->block->moe());
+  return out;
+}
+
+std::vector<ExpertLoad> DeepSeekV3Model::expert_loads() const {
+  std::vector<ExpertLoad> out;
+  auto add = [&](const Block& b) {
+    if (b.is_moe()) out.push_back({b.moe()->name(), b.moe()->pending_load()});
+  };
+  for (const auto& b : layers_) add(*b);
+  for (const auto& m : mtp_) add(*m->block);
+  return out;
+}
+
+void DeepSeekV3Model::update_router_biases() {
+  for (MoE* m : moe_layers()) m->update_bias(config_.bias_update_speed);
+}
+
+void DeepSeekV3Model::clear_expert_loads() {
+  for (MoE* m : moe_layers()) m->clear_load();
+}
+
+std::pair<double, int64_t> DeepSeekV3Model::head_loss(const Tensor& h, const Tensor& targets, double scale,
+                                                      const Tensor& dh) {
+  const int64_t n = h.size(0), vocab = config_.vocab_size;
+  // rows per chunk: at most ~4M logits live at once, whatever the vocabulary
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(n, (int64_t{1} << 22) / vocab));
+  double loss = 0;
+  int64_t count = 0;
+  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+    const int64_t r1 = std::min(n, r0 + chunk);
+    const Tensor hc = h.rows(r0, r1);
+    const Tensor logits = ops::matmul(hc, false, head_, true);  // [rows, vocab], high precision
+    const ops::CrossEntropyResult ce =
+        ops::cross_entropy_fused(logits, targets.narrow(0, r0, r1 - r0), dh.defined(), scale);
+    loss += ce.loss_sum;
+    count += ce.count;
+    if (dh.defined()) {  // logits now hold ∂(scale·CE)/∂logits
+      ops::gemm(logits, false, head_, false, dh.rows(r0, r1));
+      ops::gemm(logits, true, hc, false, head_grad_, {.beta = 1.0});
+    }
+  }
+  return {loss, count};
+}
+
+LossBreakdown DeepSeekV3Model::run(const Tensor& inputs, const Tensor& targets, int64_t batch, bool training,
+                                   bool include_mtp, double grad_scale) {
+  const ModelConfig& c = config_;
+  FP8T_CHECK(inputs.defined() && inputs.dtype() == DType::I32 && inputs.dim() == 1 && inputs.is_contiguous(),
+             "model inputs must be a contiguous i32 [batch·seq] tensor, got {}", inputs.str());
+  FP8T_CHECK(targets.defined() && targets.dtype() == DType::I32 && targets.numel() == inputs.numel() &&
+                 targets.is_contiguous(),
+             "model targets must be a contiguous i32 tensor like the inputs ({}), got {}", inputs.str(), targets.str());
+  FP8T_CHECK(batch > 0 && inputs.numel() % batch == 0 && inputs.numel() > 0,
+             "{} tokens are not {} whole sequences", inputs.numel(), batch);
+  const int64_t n = inputs.numel(), seq = n / batch, d = c.hidden_size;
+  const Device dev = inputs.device();
+  StepContext ctx;
+  ctx.batch = batch;
+  ctx.seq = seq;
+  ctx.training = training;
+  ctx.linear = linear_.get();
+  ctx.cache = cache_.get();
+  ctx.grad_scale = grad_scale;
+  ctx.dtype = dtype_;
+
+  LossBreakdown out;
+  double balance = 0;
+  // embedding and the main blocks
+  Tensor x = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
+  ops::embedding_forward(inputs, embed_, x);
+  std::vector<Block::State> states(training ? layers_.size() : 0);
+  for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i]->forward(ctx, x, training ? &states[i] : nullptr, &balance);
+  const Tensor h_main = x;  // h^0 for MTP: the last block's output, before the final norm
+  RMSNorm::State final_norm;
+  const Tensor hn = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
+  norm_.forward(ctx, h_main, hn, "norm", training ? &final_norm : nullptr, false);
+  // main loss: mean next-token cross-entropy, fused with the head
+  const std::vector<int32_t> tg = targets.to_vector<int32_t>();
+  const int64_t main_count = std::count_if(tg.begin(), tg.end(), [](int32_t t) { return t >= 0; });
+  const Tensor dhn = training ? Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev) : Tensor();
+  const auto [main_sum, counted] = head_loss(hn, targets, grad_scale / std::max<int64_t>(main_count, 1), dhn);
+  out.main = counted > 0 ? main_sum / static_cast<double>(counted) : 0.0;
+  out.main_tokens = counted;
+
+  // MTP: module k predicts t_{i+k+1} from h^{k−1}_i and Emb(t_{i+k})
+  std::vector<Mtp::State> mtp_states(include_mtp ? mtp_.size() : 0);
+  if (include_mtp && !mtp_.empty()) {
+    const std::vector<int32_t> in = inputs.to_vector<int32_t>();
+    const double weight = c.mtp_lambda / static_cast<double>(mtp_.size());  // λ/D
+    Tensor h_prev = h_main;
+    for (size_t k = 0; k < mtp_.size(); ++k) {
+      Mtp& m = *mtp_[k];
+      Mtp::State& st = mtp_states[k];
+      const int64_t depth = static_cast<int64_t>(k) + 1;
+      std::vector<int32_t> ids(static_cast<size_t>(n)), tk(static_cast<size_t>(n));
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t i = 0; i < seq; ++i) {
+          const bool inside = i + depth < seq;  // t_{i+k} is an input of this window
+          ids[b * seq + i] = inside ? in[b * seq + i + depth] : 0;
+          tk[b * seq + i] = inside ? tg[b * seq + i + depth] : -1;
+        }
+      st.ids = Tensor::from_vector(ids, {n}, MemCategory::Workspace, dev);
+      const Tensor targets_k = Tensor::from_vector(tk, {n}, MemCategory::Workspace, dev);
+      const Tensor emb = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
+      ops::embedding_forward(st.ids, embed_, emb);
+      const Tensor cat = Tensor::empty({n, 2 * d}, dtype_, MemCategory::Workspace, dev);
+      m.hnorm.forward(ctx, h_prev, cat.cols(0, d), m.prefix + ".hnorm", training ? &st.hnorm : nullptr, false);
+      m.enorm.forward(ctx, emb, cat.cols(d, 2 * d), m.prefix + ".enorm", training ? &st.enorm : nullptr, false);
+      if (training) st.cat = cache_->save(cat, {m.prefix + ".eh_proj", CacheKind::LinearInput});
+      const Tensor h_proj = m.eh_proj.forward(ctx, cat);  // h'^k = M_k·[RMSNorm(h); RMSNorm(emb)]
+      const Tensor hk = m.block->forward(ctx, h_proj, training ? &st.block : nullptr, &balance);
+      const Tensor on = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
+      m.norm.forward(ctx, hk, on, m.prefix + ".norm", training ? &st.norm : nullptr, false);
+      const int64_t count_k = std::count_if(tk.begin(), tk.end(), [](int32_t t) { return t >= 0; });
+      if (training) st.dnorm = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
+      const auto [sum_k, counted_k] =
+          head_loss(on, targets_k, grad_scale * weight / std::max<int64_t>(count_k, 1), st.dnorm);
+      const double lk = counted_k > 0 ? sum_k / static_cast<double>(counted_k) : 0.0;  // L^k
+      out.mtp_per_depth.push_back(lk);
+      out.mtp += weight * lk;  // L_MTP = λ/D·Σ_k L^k
+      h_prev = hk;
+    }
+  }
+  out.balance = balance;
+  out.total = out.main + out.mtp + out.balance;
+  if (!training) return out;
+
+  // backward: MTP modules in reverse, then the final norm, the blocks and the embedding
+  Tensor dh_next;  // ∂L/∂h^k from module k+1's hnorm
+  for (size_t kk = mtp_states.size(); kk-- > 0;) {
+    Mtp& m = *mtp_[kk];
+    const Mtp::State& st = mtp_states[kk];
+    const Tensor dhk = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
+    m.norm.backward(ctx, st.norm, st.dnorm, dhk, false);
+    if (dh_next.defined()) ops::axpy(1.0, dh_next, dhk);
+    m.block->backward(ctx, st.block, dhk);  // now ∂L/∂h'^k
+    const Tensor dcat = Tensor::empty({n, 2 * d}, dtype_, MemCategory::Workspace, dev);
+    m.eh_proj.backward(ctx, dhk, cache_->load(st.cat), dcat, false);
+    const Tensor demb = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
+    m.enorm.backward(ctx, st.enorm, dcat.cols(d, 2 * d), demb, false);
+    ops::embedding_backward(st.ids, demb, embed_grad_);
+    const Tensor dprev = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
+    m.hnorm.backward(ctx, st.hnorm, dcat.cols(0, d), dprev, false);
+    dh_next = dprev;
+  }
+  const Tensor dx = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
+  norm_.backward(ctx, final_norm, dhn, dx, false);
+  if (dh_next.defined()) ops::axpy(1.0, dh_next, dx);
+  for (size_t i = layers_.size(); i-- > 0;) layers_[i]->backward(ctx, states[i], dx);
+  ops::embedding_backward(inputs, dx, embed_grad_);
+  return out;
+}
+
+LossBreakdown DeepSeekV3Model::forward_backward(const Tensor& inputs, const Tensor& targets, int64_t batch,
+                                                double grad_scale) {
+  return run(inputs, targets, batch, true, true, grad_scale);
+}
+
+LossBreakdown DeepSeekV3Model::forward(const Tensor& inputs, const Tensor& targets, int64_t batch, bool include_mtp) {
+  return run(inputs, targets, batch, false, include_mtp, 1.0);
+}
+
+Tensor DeepSeekV3Model::last_logits(const Tensor& inputs, int64_t batch) {
+  FP8T_CHECK(inputs.defined() && inputs.dtype() == DType::I32 && inputs.dim() == 1 && batch > 0 &&
+                 inputs.numel() % batch == 0,
+             "last_logits: inputs must be i32 [batch·seq], got {} for batch {}", inputs.str(), batch);
+  const int64_t n = inputs.numel(), seq = n / batch, d = config_.hidden_size;
+  const Device dev = inputs.device();
+  StepContext ctx;
+  ctx.batch = batch;
+  ctx.seq = seq;
+  ctx.linear = linear_.get();
+  ctx.cache = cache_.get();
+  ctx.dtype = dtype_;
+  Tensor x = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
+  ops::embedding_forward(inputs, embed_, x);
+  for (auto& layer : layers_) x = layer->forward(ctx, x, nullptr, nullptr);
+  const Tensor last = Tensor::empty({batch, d}, dtype_, MemCategory::Workspace, dev);
+  for (int64_t b = 0; b < batch; ++b) ops::copy(x.rows((b + 1) * seq - 1, (b + 1) * seq), last.rows(b, b + 1));
+  const Tensor hn = norm_.forward(ctx, last, "norm", nullptr);
+  return ops::matmul(hn, false, head_, true);
+}
+
+}  // namespace fp8train::model

@@ -1,0 +1,110 @@
+// The DeepSeek-V3-style model: embedding, n_layers blocks (MLA + dense FFN / DeepSeekMoE), final RMSNorm,
+// output head, and D multi-token-prediction (MTP) modules sharing the embedding and the head.
+//
+// Shapes: inputs and targets are i32 [batch·seq] (row-major [batch, seq]; targets = inputs shifted by one,
+// −1 = no target). Activations are [batch·seq, hidden_size].
+//
+// Losses (each reported separately in LossBreakdown):
+//   main     L_main = mean over targeted positions of −log P(t_{i+1} | t_≤i)
+//   MTP      module k = 1..D at position i takes h^{k−1}_i (h^0 = the main model's last block output, before
+//            the final norm) and Emb(t_{i+k}):  h'^k_i = M_k·[RMSNorm(h^{k−1}_i); RMSNorm(Emb(t_{i+k}))]
+//            ("mtp.<k−1>.eh_proj", hnorm, enorm), h^k = Block_k(h'^k), and predicts t_{i+k+1} through its own
+//            RMSNorm ("mtp.<k−1>.norm") and the shared head; L^k = mean CE over positions where t_{i+k+1} exists;
+//            L_MTP = λ/D·Σ_k L^k
+//   balance  Σ over MoE layers of α·Σ_i f_i·P_i (sequence-wise, averaged over sequences)
+//   total    L_main + L_MTP + balance — what forward_backward differentiates (times grad_scale)
+// The head's logits are never kept: the head and cross-entropy run fused in row chunks during forward, and
+// with gradients requested they produce ∂L/∂h and accumulate the head's weight gradient right there.
+//
+// Training-time hooks: set_linear_compute (every Linear's GEMMs) and set_activation_cache (everything kept for
+// backward) — see model/hooks.h. Schedulable knobs: set_mtp_lambda, set_bias_update_speed,
+// set_seq_aux_loss_alpha. After each optimizer step call update_router_biases(): each MoE layer moves its bias
+// by b_i += γ·sign(mean_load − load_i) using the loads of the training forwards since the previous call.
+// Determinism: for a fixed seed and thread count every result is bit-for-bit reproducible (no racy reductions).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/block.h"
+#include "model/config.h"
+
+namespace fp8train::model {
+
+struct ModelOptions {
+  DType dtype = DType::F32;  // F64 only for gradient checks
+  uint64_t seed = 1;         // weight initialization
+};
+
+struct LossBreakdown {
+  double total = 0.0;
+  double main = 0.0;
+  double mtp = 0.0;       // λ/D·Σ_k L^k
+  double balance = 0.0;   // Σ_layers α·L_bal
+  std::vector<double> mtp_per_depth;  // L^k, k = 1..D (unweighted)
+  int64_t main_tokens = 0;            // targeted positions of the main loss
+};
+
+struct ExpertLoad {
+  std::string layer;          // e.g. "layers.3.moe", "mtp.0.block.moe"
+  std::vector<int64_t> load;  // tokens per routed expert since the last update_router_biases()/clear
+  double max_over_mean() const;
+};
+
+class DeepSeekV3Model {
+ public:
+  explicit DeepSeekV3Model(const ModelConfig& config, const ModelOptions& options = {});
+  ~DeepSeekV3Model();
+  DeepSeekV3Model(const DeepSeekV3Model&) = delete;
+  DeepSeekV3Model& operator=(const DeepSeekV3Model&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  DType dtype() const { return dtype_; }
+  ParameterSet& parameters() { return params_; }
+  const ParameterSet& parameters() const { return params_; }
+  void zero_grad() { params_.zero_grad(); }
+
+  // Forward + backward of one batch: gradients of grad_scale·total ACCUMULATE into the parameters' grads.
+  LossBreakdown forward_backward(const Tensor& inputs, const Tensor& targets, int64_t batch, double grad_scale = 1.0);
+  // Forward only, nothing kept. include_mtp = false is the inference/eval path (MTP unused: total = main +
+  // balance); include_mtp = true gives the training total (gradient checks).
+  LossBreakdown forward(const Tensor& inputs, const Tensor& targets, int64_t batch, bool include_mtp = false);
+  // Forward only: logits [batch, vocab] at each sequence's last position (generation).
+  Tensor last_logits(const Tensor& inputs, int64_t batch);
+
+  void set_linear_compute(std::shared_ptr<LinearCompute> linear);
+  void set_activation_cache(std::shared_ptr<ActivationCache> cache);
+  LinearCompute& linear_compute() { return *linear_; }
+  void set_mtp_lambda(double lambda);
+  void set_bias_update_speed(double gamma);
+  void set_seq_aux_loss_alpha(double alpha);
+  double mtp_lambda() const { return config_.mtp_lambda; }
+  double bias_update_speed() const { return config_.bias_update_speed; }
+
+  // Auxiliary-loss-free balancing: every MoE layer b_i += γ·sign(mean_load − load_i), then loads reset.
+  void update_router_biases();
+  void clear_expert_loads();
+  std::vector<ExpertLoad> expert_loads() const;
+  std::vector<MoE*> moe_layers();
+
+ private:
+  struct Mtp;
+  struct Pass;
+  LossBreakdown run(const Tensor& inputs, const Tensor& targets, int64_t batch, bool training, bool include_mtp,
+                    double grad_scale);
+  // Fused head + cross-entropy over row chunks; with dh defined, writes ∂(scale·Σ CE)/∂h into it and accumulates
+  // the head weight's gradient. Returns Σ CE and the number of targeted rows.
+  std::pair<double, int64_t> head_loss(const Tensor& h, const Tensor& targets, double scale, const Tensor& dh);
+
+  ModelConfig config_;
+  DType dtype_;
+  ParameterSet params_;
+  Tensor embed_, embed_grad_, head_, head_grad_;
+  std::vector<std::unique_ptr<Block>> layers_;
+  RMSNorm norm_;
+  std::vector<std::unique_ptr<Mtp>> mtp_;
+  std::shared_ptr<LinearCompute> linear_;
+  std::shared_ptr<ActivationCache> cache_;
+};
+
+}  // namespace fp8train::model

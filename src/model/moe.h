@@ -1,0 +1,67 @@
+// DeepSeekMoE (DeepSeek-V3 report §2.1.2) with auxiliary-loss-free balancing, for one block.
+// Input u: [tokens, d] (the FFN RMSNorm's output).
+//   h' = Σ_{i ≤ N_s} FFN^(s)_i(u) + Σ_{i ≤ N_r} g_i·FFN^(r)_i(u)
+//   s_i = sigmoid(u·e_i)                        gate.weight: [N_r, d] (rows e_i; the router GEMM is high precision)
+//   selection: TopK over s_i + b_i (bias b_i only for selection), group-limited when n_group > 1
+//   g_i = s_i / Σ_{j selected} s_j × routed_scaling_factor      (ops/router.h)
+//   No token is ever dropped: every (token, choice) pair gets a row in the expert-ordered matrices.
+// Shared experts: one SwiGLU FFN of width N_s·moe_intermediate_size ("<name>.shared_experts.*").
+// Routed experts: SwiGLU FFNs of width F = moe_intermediate_size; all experts' W1|W3 live in one
+// [N_r·2F, d] buffer and all W2 in one [N_r·d, F] buffer (so a grouped GEMM can take them at once); the named
+// parameters "<name>.experts.<e>.w1.weight" etc. are row blocks of those buffers.
+// Auxiliary-loss-free balancing: the bias "<name>.gate.bias" (non-trainable, F32) moves after each optimizer
+// step by b_i += γ·sign(mean_load − load_i) (update_bias). Complementary sequence-wise balance loss:
+// α·Σ_i f_i·P_i per sequence, averaged over sequences (ops::seq_balance_loss).
+#pragma once
+#include <vector>
+
+#include "model/config.h"
+#include "model/layers.h"
+#include "ops/moe_dispatch.h"
+#include "ops/router.h"
+
+namespace fp8train::model {
+
+class MoE {
+ public:
+  struct State {
+    SavedTensor scores, selected, gates;  // router: [tokens, N_r], [tokens, K], [tokens, K]
+    ops::MoePlan plan;                    // dispatch plan (its tensors are booked through the cache)
+    SavedTensor plan_slots, plan_choices;
+    SavedTensor xp, gate_up, act, yp;     // expert-ordered rows: input, W1|W3 output, SwiGLU output, W2 output
+    SwigluFFN::State shared;
+  };
+
+  MoE() = default;
+  MoE(ParameterSet& params, const std::string& name, const ModelConfig& config, DType dtype, int layer);
+
+  // Returns h'; adds α·L_bal of this layer to *balance_loss. Training forwards add the expert loads to the
+  // pending loads used by update_bias().
+  Tensor forward(const StepContext& ctx, const Tensor& u, State* state, double* balance_loss);
+  // du (+)= ∂L/∂u from dy = ∂L/∂h' (including the balance loss term, weighted by ctx.grad_scale).
+  void backward(const StepContext& ctx, const State& state, const Tensor& dy, const Tensor& u, const Tensor& du,
+                bool accumulate) const;
+
+  // Tokens routed to each expert by training forwards since the last update_bias()/clear_load().
+  const std::vector<int64_t>& pending_load() const { return load_; }
+  void clear_load() { std::fill(load_.begin(), load_.end(), 0); }
+  // b_i += γ·sign(mean_load − load_i) over the pending loads, then clears them (γ = 0: only clears).
+  void update_bias(double gamma);
+  const Tensor& bias() const { return bias_; }
+  const std::string& name() const { return name_; }
+  void set_seq_aux_loss_alpha(double alpha) { alpha_ = alpha; }
+
+ private:
+  std::string name_;
+  int64_t n_experts_ = 0, ffn_ = 0, hidden_ = 0;
+  ops::RouterConfig router_;
+  double alpha_ = 0.0;
+  Tensor gate_weight_, gate_grad_, bias_;
+  Tensor w13_, g13_, w2_, g2_;  // [N_r·2F, d], [N_r·d, F] and their gradients
+  std::vector<Linear> expert_w13_, expert_w2_;
+  bool has_shared_ = false;
+  SwigluFFN shared_;
+  std::vector<int64_t> load_;
+};
+
+}  // namespace fp8train::model
