@@ -27,6 +27,9 @@ struct HopperProblem {
   bool per_tensor = true;  // one K-group spanning all of K, unit scales
   int64_t group_k = 0;     // G (block scales); equals k when per_tensor
   int promote = 128;       // num::kNeverPromote or a multiple of 32 (dividing G, or a multiple of G)
+  // SIMD kernel only: blocks whose exponent E stays <= this take the exponent-add path, others the
+  // multiply path (same bits). Real blocks have E in [-41, ~60]; tests lower it to reach both paths.
+  int fast_max_exp = 58;
 };
 
 // The full Hopper-model dot product of row i of A and row j of B (scalar, through num::hopper_block): the

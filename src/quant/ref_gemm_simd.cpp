@@ -10,8 +10,9 @@
 // zero + zero at -128). For one block of n <= 32 products and the chain value c of each lane:
 //   E     = max(max over products of expA + expB, exponent of c (when c != 0), kMinBlockExp)
 //   term  = trunc(a * b * 2^(13 - E)): the exact product in units of 2^(E - 13), truncated toward zero by
-//           vcvttps2dq. B's values are stored pre-scaled, b' = b * 2^(13 - T) (T = kFastMaxExp), so the
-//           exact product a * b' only needs 2^(T - E): when every lane has E <= T this is an integer add of
+//           vcvttps2dq. B's values are stored pre-scaled, b' = b * 2^(13 - T) (T =
+//           HopperProblem::fast_max_exp), so the exact product a * b' only needs 2^(T - E): when every
+//           lane has E <= T this is an integer add of
 //           (T - E) << 23 to the float's exponent field (no FP multiply; a zero product becomes a value
 //           below 2^-27 that truncates to 0, which is why T - E is clamped to 100), otherwise an exact
 //           multiply by 2^(T - E).
@@ -23,9 +24,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "common/error.h"
 #include "numerics/hopper_accum.h"
 #include "quant/ref_gemm.h"
 #include "quant/ref_gemm_detail.h"
@@ -49,9 +52,6 @@ constexpr int kHopperLanes = 32;  // hopper kernel panel width
 constexpr int8_t kZeroExp = -100;   // zero codes: zero products stay <= -85, below every real exponent
 constexpr int32_t kNoExp = -100000;
 constexpr int32_t kMinBlockExp = -100;
-// Real block exponents lie in [-41, ~60] (E5M2 subnormal products to long chains of large products): with
-// T = 58 the exponent-add path covers them, the multiply path the rest.
-constexpr int32_t kFastMaxExp = 58;
 
 struct CodeTable {
   int8_t exp[256];
@@ -73,7 +73,7 @@ CodeTable make_table(num::Fp8Format f, float value_scale) {
 // One block of n <= 32 products for 32 lanes, updating the chain values c[0..3]. b_exp: [n][32] int8,
 // b_val: [n][32] float (pre-scaled by 2^(13 - T)).
 FP8T_SIMD_INLINE void hopper_block32(const int8_t* a_exp, const float* a_val, const int8_t* b_exp,
-                                     const float* b_val, int n, __m256 c[4]) {
+                                     const float* b_val, int n, int32_t fast_max_exp, __m256 c[4]) {
   __m256i m = _mm256_set1_epi8(-128);
   for (int t = 0; t < n; ++t) {
     const __m256i be = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b_exp + kHopperLanes * t));
@@ -95,7 +95,7 @@ FP8T_SIMD_INLINE void hopper_block32(const int8_t* a_exp, const float* a_val, co
     const __m256 up = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(127 + 13), e[v]), 23));
     sum[v] = _mm256_cvttps_epi32(_mm256_mul_ps(c[v], up));
   }
-  const __m256i fast_max = _mm256_set1_epi32(kFastMaxExp);
+  const __m256i fast_max = _mm256_set1_epi32(fast_max_exp);
   int over = 0;
   for (int v = 0; v < 4; ++v) over |= _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(e[v], fast_max)));
   if (over == 0) {
@@ -112,14 +112,16 @@ FP8T_SIMD_INLINE void hopper_block32(const int8_t* a_exp, const float* a_val, co
       }
     }
   } else {
-    __m256 rescale[4];  // 2^(T - E)
+    __m256 rescale[4];  // 2^(T - E): E <= 127 keeps it a normal float for every allowed T
     for (int v = 0; v < 4; ++v)
-      rescale[v] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(127 + kFastMaxExp), e[v]), 23));
+      rescale[v] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(127 + fast_max_exp), e[v]), 23));
     for (int t = 0; t < n; ++t) {
       const __m256 av = _mm256_set1_ps(a_val[t]);
       const float* bv = b_val + kHopperLanes * t;
       for (int v = 0; v < 4; ++v) {
-        const __m256 prod = _mm256_mul_ps(_mm256_mul_ps(av, rescale[v]), _mm256_loadu_ps(bv + 8 * v));
+        // a * b' is exact and normal; the rescale is exact unless the result is below 2^-126, where it
+        // truncates to 0 either way.
+        const __m256 prod = _mm256_mul_ps(_mm256_mul_ps(av, _mm256_loadu_ps(bv + 8 * v)), rescale[v]);
         sum[v] = _mm256_add_epi32(sum[v], _mm256_cvttps_epi32(prod));
       }
     }
@@ -154,7 +156,8 @@ FP8T_SIMD void hopper_row_chunk(const HopperProblem& p, const int8_t* a_exp, con
   const bool pending_model = !p.per_tensor && (P == num::kNeverPromote || P > G);
   for (int64_t k0 = k_begin; k0 < k_end; k0 += num::kHopperBlockK) {
     const int n = static_cast<int>(std::min<int64_t>(num::kHopperBlockK, K - k0));
-    hopper_block32(a_exp + k0, a_val + k0, b_exp + kHopperLanes * k0, b_val + kHopperLanes * k0, n, chain);
+    hopper_block32(a_exp + k0, a_val + k0, b_exp + kHopperLanes * k0, b_val + kHopperLanes * k0, n,
+                   p.fast_max_exp, chain);
     const int64_t end = k0 + n;
     if (p.per_tensor) {
       if (P != num::kNeverPromote && (end % P == 0 || end == K)) {
@@ -196,7 +199,8 @@ FP8T_SIMD void hopper_row_chunk(const HopperProblem& p, const int8_t* a_exp, con
 
 FP8T_SIMD void hopper_gemm_avx2(const HopperProblem& p, float* acc) {
   const int64_t M = p.m, N = p.n, K = p.k;
-  const CodeTable ta = make_table(p.fa, 1.0f), tb = make_table(p.fb, 0x1p-45f);  // 2^(13 - kFastMaxExp)
+  // B values carry 2^(13 - T): exact, and normal for every FP8 value when T lies in [-60, 100].
+  const CodeTable ta = make_table(p.fa, 1.0f), tb = make_table(p.fb, std::ldexp(1.0f, 13 - p.fast_max_exp));
   const int64_t panels = (N + kHopperLanes - 1) / kHopperLanes;
   const int64_t groups = p.per_tensor ? 1 : (K + p.group_k - 1) / p.group_k;
   // B panels: exponents [panels][K][32] int8 and values [panels][K][32] float (padding columns: zero codes).
@@ -328,6 +332,8 @@ FP8T_SIMD void promote_row_avx2(int64_t n, float sa, const float* sb, const doub
 
 bool hopper_gemm_simd(const HopperProblem& p, float* acc) {
   if (!cpu_has_avx2_fma()) return false;
+  FP8T_CHECK(p.fast_max_exp >= -60 && p.fast_max_exp <= 100, "hopper kernel: fast_max_exp {} outside [-60, 100]",
+             p.fast_max_exp);
   hopper_gemm_avx2(p, acc);
   return true;
 }

@@ -16,6 +16,7 @@
 #include "numerics/hopper_accum.h"
 #include "quant/quant.h"
 #include "quant/ref_gemm.h"
+#include "quant/ref_gemm_detail.h"
 
 using namespace fp8train;
 using namespace fp8train::quant;
@@ -391,4 +392,38 @@ TEST(RefGemmErrors, BadInputThrows) {
   EXPECT_NO_THROW(ref_gemm(a48, b48, cfg));
   EXPECT_THROW(parse_accum_mode("fp16"), Error);
   EXPECT_EQ(parse_accum_mode("hopper"), AccumMode::Hopper);
+}
+
+// The SIMD kernel's two product paths (exponent add when every lane's block exponent is <= T, exact
+// multiply otherwise) give the model's bits; lowering T sends real blocks through the multiply path.
+TEST(RefGemmHopper, SimdKernelBothProductPathsMatchTheModel) {
+  const int64_t M = 9, N = 70, K = 520;
+  for (Format fb : {Format::E4M3, Format::E5M2}) {
+    const QuantTensor a = q(randn_wide(M, K, 1100), M, K, Format::E5M2, Granularity::tile_1x128());
+    const QuantTensor b = q(randn_wide(N, K, 1101), N, K, fb, Granularity::block_128x128());
+    for (int T : {58, -20, -60}) {
+      for (int P : {0, 128}) {
+        detail::HopperProblem p;
+        p.m = M;
+        p.n = N;
+        p.k = K;
+        p.a = a.codes.data();
+        p.b = b.codes.data();
+        p.fa = fp8(a.format);
+        p.fb = fp8(b.format);
+        p.sa = {a.scales.data(), 1, a.scale_cols(), false};
+        p.sb = {b.scales.data(), 128, b.scale_cols(), false};
+        p.per_tensor = false;
+        p.group_k = 128;
+        p.promote = P;
+        p.fast_max_exp = T;
+        std::vector<float> acc(static_cast<size_t>(M * N), -1.0f);
+        if (!detail::hopper_gemm_simd(p, acc.data())) GTEST_SKIP() << "this CPU has no AVX2 + FMA";
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j)
+            ASSERT_EQ(bits(acc[static_cast<size_t>(i * N + j)]), bits(detail::hopper_element(p, i, j)))
+                << "T=" << T << " P=" << P << " at " << i << "," << j;
+      }
+    }
+  }
 }
