@@ -205,14 +205,15 @@ FP8T_HD void e5m6_unpack8(const uint32_t words[3], uint16_t codes[8]) {
 // ---- UE8M0 power-of-two scales ---------------------------------------------------------------------
 inline constexpr uint8_t kUE8M0NaN = 0xFF;
 
-// Smallest power of two >= x (DeepGEMM's ceil_to_ue8m0), for finite x >= 0. x = 0 gives code 0 (2^-127);
-// Inf and NaN give 0xFF.
+// Smallest power of two >= x (DeepGEMM's ceil_to_ue8m0), for finite x >= 0 (the sign is ignored). Values
+// up to 2^-127 (0 included) give code 0 (2^-127, the smallest scale); values above 2^127 and Inf/NaN give
+// 0xFF.
 FP8T_HD uint8_t ue8m0_ceil(float x) {
   const uint32_t bits = float_bits(x) & 0x7FFFFFFFu;
   if (bits >= 0x7F800000u) return kUE8M0NaN;
   uint32_t exp = bits >> 23;
   const uint32_t man = bits & 0x7FFFFFu;
-  if (exp == 0) return man == 0 ? 0 : 1;  // subnormals: 2^-126 bounds them all
+  if (exp == 0) return man <= 0x400000u ? 0 : 1;  // subnormal man * 2^-149: 2^-127 is man = 2^22
   if (man != 0) ++exp;
   return exp >= 0xFF ? kUE8M0NaN : static_cast<uint8_t>(exp);
 }
