@@ -78,6 +78,24 @@ TEST(FormatsSpec, E5M6Table) {
   EXPECT_EQ(e5m6_decode(e5m6_encode(1.0f + std::ldexp(1.0f, -7))), 1.0f);
 }
 
+TEST(FormatsSpec, E5M6Specials) {
+  EXPECT_EQ(e5m6_encode(kInf, Saturation::SatFinite), 0x7BF);
+  EXPECT_EQ(e5m6_encode(-kInf, Saturation::SatFinite), 0xFBF);
+  EXPECT_EQ(e5m6_encode(kInf, Saturation::NonSat), 0x7C0);
+  EXPECT_EQ(e5m6_encode(-kInf, Saturation::NonSat), 0xFC0);
+  EXPECT_EQ(e5m6_encode(kNaN), 0x7E0);
+  EXPECT_EQ(e5m6_encode(-kNaN), 0xFE0);
+  EXPECT_EQ(e5m6_encode(-0.0f), 0x800);
+  EXPECT_EQ(e5m6_encode(std::ldexp(1.0f, -21)), 0x000);                   // half the smallest subnormal: even
+  EXPECT_EQ(e5m6_encode(std::ldexp(3.0f, -21)), 0x002);                   // 1.5 * 2^-20: tie to even (2)
+  EXPECT_EQ(e5m6_encode(std::ldexp(127.0f, -21)), 0x040);                 // 63.5 * 2^-20 ties up to 2^-14
+  EXPECT_EQ(e5m6_decode(0x040), std::ldexp(1.0f, -14));                   // smallest normal
+  EXPECT_EQ(e5m6_decode(0x7C0), kInf);
+  EXPECT_TRUE(std::isnan(e5m6_decode(0x7C1)));
+  EXPECT_EQ(fp8_max(Fp8Format::E4M3), 448.0f);
+  EXPECT_EQ(fp8_max(Fp8Format::E5M2), 57344.0f);
+}
+
 TEST(FormatsSpec, E5M6Packing) {
   uint16_t codes[8] = {0x7BF, 0x001, 0xFFF, 0x800, 0x3C0, 0x123, 0xABC, 0x5A5};
   uint32_t words[3];
