@@ -11,6 +11,7 @@
 // Families: dense (DeepSeek-V3 shape set M in {128, 4096} x (N, K) + 8192^3), grouped (MoE contiguous,
 // 8 experts x 4096 tokens, N 4096, K 7168; and uneven token counts), wgrad (7168 x 2048 over 16384 tokens,
 // accumulate into FP32; and K-grouped 8 experts).
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -30,6 +31,12 @@
 #include "numerics/hopper_accum.h"
 #include "ops/cuda/cublaslt_gemm.h"
 #include "ops/cuda/fp8_gemm.h"
+#include "ops/cuda/fp8_gemm_plan.h"
+
+// scripts/gpu/h8_experiments.cu: experiment instantiations of the kernel template ("nopromote", "stages3",
+// "stages4"), launched from a prepared dense launch; cudaErrorInvalidValue when that variant is not built.
+cudaError_t h8_launch_experiment(const std::string& name, const fp8train::ops::cuda::fp8gemm::PreparedLaunch& L,
+                                 cudaStream_t stream);
 
 namespace {
 
@@ -222,7 +229,85 @@ std::string check_note(const SampleCheck& c) {
                     : fmt::format("MISMATCH {}/{} first {}", c.bad, c.checked, c.first);
 }
 
+// ---- cuBLASLt baseline -------------------------------------------------------------------------------
+// A minimal cuBLASLt call of our own (ops/cuda/cublaslt_gemm.cpp is tried first): row-major D[M, N] = A.B^T is
+// column-major D^T = B.A^T, so cuBLASLt's A is our B (TRANSA = T) and its B our A. Scale pointers are set
+// BEFORE the algorithm query: with VEC128/BLK128x128 scale modes cublasLtMatmulAlgoGetHeuristic rejects a
+// descriptor without them (CUBLAS_STATUS_INVALID_VALUE).
+struct LtCall {
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  void* workspace = nullptr;
+  size_t ws_bytes = size_t{64} << 20;
+  float beta = 0.0f;
+  const void *a = nullptr, *b = nullptr;
+  void* d = nullptr;
+  std::string error;
+  LtCall(int64_t m, int64_t n, int64_t k, bool fp8, int a_scale_mode, int b_scale_mode, const float* a_scales,
+         const float* b_scales, bool out_f32, bool accumulate, const void* a_ptr, const void* b_ptr, void* d_ptr)
+      : beta(accumulate ? 1.0f : 0.0f), a(a_ptr), b(b_ptr), d(d_ptr) {
+    auto ok = [&](cublasStatus_t st, const char* what) {
+      if (st != CUBLAS_STATUS_SUCCESS && error.empty()) error = fmt::format("{}: {}", what, cublasLtGetStatusName(st));
+      return st == CUBLAS_STATUS_SUCCESS;
+    };
+    CK(cudaMalloc(&workspace, ws_bytes));
+    ok(cublasLtCreate(&handle), "create");
+    ok(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+    const int32_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+    ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof op_t), "transa");
+    ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof op_n), "transb");
+    if (fp8) {
+      const int32_t ma = b_scale_mode, mb = a_scale_mode;  // cuBLASLt A = our B
+      ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &ma, sizeof ma), "a scale mode");
+      ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mb, sizeof mb), "b scale mode");
+      ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scales, sizeof b_scales), "a scale ptr");
+      ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scales, sizeof a_scales), "b scale ptr");
+    }
+    const cudaDataType_t in = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF, out = out_f32 ? CUDA_R_32F : CUDA_R_16BF;
+    ok(cublasLtMatrixLayoutCreate(&la, in, k, n, k), "layout a");
+    ok(cublasLtMatrixLayoutCreate(&lb, in, k, m, k), "layout b");
+    ok(cublasLtMatrixLayoutCreate(&ld, out, n, m, n), "layout d");
+    cublasLtMatmulPreference_t pref = nullptr;
+    ok(cublasLtMatmulPreferenceCreate(&pref), "pref");
+    ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes), "ws");
+    cublasLtMatmulHeuristicResult_t res{};
+    int returned = 0;
+    if (error.empty() && ok(cublasLtMatmulAlgoGetHeuristic(handle, desc, la, lb, ld, ld, pref, 1, &res, &returned), "heuristic") &&
+        returned == 0)
+      error = "no algorithm";
+    algo = res.algo;
+    cublasLtMatmulPreferenceDestroy(pref);
+  }
+  ~LtCall() {
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (ld) cublasLtMatrixLayoutDestroy(ld);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (handle) cublasLtDestroy(handle);
+    cudaFree(workspace);
+  }
+  void run() {
+    const float alpha = 1.0f;
+    const cublasStatus_t st = cublasLtMatmul(handle, desc, &alpha, b, la, a, lb, &beta, d, ld, d, ld, &algo, workspace,
+                                             ws_bytes, nullptr);
+    if (st != CUBLAS_STATUS_SUCCESS) throw Error(fmt::format("cublasLtMatmul: {}", cublasLtGetStatusName(st)));
+  }
+};
+
 int g_num_sms = 132;
+bool g_experiments = false;
+bool g_first_wrapper_error = true;
+
+const char* mc_name(Fp8GemmMulticast m) {
+  switch (m) {
+    case Fp8GemmMulticast::None: return "-";
+    case Fp8GemmMulticast::ShareA: return "A";
+    case Fp8GemmMulticast::ShareB: return "B";
+    default: return "?";
+  }
+}
 
 // ---- dense --------------------------------------------------------------------------------------------
 void bench_dense(Timing& timing, int64_t m, int64_t n, int64_t k, bool sweep, bool baselines) {
@@ -257,29 +342,87 @@ void bench_dense(Timing& timing, int64_t m, int64_t n, int64_t k, bool sweep, bo
   auto got = [&](int64_t i, int64_t j) -> uint32_t { return hd[i * n + j]; };
   auto want = [&](int64_t, int64_t, float acc) -> uint32_t { return num::bf16_encode(acc); };
 
-  std::vector<int> variants;
+  std::vector<Fp8GemmConfig> variants;
   const Fp8GemmConfig heur = fp8_gemm_dense_heuristic(m, n, k, g_num_sms);
-  variants.push_back(heur.block_n);
+  variants.push_back(heur);
   if (sweep) {
     int count = 0;
     const int* bns = fp8_gemm_dense_block_ns(&count);
     for (int i = 0; i < count; ++i)
-      if (bns[i] != heur.block_n) variants.push_back(bns[i]);
+      for (Fp8GemmMulticast mc : {Fp8GemmMulticast::None, Fp8GemmMulticast::ShareA, Fp8GemmMulticast::ShareB}) {
+        Fp8GemmConfig c;
+        c.block_n = bns[i];
+        c.multicast = mc;
+        if (c.block_n != heur.block_n || c.multicast != heur.multicast) variants.push_back(c);
+      }
   }
   for (size_t vi = 0; vi < variants.size(); ++vi) {
-    Fp8GemmConfig cfg;
-    cfg.block_n = variants[vi];
+    const Fp8GemmConfig& cfg = variants[vi];
     CK(cudaMemset(d.p, 0xA5, d.bytes));
     fp8_gemm_dense(p, cfg, nullptr);
     hd = download<uint16_t>(d, static_cast<size_t>(m * n));
-    const SampleCheck c = check_samples(m, n, k, ha, hb, scale_a, scale_b, got, want, vi == 0 ? 384 : 96, 11 + vi);
-    Result r{"dense", shape, fmt::format("ours bn{}{}", cfg.block_n, vi == 0 ? " (heur)" : "")};
+    const SampleCheck c = check_samples(m, n, k, ha, hb, scale_a, scale_b, got, want, vi == 0 ? 384 : 48, 11 + vi);
+    Result r{"dense", shape, fmt::format("ours bn{} mc{}{}", cfg.block_n, mc_name(cfg.multicast), vi == 0 ? " (heur)" : "")};
     r.ms = timing.ms([&] { fp8_gemm_dense(p, cfg, nullptr); });
     r.note = check_note(c);
     report(r, flops, bytes);
   }
+  if (g_experiments) {
+    struct Exp {
+      int bn;
+      Fp8GemmMulticast mc;
+      const char* name;
+    };
+    using MC = Fp8GemmMulticast;
+    std::vector<Exp> exps;
+    if (m == 128 && (n == 7168 || n == 2112)) {
+      exps = {{64, MC::ShareA, "double"}, {64, MC::None, "double"}, {64, MC::ShareA, "stages4"}, {128, MC::ShareA, "double"}};
+    } else if (shape == "4096x7168x16384" || shape == "8192x8192x8192" || shape == "4096x7168x2048" ||
+               shape == "4096x32768x512") {
+      for (MC mc : {MC::None, MC::ShareB}) {
+        for (const char* ex : {"nopromote", "double", "stages3", "stages4"}) exps.push_back({128, mc, ex});
+        for (const char* ex : {"nopromote", "stages3"}) exps.push_back({176, mc, ex});
+      }
+      exps.push_back({128, MC::ShareA, "double"});
+    }
+    for (const Exp& e : exps) {
+      Fp8GemmConfig cfg;
+      cfg.block_n = e.bn;
+      cfg.multicast = e.mc;
+      const fp8gemm::PreparedLaunch L = fp8gemm::prepare_dense(p, cfg);
+      CK(cudaMemset(d.p, 0xA5, d.bytes));
+      if (h8_launch_experiment(e.name, L, nullptr) != cudaSuccess) {
+        std::printf("experiment %s bn%d not built\n", e.name, e.bn);
+        continue;
+      }
+      hd = download<uint16_t>(d, static_cast<size_t>(m * n));
+      const bool exact_numerics = std::string(e.name) != "nopromote";
+      Result r{"dense", shape, fmt::format("exp {} bn{} mc{}", e.name, e.bn, mc_name(e.mc))};
+      if (exact_numerics) r.note = check_note(check_samples(m, n, k, ha, hb, scale_a, scale_b, got, want, 48, 5));
+      else r.note = "experiment: numerics differ by design";
+      r.ms = timing.ms([&] { CK(h8_launch_experiment(e.name, L, nullptr)); });
+      report(r, flops, bytes);
+    }
+  }
   if (!baselines) return;
-  try {
+  {
+    LtCall lt(m, n, k, true, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+              sa.as<float>(), sb.as<float>(), false, false, a.p, b.p, d2.p);
+    if (!lt.error.empty()) {
+      std::printf("own cuBLASLt FP8 baseline unavailable for %s: %s\n", shape.c_str(), lt.error.c_str());
+    } else {
+      CK(cudaMemset(d2.p, 0xA5, d2.bytes));
+      lt.run();
+      hd = download<uint16_t>(d2, static_cast<size_t>(m * n));
+      const SampleCheck c = check_samples(m, n, k, ha, hb, scale_a, scale_b, got, want, 96, 99);
+      Result r{"dense", shape, "cublaslt fp8 1x128.128x128"};
+      r.ms = timing.ms([&] { lt.run(); });
+      r.note = c.bad == 0 ? fmt::format("hopper-model exact on {} samples", c.checked)
+                          : fmt::format("differs from the hopper model on {}/{} samples", c.bad, c.checked);
+      report(r, flops, bytes);
+    }
+  }
+  try {  // the project's wrapper (ops/cuda/cublaslt_gemm.h), for comparison
     ScaledGemmProblem q;
     q.m = m;
     q.n = n;
@@ -290,38 +433,28 @@ void bench_dense(Timing& timing, int64_t m, int64_t n, int64_t k, bool sweep, bo
     q.b_scale_layout = ScaleLayout::Native;
     q.out = GemmOutput::BF16;
     CublasLtGemm& lt = cublaslt_gemm(0);
-    CK(cudaMemset(d2.p, 0xA5, d2.bytes));
     lt.run(q, a.p, sa.as<float>(), b.p, sb.as<float>(), d2.p, nullptr);
-    hd = download<uint16_t>(d2, static_cast<size_t>(m * n));
-    const SampleCheck c = check_samples(m, n, k, ha, hb, scale_a, scale_b, got, want, 96, 99);
-    Result r{"dense", shape, "cublaslt fp8 1x128x128x128"};
+    CK(cudaDeviceSynchronize());
+    Result r{"dense", shape, "cublaslt fp8 (ops wrapper)"};
     r.ms = timing.ms([&] { lt.run(q, a.p, sa.as<float>(), b.p, sb.as<float>(), d2.p, nullptr); });
-    r.note = (c.bad == 0 ? "hopper-model exact on samples" : fmt::format("differs from model on {}/{}", c.bad, c.checked)) +
-             std::string(" | ") + lt.algorithm(q);
     report(r, flops, bytes);
   } catch (const std::exception& e) {
-    std::printf("cuBLASLt FP8 baseline failed for %s: %s\n", shape.c_str(), e.what());
+    if (g_first_wrapper_error) std::printf("ops cuBLASLt wrapper failed for %s: %.300s\n", shape.c_str(), e.what());
+    g_first_wrapper_error = false;
   }
-  try {
+  {
     const std::vector<uint16_t> ha16 = random_bf16(static_cast<size_t>(m * k), 5), hb16 = random_bf16(static_cast<size_t>(n * k), 6);
     Buf a16(ha16.size() * 2), b16(hb16.size() * 2);
     upload(a16, ha16);
     upload(b16, hb16);
-    ScaledGemmProblem q;
-    q.m = m;
-    q.n = n;
-    q.k = k;
-    q.a_type = GemmInput::BF16;
-    q.b_type = GemmInput::BF16;
-    q.a_scaling = OperandScaling::None;
-    q.b_scaling = OperandScaling::None;
-    q.out = GemmOutput::BF16;
-    CublasLtGemm& lt = cublaslt_gemm(0);
-    Result r{"dense", shape, "cublaslt bf16"};
-    r.ms = timing.ms([&] { lt.run(q, a16.p, nullptr, b16.p, nullptr, d2.p, nullptr); });
-    report(r, flops, static_cast<double>(2 * (m * k + n * k + m * n)));
-  } catch (const std::exception& e) {
-    std::printf("cuBLASLt BF16 baseline failed for %s: %s\n", shape.c_str(), e.what());
+    LtCall lt(m, n, k, false, 0, 0, nullptr, nullptr, false, false, a16.p, b16.p, d2.p);
+    if (!lt.error.empty()) {
+      std::printf("cuBLASLt BF16 baseline unavailable for %s: %s\n", shape.c_str(), lt.error.c_str());
+    } else {
+      Result r{"dense", shape, "cublaslt bf16"};
+      r.ms = timing.ms([&] { lt.run(); });
+      report(r, flops, static_cast<double>(2 * (m * k + n * k + m * n)));
+    }
   }
 }
 
@@ -335,9 +468,8 @@ void bench_grouped(Timing& timing, const std::vector<int>& tokens, int64_t n, in
     real_rows += tokens[e];
   }
   const int64_t m = off[groups], kb = k / 128, nb = (n + 127) / 128;
-  std::string shape = fmt::format("{}e x", groups);
-  for (int t : tokens) shape += fmt::format(" {}", t);
-  shape += fmt::format(" n{} k{}", n, k);
+  const bool even = std::all_of(tokens.begin(), tokens.end(), [&](int t) { return t == tokens[0]; });
+  const std::string shape = fmt::format("{}e {}tok{} n{} k{}", groups, real_rows, even ? "" : " uneven", n, k);
   const std::vector<uint8_t> ha = random_e4m3(static_cast<size_t>(m * k), 21), hb = random_e4m3(static_cast<size_t>(groups * n * k), 22);
   const std::vector<float> hsa = random_scales(static_cast<size_t>(m * kb), 23), hsb = random_scales(static_cast<size_t>(groups * nb * kb), 24);
   Buf a(ha.size()), b(hb.size()), sa(hsa.size() * 4), sb(hsb.size() * 4), d(static_cast<size_t>(m * n) * 2), doff(off.size() * 4);
@@ -360,17 +492,21 @@ void bench_grouped(Timing& timing, const std::vector<int>& tokens, int64_t n, in
   // FLOPs of the real tokens (padding rows are overhead the kernel pays).
   const double flops = 2.0 * real_rows * n * k;
   const double bytes = static_cast<double>(m * k + groups * n * k + 2 * m * n);
-  std::vector<int> variants{fp8_gemm_grouped_heuristic(m, n, k, g_num_sms).block_n};
+  std::vector<Fp8GemmConfig> variants{fp8_gemm_grouped_heuristic(m, n, k, g_num_sms)};
   if (sweep) {
     int count = 0;
     const int* bns = fp8_gemm_grouped_block_ns(&count);
     for (int i = 0; i < count; ++i)
-      if (bns[i] != variants[0]) variants.push_back(bns[i]);
+      for (Fp8GemmMulticast mc : {Fp8GemmMulticast::None, Fp8GemmMulticast::ShareA}) {
+        Fp8GemmConfig c;
+        c.block_n = bns[i];
+        c.multicast = mc;
+        if (c.block_n != variants[0].block_n || c.multicast != variants[0].multicast) variants.push_back(c);
+      }
   }
   std::vector<uint16_t> hd;
   for (size_t vi = 0; vi < variants.size(); ++vi) {
-    Fp8GemmConfig cfg;
-    cfg.block_n = variants[vi];
+    const Fp8GemmConfig& cfg = variants[vi];
     CK(cudaMemset(d.p, 0xA5, d.bytes));
     fp8_gemm_grouped(p, cfg, nullptr);
     hd = download<uint16_t>(d, static_cast<size_t>(m * n));
@@ -382,12 +518,13 @@ void bench_grouped(Timing& timing, const std::vector<int>& tokens, int64_t n, in
           rows, n, k, ha, hb, [&](int64_t i, int64_t g) { return hsa[(off[e] + i) * kb + g]; },
           [&](int64_t j, int64_t g) { return hsb[(e * nb + j / 128) * kb + g]; },
           [&](int64_t i, int64_t j) -> uint32_t { return hd[(off[e] + i) * n + j]; },
-          [&](int64_t, int64_t, float acc) -> uint32_t { return num::bf16_encode(acc); }, 48, 31 + e, off[e], e * n);
+          [&](int64_t, int64_t, float acc) -> uint32_t { return num::bf16_encode(acc); }, vi == 0 ? 48 : 12, 31 + e,
+          off[e], e * n);
       total.checked += c.checked;
       if (c.bad && total.bad == 0) total.first = fmt::format("expert {} {}", e, c.first);
       total.bad += c.bad;
     }
-    Result r{"grouped", shape, fmt::format("ours bn{}{}", cfg.block_n, vi == 0 ? " (heur)" : "")};
+    Result r{"grouped", shape, fmt::format("ours bn{} mc{}{}", cfg.block_n, mc_name(cfg.multicast), vi == 0 ? " (heur)" : "")};
     r.ms = timing.ms([&] { fp8_gemm_grouped(p, cfg, nullptr); });
     r.note = check_note(total);
     report(r, flops, bytes);
@@ -431,17 +568,22 @@ void bench_wgrad(Timing& timing, int64_t m, int64_t n, const std::vector<int>& t
   p.d = d.as<float>();
   const double flops = 2.0 * m * n * k;
   const double bytes = static_cast<double>(m * k + n * k) + 8.0 * groups * m * n;
-  std::vector<int> variants{fp8_gemm_wgrad_heuristic(m, n, k, groups, g_num_sms).block_n};
+  std::vector<Fp8GemmConfig> variants{fp8_gemm_wgrad_heuristic(m, n, k, groups, g_num_sms)};
   if (sweep) {
     int count = 0;
     const int* bns = fp8_gemm_wgrad_block_ns(&count);
     for (int i = 0; i < count; ++i)
-      if (bns[i] != variants[0]) variants.push_back(bns[i]);
+      for (Fp8GemmMulticast mc : {Fp8GemmMulticast::None, Fp8GemmMulticast::ShareA, Fp8GemmMulticast::ShareB}) {
+        Fp8GemmConfig c;
+        c.block_n = bns[i];
+        c.multicast = mc;
+        if (c.block_n != variants[0].block_n || c.multicast != variants[0].multicast) variants.push_back(c);
+      }
   }
   std::vector<float> hd;
   for (size_t vi = 0; vi < variants.size(); ++vi) {
-    Fp8GemmConfig cfg;
-    cfg.block_n = variants[vi];
+    const Fp8GemmConfig& cfg = variants[vi];
+    upload(c, hc);  // the timed runs below accumulate into c
     CK(cudaMemset(d.p, 0xA5, d.bytes));
     fp8_gemm_wgrad(p, cfg, nullptr);
     hd = download<float>(d, hc.size());
@@ -454,12 +596,12 @@ void bench_wgrad(Timing& timing, int64_t m, int64_t n, const std::vector<int>& t
           [&](int64_t j, int64_t g) { return hsb[g * n + j]; },
           [&](int64_t i, int64_t j) -> uint32_t { return num::float_bits(hd[(e * m + i) * n + j]); },
           [&](int64_t i, int64_t j, float acc) -> uint32_t { return num::float_bits(hc[(e * m + i) * n + j] + acc); },
-          groups == 1 ? 256 : 32, 51 + e, 0, 0, off[e], k, k);
+          groups == 1 ? (vi == 0 ? 256 : 48) : 16, 51 + e, 0, 0, off[e], k, k);
       total.checked += s.checked;
       if (s.bad && total.bad == 0) total.first = fmt::format("group {} {}", e, s.first);
       total.bad += s.bad;
     }
-    Result r{"wgrad", shape, fmt::format("ours bn{}{}", cfg.block_n, vi == 0 ? " (heur)" : "")};
+    Result r{"wgrad", shape, fmt::format("ours bn{} mc{}{}", cfg.block_n, mc_name(cfg.multicast), vi == 0 ? " (heur)" : "")};
     // Timed in place (d = c = d + A.B^T), as gradient accumulation runs.
     Fp8GemmWgradProblem pin = p;
     pin.d = c.as<float>();
@@ -468,47 +610,66 @@ void bench_wgrad(Timing& timing, int64_t m, int64_t n, const std::vector<int>& t
     report(r, flops, bytes);
   }
   if (!baselines || groups != 1) return;
-  try {
-    ScaledGemmProblem q;
-    q.m = m;
-    q.n = n;
-    q.k = k;
-    q.a_scaling = OperandScaling::Tile1x128;
-    q.b_scaling = OperandScaling::Tile1x128;
-    q.a_scale_layout = ScaleLayout::Native;
-    q.b_scale_layout = ScaleLayout::Native;
-    q.out = GemmOutput::F32;
-    q.accumulate = true;
-    CublasLtGemm& lt = cublaslt_gemm(0);
-    upload(d, hc);
-    lt.run(q, a.p, sa.as<float>(), b.p, sb.as<float>(), d.p, nullptr);
-    hd = download<float>(d, hc.size());
-    const SampleCheck s = check_samples(
-        m, n, k, ha, hb, [&](int64_t i, int64_t g) { return hsa[g * m + i]; },
-        [&](int64_t j, int64_t g) { return hsb[g * n + j]; },
-        [&](int64_t i, int64_t j) -> uint32_t { return num::float_bits(hd[i * n + j]); },
-        [&](int64_t i, int64_t j, float acc) -> uint32_t { return num::float_bits(hc[i * n + j] + acc); }, 96, 77);
-    Result r{"wgrad", shape, "cublaslt fp8 1x128x1x128 +=C"};
-    r.ms = timing.ms([&] { lt.run(q, a.p, sa.as<float>(), b.p, sb.as<float>(), d.p, nullptr); });
-    r.note = (s.bad == 0 ? "hopper-model exact on samples" : fmt::format("differs from model on {}/{}", s.bad, s.checked)) +
-             std::string(" | ") + lt.algorithm(q);
-    report(r, flops, bytes);
-  } catch (const std::exception& e) {
-    std::printf("cuBLASLt Wgrad baseline failed for %s: %s\n", shape.c_str(), e.what());
+  upload(d, hc);
+  LtCall lt(m, n, k, true, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+            sa.as<float>(), sb.as<float>(), true, true, a.p, b.p, d.p);
+  if (!lt.error.empty()) {
+    std::printf("own cuBLASLt Wgrad baseline unavailable for %s: %s\n", shape.c_str(), lt.error.c_str());
+    return;
   }
+  lt.run();
+  hd = download<float>(d, hc.size());
+  const SampleCheck sc = check_samples(
+      m, n, k, ha, hb, [&](int64_t i, int64_t g) { return hsa[g * m + i]; },
+      [&](int64_t j, int64_t g) { return hsb[g * n + j]; },
+      [&](int64_t i, int64_t j) -> uint32_t { return num::float_bits(hd[i * n + j]); },
+      [&](int64_t i, int64_t j, float acc) -> uint32_t { return num::float_bits(hc[i * n + j] + acc); }, 96, 77);
+  Result r{"wgrad", shape, "cublaslt fp8 1x128.1x128 +=C"};
+  r.ms = timing.ms([&] { lt.run(); });
+  r.note = sc.bad == 0 ? fmt::format("hopper-model exact on {} samples", sc.checked)
+                       : fmt::format("differs from the hopper model on {}/{} samples", sc.bad, sc.checked);
+  report(r, flops, bytes);
+}
+
+// Three launches of one dense configuration (random data), for `ncu --launch-skip 2 --launch-count 1`.
+int profile_dense(const std::vector<long long>& v) {
+  const int64_t m = v[0], n = v[1], k = v[2], kb = k / 128, nb = (n + 127) / 128;
+  Buf a(static_cast<size_t>(m * k)), b(static_cast<size_t>(n * k)), sa(static_cast<size_t>(m * kb) * 4),
+      sb(static_cast<size_t>(nb * kb) * 4), d(static_cast<size_t>(m * n) * 2);
+  upload(a, random_e4m3(a.bytes, 1));
+  upload(b, random_e4m3(b.bytes, 2));
+  upload(sa, random_scales(static_cast<size_t>(m * kb), 3));
+  upload(sb, random_scales(static_cast<size_t>(nb * kb), 4));
+  Fp8GemmDenseProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a = a.as<uint8_t>();
+  p.b = b.as<uint8_t>();
+  p.a_scales = row_major_scale_view(sa.as<float>(), kb);
+  p.b_scales = row_major_scale_view(sb.as<float>(), kb);
+  p.d = d.as<uint16_t>();
+  Fp8GemmConfig cfg;
+  cfg.block_n = static_cast<int>(v[3]);
+  cfg.multicast = v[4] == 1 ? Fp8GemmMulticast::ShareA : (v[4] == 2 ? Fp8GemmMulticast::ShareB : Fp8GemmMulticast::None);
+  for (int i = 0; i < 3; ++i) fp8_gemm_dense(p, cfg, nullptr);
+  CK(cudaDeviceSynchronize());
+  std::printf("profiled %s\n", cfg.describe().c_str());
+  return 0;
 }
 
 void print_table() {
-  std::printf("\n%-8s %-34s %-34s %9s %8s %8s  %s\n", "family", "shape", "variant", "ms", "TFLOP/s", "GB/s", "note");
+  std::printf("\n%-7s %-28s %-30s %8s %7s %7s  %s\n", "family", "shape", "variant", "ms", "TFLOP/s", "GB/s", "note");
   for (const Result& r : g_results)
-    std::printf("%-8s %-34s %-34s %9.4f %8.1f %8.1f  %.70s\n", r.family.c_str(), r.shape.c_str(), r.variant.c_str(), r.ms,
-                r.tflops, r.gbps, r.note.c_str());
+    std::printf("%-7s %-28.28s %-30.30s %8.4f %7.1f %7.1f  %.44s\n", r.family.c_str(), r.shape.c_str(), r.variant.c_str(),
+                r.ms, r.tflops, r.gbps, r.note.c_str());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   bool sweep = false, quick = false, baselines = true;
+  std::vector<long long> profile;  // m n k block_n multicast(0 none, 1 A, 2 B)
   std::string only;
   int reps = 20;
   for (int i = 1; i < argc; ++i) {
@@ -518,8 +679,16 @@ int main(int argc, char** argv) {
     else if (s == "--no-baselines") baselines = false;
     else if (s == "--only" && i + 1 < argc) only = argv[++i];
     else if (s == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (s == "--experiments") g_experiments = true;
+    else if (s == "--profile" && i + 5 < argc) {  // one dense shape, one config, a few launches (for ncu)
+      profile = {std::atoll(argv[i + 1]), std::atoll(argv[i + 2]), std::atoll(argv[i + 3]), std::atoll(argv[i + 4]),
+                 std::atoll(argv[i + 5])};
+      i += 5;
+    }
     else {
-      std::fprintf(stderr, "usage: h8_bench [--sweep] [--quick] [--no-baselines] [--only dense|grouped|wgrad] [--reps N]\n");
+      std::fprintf(stderr,
+                   "usage: h8_bench [--sweep] [--quick] [--no-baselines] [--experiments] [--only dense|grouped|wgrad]"
+                   " [--reps N] [--profile M N K BLOCK_N MC]\n");
       return 2;
     }
   }
@@ -534,6 +703,7 @@ int main(int argc, char** argv) {
     g_num_sms = prop.multiProcessorCount;
     std::printf("device %s, %d SMs, L2 %d MiB, %s\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
                 cublaslt_version().c_str());
+    if (!profile.empty()) return profile_dense(profile);
     Timing timing;
     timing.reps = reps;
     if (only.empty() || only == "dense") {

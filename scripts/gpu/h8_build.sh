@@ -27,7 +27,7 @@ LIB_SRCS=(src/ops/cuda/fp8_gemm_host.cpp src/common/error.cpp src/numerics/hoppe
 TEST_SRCS=(src/quant/quant.cpp src/quant/ref_gemm.cpp src/quant/ref_gemm_simd.cpp scripts/gpu/h8_cblas_stub.cpp
            tests/cuda/fp8_gemm_dense_test.cpp tests/cuda/fp8_gemm_grouped_test.cpp
            tests/cuda/fp8_gemm_wgrad_test.cpp scripts/gpu/h8_gtest_main.cpp)
-BENCH_SRCS=(scripts/gpu/h8_bench.cpp)
+BENCH_SRCS=(scripts/gpu/h8_bench.cpp scripts/gpu/h8_experiments.cu)
 
 obj_of() { echo "$OBJ/$(echo "$1" | tr '/' '_').o"; }
 

@@ -6,8 +6,10 @@
 #   tests.log     the bit-exactness GoogleTests (tests/cuda/fp8_gemm_*_test.cpp)
 #   bench.log     h8_bench timings (JSON lines + table)
 #   sanitize.log  compute-sanitizer memcheck and racecheck on a small test subset
-# Usage: bash scripts/gpu/h8_run.sh [steps]   steps: any of probe,sass,tests,bench,sweep,sanitize (default all
-# but sweep); every step has its own timeout so one hang cannot eat the call.
+#   profile.txt   Nsight Compute sections for a few dense configurations (clocks left alone)
+# Usage: bash scripts/gpu/h8_run.sh [steps]   steps: any of probe,sass,tests,bench,sweep,experiments,profile,
+# sanitize (default probe,sass,tests,bench,sanitize); every step has its own timeout so one hang cannot eat
+# the call.
 set -uo pipefail
 STEPS=${1:-probe,sass,tests,bench,sanitize}
 OUT=${OUT:-/tmp/h8out}
@@ -60,20 +62,35 @@ if has bench || has sweep; then
   echo "=== bench"
   args=""
   has sweep && args="--sweep"
+  has experiments && args="$args --experiments"
   timeout 300 $BIN/h8_bench $args 2>&1 > "$OUT/bench.log"
   echo "bench rc=$?"
   sed -n '/^family/,$p' "$OUT/bench.log"
   grep -v '^JSON' "$OUT/bench.log" | grep -iE 'fail|error' | head
 fi
 
+if has profile; then
+  echo "=== profile (elapsed ${SECONDS}s)"
+  {
+    for cfg in "4096 7168 16384 176 0" "4096 7168 16384 176 2" "4096 7168 16384 128 2" "128 7168 16384 64 1"; do
+      echo "##### $cfg"
+      timeout 120 ncu --clock-control none --launch-skip 2 --launch-count 1 -k regex:fp8_gemm_kernel \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+        --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy \
+        $BIN/h8_bench --profile $cfg 2>&1 | grep -vE '^==PROF==|^ *$' | head -150
+    done
+  } > "$OUT/profile.txt" 2>&1
+  grep -E '#####|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|L1/TEX Cache Throughput|Issue Slots Busy|No Eligible' "$OUT/profile.txt" | head -60
+fi
+
 if has sanitize; then
   echo "=== sanitize (elapsed ${SECONDS}s)"
-  filter='Fp8GemmDense.EdgeShapes:Fp8GemmDense.PersistentSchedule*:Fp8GemmGrouped.Leading*:Fp8GemmWgrad.KGrouped*'
+  filter='Fp8GemmDense.EdgeShapes:Fp8GemmDense.PersistentSchedule*:Fp8GemmDense.Multicast*:Fp8GemmGrouped.Leading*:Fp8GemmGrouped.Multicast*:Fp8GemmWgrad.KGrouped*'
   {
     timeout 150 compute-sanitizer --tool memcheck --print-limit 20 $BIN/h8_tests --gtest_filter="$filter" 2>&1 | tail -25
     echo "memcheck rc=${PIPESTATUS[0]}"
     timeout 150 compute-sanitizer --tool racecheck --racecheck-report all --print-limit 20 $BIN/h8_tests \
-      --gtest_filter='Fp8GemmDense.EdgeShapes:Fp8GemmWgrad.KGrouped*' 2>&1 | tail -25
+      --gtest_filter='Fp8GemmDense.EdgeShapes:Fp8GemmDense.Multicast*:Fp8GemmWgrad.KGrouped*' 2>&1 | tail -25
     echo "racecheck rc=${PIPESTATUS[0]}"
   } > "$OUT/sanitize.log" 2>&1
   cat "$OUT/sanitize.log" | grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|rc=|Hazard|Invalid' | head -20

@@ -5,6 +5,7 @@
 // the MN-major scale layout, and a persistent grid much smaller than the tile count.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -25,13 +26,15 @@ struct DenseCase {
   int raster = 16;
   bool pow2 = false;
   bool mn_major_a_scales = false;
+  ops::cuda::Fp8GemmMulticast multicast = ops::cuda::Fp8GemmMulticast::Auto;
 };
 
 std::string describe(const DenseCase& c) {
   return "m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
          " block_n=" + std::to_string(c.block_n) + (c.epilogue == Fp8GemmEpilogue::Direct ? " direct" : " tma") +
          " grid=" + std::to_string(c.grid) + " raster=" + std::to_string(c.raster) + (c.pow2 ? " pow2" : "") +
-         (c.mn_major_a_scales ? " mn-major" : "");
+         (c.mn_major_a_scales ? " mn-major" : "") +
+         " multicast=" + std::to_string(static_cast<int>(c.multicast));
 }
 
 // Runs one case on the GPU and compares with the CPU reference; returns the assertion.
@@ -60,6 +63,7 @@ std::string describe(const DenseCase& c) {
   config.epilogue = c.epilogue;
   config.grid = c.grid;
   config.raster_group_m = c.raster;
+  config.multicast = c.multicast;
   ops::cuda::fp8_gemm_dense(p, config, nullptr);
   return same_bits_bf16(dd.download(), want, c.n);
 }
@@ -143,6 +147,30 @@ TEST(Fp8GemmDense, PersistentScheduleWithFewCtasAndRasterBands) {
   }
 }
 
+// Clusters of two CTAs sharing A (tile pairs along N) or B (pairs along M) through TMA multicast, with odd
+// row and column block counts (the last pair has a member outside the matrix), a few clusters only (the
+// stage ring wraps across units), and both stage-release paths (local and remote empty barriers).
+TEST(Fp8GemmDense, MulticastClustersBitExact) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  using MC = ops::cuda::Fp8GemmMulticast;
+  for (MC mc : {MC::None, MC::ShareA, MC::ShareB})
+    for (int block_n : {64, 96, 128, 160, 176, 192}) {
+      DenseCase c{3 * 128 + 17, 5 * block_n - 16, 512, block_n};
+      c.multicast = mc;
+      c.grid = 6;
+      c.raster = 3;
+      SCOPED_TRACE(describe(c));
+      EXPECT_TRUE(run_dense_case(c, seed + block_n + 1000 * static_cast<int>(mc)));
+    }
+  DenseCase single_row_block{100, 7 * 64, 256, 64};  // one row block: ShareB pairs it with an empty tile
+  single_row_block.multicast = MC::ShareB;
+  EXPECT_TRUE(run_dense_case(single_row_block, seed + 7)) << describe(single_row_block);
+  DenseCase single_tile{50, 64, 128, 64};  // one tile: both pair members but one are outside
+  single_tile.multicast = MC::ShareA;
+  EXPECT_TRUE(run_dense_case(single_tile, seed + 8)) << describe(single_tile);
+}
+
 TEST(Fp8GemmDense, HeuristicPicksBuiltWidthsAndFillsTheMachine) {
   int count = 0;
   const int* block_ns = ops::cuda::fp8_gemm_dense_block_ns(&count);
@@ -190,6 +218,10 @@ TEST(Fp8GemmDense, RejectsBadArguments) {
   EXPECT_THROW(ops::cuda::fp8_gemm_dense(p, bad_config, nullptr), Error);
   bad_config = config;
   bad_config.grid = -1;
+  EXPECT_THROW(ops::cuda::fp8_gemm_dense(p, bad_config, nullptr), Error);
+  bad_config = config;  // the direct epilogue is built without clusters
+  bad_config.epilogue = Fp8GemmEpilogue::Direct;
+  bad_config.multicast = ops::cuda::Fp8GemmMulticast::ShareB;
   EXPECT_THROW(ops::cuda::fp8_gemm_dense(p, bad_config, nullptr), Error);
   p.m = 0;  // nothing to do: returns without launching
   EXPECT_NO_THROW(ops::cuda::fp8_gemm_dense(p, config, nullptr));

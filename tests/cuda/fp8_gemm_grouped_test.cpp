@@ -18,7 +18,9 @@ using ops::cuda::Fp8GemmGroupedProblem;
 // tokens[e] rows for expert e, each segment padded to a multiple of 128 (padding rows hold random values
 // too: the kernel computes them like any row and the reference covers them).
 ::testing::AssertionResult run_grouped_case(const std::vector<int>& tokens, int64_t n, int64_t k, int block_n,
-                                            ops::cuda::Fp8GemmEpilogue epilogue, uint64_t seed) {
+                                            ops::cuda::Fp8GemmEpilogue epilogue, uint64_t seed,
+                                            ops::cuda::Fp8GemmMulticast multicast = ops::cuda::Fp8GemmMulticast::Auto,
+                                            int grid = 0) {
   const int groups = static_cast<int>(tokens.size());
   std::vector<int32_t> offsets(groups + 1, 0);
   for (int e = 0; e < groups; ++e) offsets[e + 1] = offsets[e] + (tokens[e] + 127) / 128 * 128;
@@ -64,6 +66,8 @@ using ops::cuda::Fp8GemmGroupedProblem;
   Fp8GemmConfig config;
   config.block_n = block_n;
   config.epilogue = epilogue;
+  config.multicast = multicast;
+  config.grid = grid;
   ops::cuda::fp8_gemm_grouped(p, config, nullptr);
   return same_bits_bf16(dd.download(), want, n);
 }
@@ -85,6 +89,20 @@ TEST(Fp8GemmGrouped, LeadingAndTrailingEmptyExpertsDirectEpilogueAndHeuristic) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   EXPECT_TRUE(run_grouped_case({0, 0, 513, 0}, 256, 256, 128, ops::cuda::Fp8GemmEpilogue::Direct, seed));
   EXPECT_TRUE(run_grouped_case({0, 77, 129, 0, 5}, 2112, 128, 0, ops::cuda::Fp8GemmEpilogue::TmaStore, seed + 1));
+}
+
+// Clusters sharing A (pairs of column tiles of one row block: always the same expert), odd column-block
+// counts, few clusters; and without clusters.
+TEST(Fp8GemmGrouped, MulticastOfABitExact) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  using MC = ops::cuda::Fp8GemmMulticast;
+  for (MC mc : {MC::ShareA, MC::None})
+    for (int block_n : {64, 128, 160, 176}) {
+      SCOPED_TRACE("block_n " + std::to_string(block_n) + " multicast " + std::to_string(static_cast<int>(mc)));
+      EXPECT_TRUE(run_grouped_case({130, 0, 256, 7}, 3 * block_n + 16, 256, block_n,
+                                   ops::cuda::Fp8GemmEpilogue::TmaStore, seed + block_n, mc, 4));
+    }
 }
 
 TEST(Fp8GemmGrouped, RandomTokenCounts) {
@@ -136,6 +154,9 @@ TEST(Fp8GemmGrouped, RejectsBadArguments) {
   EXPECT_THROW(ops::cuda::fp8_gemm_grouped(bad, {}, nullptr), Error);
   Fp8GemmConfig config;
   config.block_n = 96;  // built for dense only
+  EXPECT_THROW(ops::cuda::fp8_gemm_grouped(p, config, nullptr), Error);
+  config.block_n = 128;  // pairs along M could belong to two experts
+  config.multicast = ops::cuda::Fp8GemmMulticast::ShareB;
   EXPECT_THROW(ops::cuda::fp8_gemm_grouped(p, config, nullptr), Error);
   p.m_total = 0;  // every expert empty: nothing to do
   EXPECT_NO_THROW(ops::cuda::fp8_gemm_grouped(p, {}, nullptr));

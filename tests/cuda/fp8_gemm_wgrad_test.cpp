@@ -18,7 +18,8 @@ using ops::cuda::Fp8GemmWgradProblem;
 
 enum class CMode { None, Separate, InPlace };
 
-::testing::AssertionResult run_wgrad_case(int64_t m, int64_t n, int64_t k, int block_n, CMode c_mode, uint64_t seed) {
+::testing::AssertionResult run_wgrad_case(int64_t m, int64_t n, int64_t k, int block_n, CMode c_mode, uint64_t seed,
+                                          ops::cuda::Fp8GemmMulticast multicast = ops::cuda::Fp8GemmMulticast::Auto) {
   const quant::QuantTensor a = random_e4m3(m, k, quant::Granularity::tile_1x128(), seed);
   const quant::QuantTensor b = random_e4m3(n, k, quant::Granularity::tile_1x128(), seed + 1);
   const std::vector<float> c = random_matrix(m, n, seed + 2);
@@ -40,6 +41,8 @@ enum class CMode { None, Separate, InPlace };
   p.d = c_mode == CMode::InPlace ? dc.get() : dd.get();
   Fp8GemmConfig config;
   config.block_n = block_n;
+  config.multicast = multicast;
+  config.grid = multicast == ops::cuda::Fp8GemmMulticast::Auto ? 0 : 4;
   ops::cuda::fp8_gemm_wgrad(p, config, nullptr);
   return same_bits_f32(c_mode == CMode::InPlace ? dc.download() : dd.download(), want, n);
 }
@@ -55,6 +58,17 @@ TEST(Fp8GemmWgrad, BitExactForEveryBlockWidthWithAndWithoutC) {
     EXPECT_TRUE(run_wgrad_case(129, 96, 256, block_ns[i], CMode::None, seed + 3 * i + 1));
     EXPECT_TRUE(run_wgrad_case(64, 400, 128, block_ns[i], CMode::InPlace, seed + 3 * i + 2));
   }
+}
+
+TEST(Fp8GemmWgrad, MulticastClustersBitExact) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  using MC = ops::cuda::Fp8GemmMulticast;
+  for (MC mc : {MC::None, MC::ShareA, MC::ShareB})
+    for (int block_n : {64, 96, 128}) {
+      SCOPED_TRACE("block_n " + std::to_string(block_n) + " multicast " + std::to_string(static_cast<int>(mc)));
+      EXPECT_TRUE(run_wgrad_case(3 * 128 + 5, 3 * block_n + 16, 384, block_n, CMode::Separate, seed + block_n, mc));
+    }
 }
 
 TEST(Fp8GemmWgrad, LongTokenAxisAndHeuristic) {
@@ -105,8 +119,9 @@ TEST(Fp8GemmWgrad, KGroupedExpertsIncludingEmptyOnes) {
   DeviceArray<uint8_t> da(a.codes), db(b.codes);
   DeviceArray<float> dsa(a.scales), dsb(b.scales), dc(c), dd(c.size());
   DeviceArray<int32_t> doff(offsets);
-  for (int block_n : {64, 128}) {
-    SCOPED_TRACE("block_n " + std::to_string(block_n));
+  using MC = ops::cuda::Fp8GemmMulticast;
+  for (auto [block_n, mc] : {std::pair<int, MC>{64, MC::None}, {128, MC::Auto}, {96, MC::ShareA}, {128, MC::ShareB}}) {
+    SCOPED_TRACE("block_n " + std::to_string(block_n) + " multicast " + std::to_string(static_cast<int>(mc)));
     dd.poison();
     Fp8GemmWgradProblem p;
     p.m = m;
@@ -122,6 +137,8 @@ TEST(Fp8GemmWgrad, KGroupedExpertsIncludingEmptyOnes) {
     p.d = dd.get();
     Fp8GemmConfig config;
     config.block_n = block_n;
+    config.multicast = mc;
+    config.grid = 6;
     ops::cuda::fp8_gemm_wgrad(p, config, nullptr);
     EXPECT_TRUE(same_bits_f32(dd.download(), want, n));
   }

@@ -22,24 +22,36 @@ namespace fp8train::ops::cuda::fp8gemm {
 namespace {
 
 template <int BN>
-cudaError_t launch_dense(Output out, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
-                         const KernelArgs& args, int grid, cudaStream_t stream) {
+cudaError_t launch_dense(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
+                         const KernelArgs& args, cudaStream_t stream) {
   constexpr ScaleB kScaleB = (128 % BN == 0) ? ScaleB::Uniform : ScaleB::PerChunk;
-  if (out == Output::Bf16Tma) return launch_kernel<BN, kScaleB, Schedule::Dense, Output::Bf16Tma>(a, b, d, args, grid, stream);
-  return launch_kernel<BN, kScaleB, Schedule::Dense, Output::Bf16Direct>(a, b, d, args, grid, stream);
+  constexpr Schedule kSched = Schedule::Dense;
+  if (spec.out == Output::Bf16Direct) {  // the plain fallback epilogue: no multicast variants
+    if (spec.multicast != Multicast::None) return cudaErrorInvalidValue;
+    return launch_kernel<BN, kScaleB, kSched, Output::Bf16Direct, Multicast::None>(a, b, d, args, spec.max_ctas, stream);
+  }
+  switch (spec.multicast) {
+    case Multicast::None:
+      return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::None>(a, b, d, args, spec.max_ctas, stream);
+    case Multicast::ShareA:
+      return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::ShareA>(a, b, d, args, spec.max_ctas, stream);
+    case Multicast::ShareB:
+      return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::ShareB>(a, b, d, args, spec.max_ctas, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace
 
-cudaError_t launch_dense_kernel(int block_n, Output out, const CUtensorMap& a, const CUtensorMap& b,
-                                const CUtensorMap& d, const KernelArgs& args, int grid, cudaStream_t stream) {
-  switch (block_n) {
-    case 64: return launch_dense<64>(out, a, b, d, args, grid, stream);
-    case 96: return launch_dense<96>(out, a, b, d, args, grid, stream);
-    case 128: return launch_dense<128>(out, a, b, d, args, grid, stream);
-    case 160: return launch_dense<160>(out, a, b, d, args, grid, stream);
-    case 176: return launch_dense<176>(out, a, b, d, args, grid, stream);
-    case 192: return launch_dense<192>(out, a, b, d, args, grid, stream);
+cudaError_t launch_dense_kernel(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b,
+                                const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream) {
+  switch (spec.block_n) {
+    case 64: return launch_dense<64>(spec, a, b, d, args, stream);
+    case 96: return launch_dense<96>(spec, a, b, d, args, stream);
+    case 128: return launch_dense<128>(spec, a, b, d, args, stream);
+    case 160: return launch_dense<160>(spec, a, b, d, args, stream);
+    case 176: return launch_dense<176>(spec, a, b, d, args, stream);
+    case 192: return launch_dense<192>(spec, a, b, d, args, stream);
     default: return cudaErrorInvalidValue;
   }
 }

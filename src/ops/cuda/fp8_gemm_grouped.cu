@@ -18,22 +18,30 @@ namespace fp8train::ops::cuda::fp8gemm {
 namespace {
 
 template <int BN>
-cudaError_t launch_grouped(Output out, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
-                           const KernelArgs& args, int grid, cudaStream_t stream) {
+cudaError_t launch_grouped(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
+                           const KernelArgs& args, cudaStream_t stream) {
   constexpr ScaleB kScaleB = (128 % BN == 0) ? ScaleB::Uniform : ScaleB::PerChunk;
-  if (out == Output::Bf16Tma) return launch_kernel<BN, kScaleB, Schedule::GroupedM, Output::Bf16Tma>(a, b, d, args, grid, stream);
-  return launch_kernel<BN, kScaleB, Schedule::GroupedM, Output::Bf16Direct>(a, b, d, args, grid, stream);
+  constexpr Schedule kSched = Schedule::GroupedM;
+  // Pairs along M could straddle two experts (different weights), so only A is ever shared.
+  if (spec.multicast == Multicast::ShareB) return cudaErrorInvalidValue;
+  if (spec.out == Output::Bf16Direct) {
+    if (spec.multicast != Multicast::None) return cudaErrorInvalidValue;
+    return launch_kernel<BN, kScaleB, kSched, Output::Bf16Direct, Multicast::None>(a, b, d, args, spec.max_ctas, stream);
+  }
+  if (spec.multicast == Multicast::ShareA)
+    return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::ShareA>(a, b, d, args, spec.max_ctas, stream);
+  return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::None>(a, b, d, args, spec.max_ctas, stream);
 }
 
 }  // namespace
 
-cudaError_t launch_grouped_kernel(int block_n, Output out, const CUtensorMap& a, const CUtensorMap& b,
-                                  const CUtensorMap& d, const KernelArgs& args, int grid, cudaStream_t stream) {
-  switch (block_n) {
-    case 64: return launch_grouped<64>(out, a, b, d, args, grid, stream);
-    case 128: return launch_grouped<128>(out, a, b, d, args, grid, stream);
-    case 160: return launch_grouped<160>(out, a, b, d, args, grid, stream);
-    case 176: return launch_grouped<176>(out, a, b, d, args, grid, stream);
+cudaError_t launch_grouped_kernel(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b,
+                                  const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream) {
+  switch (spec.block_n) {
+    case 64: return launch_grouped<64>(spec, a, b, d, args, stream);
+    case 128: return launch_grouped<128>(spec, a, b, d, args, stream);
+    case 160: return launch_grouped<160>(spec, a, b, d, args, stream);
+    case 176: return launch_grouped<176>(spec, a, b, d, args, stream);
     default: return cudaErrorInvalidValue;
   }
 }

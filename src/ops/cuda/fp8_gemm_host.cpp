@@ -125,10 +125,46 @@ void check_scales(const ScaleView& v, const char* family, const char* name) {
              name);
 }
 
-int grid_for(const Fp8GemmConfig& config, int num_tiles) {
-  FP8T_CHECK(config.grid >= 0, "FP8 GEMM: grid must be >= 0 (0 = one CTA per SM), got {}", config.grid);
-  const int ctas = config.grid > 0 ? config.grid : fp8_gemm_num_sms();
-  return num_tiles < ctas ? num_tiles : ctas;
+Multicast to_multicast(Fp8GemmMulticast m) {
+  switch (m) {
+    case Fp8GemmMulticast::ShareA: return Multicast::ShareA;
+    case Fp8GemmMulticast::ShareB: return Multicast::ShareB;
+    default: return Multicast::None;
+  }
+}
+
+const char* multicast_name(Fp8GemmMulticast m) {
+  switch (m) {
+    case Fp8GemmMulticast::Auto: return "auto";
+    case Fp8GemmMulticast::None: return "none";
+    case Fp8GemmMulticast::ShareA: return "A";
+    case Fp8GemmMulticast::ShareB: return "B";
+  }
+  return "?";
+}
+
+// Multicast choice once block_n is known: share the operand whose tile is larger (B when block_n > 128)
+// if there is a neighbouring tile to pair with along the other axis; B pairs are not allowed for grouped.
+Fp8GemmMulticast choose_multicast(int64_t m_blocks, int64_t n_blocks, int block_n, bool allow_share_b) {
+  const bool pair_m = m_blocks >= 2, pair_n = n_blocks >= 2;
+  if (allow_share_b && pair_m && (block_n >= 128 || !pair_n)) return Fp8GemmMulticast::ShareB;
+  if (pair_n) return Fp8GemmMulticast::ShareA;
+  if (allow_share_b && pair_m) return Fp8GemmMulticast::ShareB;
+  return Fp8GemmMulticast::None;
+}
+
+// Scheduling units for the multicast mode (see KernelArgs), the raster band converted to row units, and the
+// grid cap; fills spec.multicast / max_ctas.
+void fill_units(KernelArgs& args, LaunchSpec& spec, const Fp8GemmConfig& config, int groups) {
+  FP8T_CHECK(config.grid >= 0, "FP8 GEMM: grid must be >= 0 (0 = as many CTAs as are resident), got {}", config.grid);
+  FP8T_CHECK(config.raster_group_m >= 1, "FP8 GEMM: raster_group_m must be >= 1, got {}", config.raster_group_m);
+  spec.multicast = to_multicast(config.multicast);
+  spec.max_ctas = config.grid;
+  args.units_m = spec.multicast == Multicast::ShareB ? (args.m_blocks + 1) / 2 : args.m_blocks;
+  args.units_n = spec.multicast == Multicast::ShareA ? (args.n_blocks + 1) / 2 : args.n_blocks;
+  args.num_units = args.units_m * args.units_n * groups;
+  const int band = spec.multicast == Multicast::ShareB ? config.raster_group_m / 2 : config.raster_group_m;
+  args.raster_group_m = band > 0 ? band : 1;
 }
 
 void fill_scales(KernelArgs& args, const ScaleView& a, const ScaleView& b) {
@@ -153,7 +189,7 @@ constexpr int64_t kMaxDim = int64_t{1} << 31;
 }  // namespace
 
 std::string Fp8GemmConfig::describe() const {
-  return fmt::format("block 128x{}, grid {}, raster {}, epilogue {}", block_n,
+  return fmt::format("block 128x{}, multicast {}, grid {}, raster {}, epilogue {}", block_n, multicast_name(multicast),
                      grid == 0 ? std::string("SMs") : std::to_string(grid), raster_group_m,
                      epilogue == Fp8GemmEpilogue::TmaStore ? "tma" : "direct");
 }
@@ -206,44 +242,63 @@ const int* fp8_gemm_dense_block_ns(int* count) {
 
 Fp8GemmConfig fp8_gemm_dense_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_sms) {
   Fp8GemmConfig config;
-  config.block_n = choose_block_n((m + kBlockM - 1) / kBlockM, n, 1, num_sms, kDenseBlockNs, kNumDense);
+  const int64_t m_blocks = (m + kBlockM - 1) / kBlockM;
+  config.block_n = choose_block_n(m_blocks, n, 1, num_sms, kDenseBlockNs, kNumDense);
+  config.multicast = choose_multicast(m_blocks, (n + config.block_n - 1) / config.block_n, config.block_n, true);
   return config;
 }
 
-void fp8_gemm_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& config_in, cudaStream_t stream) {
-  FP8T_CHECK(p.m >= 0 && p.n > 0 && p.k > 0, "dense FP8 GEMM: bad shape m={} n={} k={}", p.m, p.n, p.k);
+namespace fp8gemm {
+
+PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& config_in) {
+  FP8T_CHECK(p.m > 0 && p.n > 0 && p.k > 0, "dense FP8 GEMM: bad shape m={} n={} k={}", p.m, p.n, p.k);
   FP8T_CHECK(p.k % kBlockK == 0, "dense FP8 GEMM: K = {} must be a multiple of 128 (the scale block)", p.k);
   FP8T_CHECK(p.n % 16 == 0, "dense FP8 GEMM: N = {} must be a multiple of 16", p.n);
   FP8T_CHECK(p.m < kMaxDim && p.n < kMaxDim && p.k < kMaxDim, "dense FP8 GEMM: dimensions must fit in 31 bits");
-  if (p.m == 0) return;
   check_operand(p.a, "dense", "A");
   check_operand(p.b, "dense", "B");
   check_operand(p.d, "dense", "D");
   check_scales(p.a_scales, "dense", "A");
   check_scales(p.b_scales, "dense", "B");
   Fp8GemmConfig config = config_in;
-  if (config.block_n == 0) config.block_n = fp8_gemm_dense_heuristic(p.m, p.n, p.k, fp8_gemm_num_sms()).block_n;
+  const Fp8GemmConfig heuristic = fp8_gemm_dense_heuristic(p.m, p.n, p.k, fp8_gemm_num_sms());
+  if (config.block_n == 0) config.block_n = heuristic.block_n;
   FP8T_CHECK(is_one_of(config.block_n, kDenseBlockNs, kNumDense), "dense FP8 GEMM: block_n {} is not built (one of {})",
              config.block_n, list_of(kDenseBlockNs, kNumDense));
-  FP8T_CHECK(config.raster_group_m >= 1, "dense FP8 GEMM: raster_group_m must be >= 1");
+  const bool tma = config.epilogue == Fp8GemmEpilogue::TmaStore;
+  if (config.multicast == Fp8GemmMulticast::Auto) {
+    config.multicast = tma ? choose_multicast((p.m + kBlockM - 1) / kBlockM, (p.n + config.block_n - 1) / config.block_n,
+                                              config.block_n, true)
+                           : Fp8GemmMulticast::None;
+  }
+  FP8T_CHECK(tma || config.multicast == Fp8GemmMulticast::None,
+             "dense FP8 GEMM: the direct epilogue is built without multicast (asked for multicast {})",
+             multicast_name(config.multicast));
 
-  KernelArgs args;
+  PreparedLaunch L;
+  KernelArgs& args = L.args;
   args.m = static_cast<int>(p.m);
   args.n = static_cast<int>(p.n);
   args.k = static_cast<int>(p.k);
   args.m_blocks = static_cast<int>((p.m + kBlockM - 1) / kBlockM);
   args.n_blocks = static_cast<int>((p.n + config.block_n - 1) / config.block_n);
-  args.num_tiles = args.m_blocks * args.n_blocks;
-  args.raster_group_m = config.raster_group_m;
+  fill_units(args, L.spec, config, 1);
   fill_scales(args, p.a_scales, p.b_scales);
   args.d = p.d;
-  const CUtensorMap ta = operand_map(p.a, p.m, p.k, kBlockM);
-  const CUtensorMap tb = operand_map(p.b, p.n, p.k, config.block_n);
-  const bool tma = config.epilogue == Fp8GemmEpilogue::TmaStore;
-  const CUtensorMap td = tma ? bf16_output_map(p.d, p.m, p.n, config.block_n) : ta;
-  check_cuda(launch_dense_kernel(config.block_n, tma ? Output::Bf16Tma : Output::Bf16Direct, ta, tb, td, args,
-                                 grid_for(config, args.num_tiles), stream),
-             "dense FP8 GEMM kernel launch");
+  L.spec.block_n = config.block_n;
+  L.spec.out = tma ? Output::Bf16Tma : Output::Bf16Direct;
+  L.a = operand_map(p.a, p.m, p.k, L.spec.multicast == Multicast::ShareA ? kBlockM / 2 : kBlockM);
+  L.b = operand_map(p.b, p.n, p.k, L.spec.multicast == Multicast::ShareB ? config.block_n / 2 : config.block_n);
+  L.d = tma ? bf16_output_map(p.d, p.m, p.n, config.block_n) : L.a;
+  return L;
+}
+
+}  // namespace fp8gemm
+
+void fp8_gemm_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& config, cudaStream_t stream) {
+  if (p.m == 0 && p.n > 0 && p.k > 0) return;  // nothing to compute
+  const PreparedLaunch L = prepare_dense(p, config);
+  check_cuda(launch_dense_kernel(L.spec, L.a, L.b, L.d, L.args, stream), "dense FP8 GEMM kernel launch");
 }
 
 // ---- grouped (MoE contiguous) ----------------------------------------------------------------------------
@@ -255,12 +310,15 @@ const int* fp8_gemm_grouped_block_ns(int* count) {
 Fp8GemmConfig fp8_gemm_grouped_heuristic(int64_t m_total, int64_t n, int64_t /*k*/, int num_sms) {
   Fp8GemmConfig config;
   config.block_n = choose_block_n(m_total / kBlockM, n, 1, num_sms, kGroupedBlockNs, kNumGrouped);
+  config.multicast = choose_multicast(m_total / kBlockM, (n + config.block_n - 1) / config.block_n, config.block_n, false);
   return config;
 }
 
-void fp8_gemm_grouped(const Fp8GemmGroupedProblem& p, const Fp8GemmConfig& config_in, cudaStream_t stream) {
+namespace fp8gemm {
+
+PreparedLaunch prepare_grouped(const Fp8GemmGroupedProblem& p, const Fp8GemmConfig& config_in) {
   FP8T_CHECK(p.num_groups >= 1, "grouped FP8 GEMM: need at least one group, got {}", p.num_groups);
-  FP8T_CHECK(p.m_total >= 0 && p.n > 0 && p.k > 0, "grouped FP8 GEMM: bad shape m_total={} n={} k={}", p.m_total,
+  FP8T_CHECK(p.m_total > 0 && p.n > 0 && p.k > 0, "grouped FP8 GEMM: bad shape m_total={} n={} k={}", p.m_total,
              p.n, p.k);
   FP8T_CHECK(p.m_total % kBlockM == 0,
              "grouped FP8 GEMM: m_total = {} must be a multiple of 128 (each group's rows are padded to 128)",
@@ -269,7 +327,6 @@ void fp8_gemm_grouped(const Fp8GemmGroupedProblem& p, const Fp8GemmConfig& confi
   FP8T_CHECK(p.n % 16 == 0, "grouped FP8 GEMM: N = {} must be a multiple of 16", p.n);
   FP8T_CHECK(p.m_total < kMaxDim && p.n * p.num_groups < kMaxDim && p.k < kMaxDim,
              "grouped FP8 GEMM: dimensions must fit in 31 bits");
-  if (p.m_total == 0) return;
   FP8T_CHECK(p.row_offsets != nullptr, "grouped FP8 GEMM: row_offsets is a null pointer");
   check_operand(p.a, "grouped", "A");
   check_operand(p.b, "grouped", "B");
@@ -282,9 +339,19 @@ void fp8_gemm_grouped(const Fp8GemmGroupedProblem& p, const Fp8GemmConfig& confi
   FP8T_CHECK(is_one_of(config.block_n, kGroupedBlockNs, kNumGrouped),
              "grouped FP8 GEMM: block_n {} is not built (one of {})", config.block_n,
              list_of(kGroupedBlockNs, kNumGrouped));
-  FP8T_CHECK(config.raster_group_m >= 1, "grouped FP8 GEMM: raster_group_m must be >= 1");
+  const bool tma = config.epilogue == Fp8GemmEpilogue::TmaStore;
+  if (config.multicast == Fp8GemmMulticast::Auto) {
+    config.multicast = tma ? choose_multicast(p.m_total / kBlockM, (p.n + config.block_n - 1) / config.block_n,
+                                              config.block_n, false)
+                           : Fp8GemmMulticast::None;
+  }
+  FP8T_CHECK(config.multicast != Fp8GemmMulticast::ShareB,
+             "grouped FP8 GEMM: multicast of B would pair tiles of two experts; use ShareA or None");
+  FP8T_CHECK(tma || config.multicast == Fp8GemmMulticast::None,
+             "grouped FP8 GEMM: the direct epilogue is built without multicast");
 
-  KernelArgs args;
+  PreparedLaunch L;
+  KernelArgs& args = L.args;
   args.m = static_cast<int>(p.m_total);
   args.n = static_cast<int>(p.n);
   args.k = static_cast<int>(p.k);
@@ -292,17 +359,23 @@ void fp8_gemm_grouped(const Fp8GemmGroupedProblem& p, const Fp8GemmConfig& confi
   args.group_offsets = p.row_offsets;
   args.m_blocks = static_cast<int>(p.m_total / kBlockM);
   args.n_blocks = static_cast<int>((p.n + config.block_n - 1) / config.block_n);
-  args.num_tiles = args.m_blocks * args.n_blocks;
-  args.raster_group_m = config.raster_group_m;
+  fill_units(args, L.spec, config, 1);
   fill_scales(args, p.a_scales, p.b_scales);
   args.d = p.d;
-  const CUtensorMap ta = operand_map(p.a, p.m_total, p.k, kBlockM);
-  const CUtensorMap tb = operand_map(p.b, p.n * p.num_groups, p.k, config.block_n);
-  const bool tma = config.epilogue == Fp8GemmEpilogue::TmaStore;
-  const CUtensorMap td = tma ? bf16_output_map(p.d, p.m_total, p.n, config.block_n) : ta;
-  check_cuda(launch_grouped_kernel(config.block_n, tma ? Output::Bf16Tma : Output::Bf16Direct, ta, tb, td, args,
-                                   grid_for(config, args.num_tiles), stream),
-             "grouped FP8 GEMM kernel launch");
+  L.spec.block_n = config.block_n;
+  L.spec.out = tma ? Output::Bf16Tma : Output::Bf16Direct;
+  L.a = operand_map(p.a, p.m_total, p.k, L.spec.multicast == Multicast::ShareA ? kBlockM / 2 : kBlockM);
+  L.b = operand_map(p.b, p.n * p.num_groups, p.k, config.block_n);
+  L.d = tma ? bf16_output_map(p.d, p.m_total, p.n, config.block_n) : L.a;
+  return L;
+}
+
+}  // namespace fp8gemm
+
+void fp8_gemm_grouped(const Fp8GemmGroupedProblem& p, const Fp8GemmConfig& config, cudaStream_t stream) {
+  if (p.m_total == 0 && p.num_groups >= 1 && p.n > 0 && p.k > 0) return;  // every expert empty
+  const PreparedLaunch L = prepare_grouped(p, config);
+  check_cuda(launch_grouped_kernel(L.spec, L.a, L.b, L.d, L.args, stream), "grouped FP8 GEMM kernel launch");
 }
 
 // ---- Wgrad -------------------------------------------------------------------------------------------------
@@ -313,20 +386,23 @@ const int* fp8_gemm_wgrad_block_ns(int* count) {
 
 Fp8GemmConfig fp8_gemm_wgrad_heuristic(int64_t m, int64_t n, int64_t /*k*/, int num_groups, int num_sms) {
   Fp8GemmConfig config;
-  config.block_n = choose_block_n((m + kBlockM - 1) / kBlockM, n, num_groups, num_sms, kWgradBlockNs, kNumWgrad);
+  const int64_t m_blocks = (m + kBlockM - 1) / kBlockM;
+  config.block_n = choose_block_n(m_blocks, n, num_groups, num_sms, kWgradBlockNs, kNumWgrad);
+  config.multicast = choose_multicast(m_blocks, (n + config.block_n - 1) / config.block_n, config.block_n, true);
   return config;
 }
 
-void fp8_gemm_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& config_in, cudaStream_t stream) {
+namespace fp8gemm {
+
+PreparedLaunch prepare_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& config_in) {
   FP8T_CHECK(p.num_groups >= 1, "Wgrad FP8 GEMM: need at least one group, got {}", p.num_groups);
   FP8T_CHECK(p.num_groups == 1 || p.k_offsets != nullptr,
              "Wgrad FP8 GEMM: {} groups need k_offsets (device memory, num_groups + 1 entries)", p.num_groups);
-  FP8T_CHECK(p.m >= 0 && p.n > 0 && p.k > 0, "Wgrad FP8 GEMM: bad shape m={} n={} k={}", p.m, p.n, p.k);
+  FP8T_CHECK(p.m > 0 && p.n > 0 && p.k > 0, "Wgrad FP8 GEMM: bad shape m={} n={} k={}", p.m, p.n, p.k);
   FP8T_CHECK(p.k % kBlockK == 0, "Wgrad FP8 GEMM: K = {} must be a multiple of 128 (the scale tile)", p.k);
   FP8T_CHECK(p.n % 16 == 0, "Wgrad FP8 GEMM: N = {} must be a multiple of 16", p.n);
   FP8T_CHECK(p.m * p.num_groups < kMaxDim && p.n < kMaxDim && p.k < kMaxDim,
              "Wgrad FP8 GEMM: dimensions must fit in 31 bits");
-  if (p.m == 0) return;
   check_operand(p.a, "Wgrad", "A");
   check_operand(p.b, "Wgrad", "B");
   FP8T_CHECK(p.d != nullptr && reinterpret_cast<uintptr_t>(p.d) % 8 == 0,
@@ -339,9 +415,14 @@ void fp8_gemm_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& config_in
     config.block_n = fp8_gemm_wgrad_heuristic(p.m, p.n, p.k, p.num_groups, fp8_gemm_num_sms()).block_n;
   FP8T_CHECK(is_one_of(config.block_n, kWgradBlockNs, kNumWgrad), "Wgrad FP8 GEMM: block_n {} is not built (one of {})",
              config.block_n, list_of(kWgradBlockNs, kNumWgrad));
-  FP8T_CHECK(config.raster_group_m >= 1, "Wgrad FP8 GEMM: raster_group_m must be >= 1");
+  FP8T_CHECK(config.epilogue == Fp8GemmEpilogue::TmaStore || config.epilogue == Fp8GemmEpilogue::Direct,
+             "Wgrad FP8 GEMM: unknown epilogue");
+  if (config.multicast == Fp8GemmMulticast::Auto)
+    config.multicast = choose_multicast((p.m + kBlockM - 1) / kBlockM, (p.n + config.block_n - 1) / config.block_n,
+                                        config.block_n, true);
 
-  KernelArgs args;
+  PreparedLaunch L;
+  KernelArgs& args = L.args;
   args.m = static_cast<int>(p.m);
   args.n = static_cast<int>(p.n);
   args.k = static_cast<int>(p.k);
@@ -349,16 +430,25 @@ void fp8_gemm_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& config_in
   args.group_offsets = p.k_offsets;
   args.m_blocks = static_cast<int>((p.m + kBlockM - 1) / kBlockM);
   args.n_blocks = static_cast<int>((p.n + config.block_n - 1) / config.block_n);
-  args.num_tiles = args.m_blocks * args.n_blocks * p.num_groups;
-  args.raster_group_m = config.raster_group_m;
+  fill_units(args, L.spec, config, p.num_groups);
   fill_scales(args, p.a_scales, p.b_scales);
   args.d = p.d;
   args.c = p.c;
-  const CUtensorMap ta = operand_map(p.a, p.m, p.k, kBlockM);
-  const CUtensorMap tb = operand_map(p.b, p.n, p.k, config.block_n);
-  check_cuda(launch_wgrad_kernel(config.block_n, p.k_offsets != nullptr, ta, tb, args,
-                                 grid_for(config, args.num_tiles), stream),
-             "Wgrad FP8 GEMM kernel launch");
+  L.spec.block_n = config.block_n;
+  L.spec.out = Output::Fp32Direct;
+  L.k_grouped = p.k_offsets != nullptr;
+  L.a = operand_map(p.a, p.m, p.k, L.spec.multicast == Multicast::ShareA ? kBlockM / 2 : kBlockM);
+  L.b = operand_map(p.b, p.n, p.k, L.spec.multicast == Multicast::ShareB ? config.block_n / 2 : config.block_n);
+  L.d = L.a;
+  return L;
+}
+
+}  // namespace fp8gemm
+
+void fp8_gemm_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& config, cudaStream_t stream) {
+  if (p.m == 0 && p.n > 0 && p.k > 0 && p.num_groups >= 1) return;  // nothing to compute
+  const PreparedLaunch L = prepare_wgrad(p, config);
+  check_cuda(launch_wgrad_kernel(L.spec, L.k_grouped, L.a, L.b, L.args, stream), "Wgrad FP8 GEMM kernel launch");
 }
 
 }  // namespace fp8train::ops::cuda

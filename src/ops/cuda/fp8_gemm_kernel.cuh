@@ -47,30 +47,35 @@ struct TileCoord {
   int m0, n0, group, kb_begin, kb_end;
 };
 
-// Tile order: bands of raster_group_m row blocks; inside a band, row blocks vary fastest so the CTAs that
-// run at the same time share both the A rows and the B columns in L2.
-template <Schedule kSched, int BN>
-__device__ __forceinline__ TileCoord tile_coord(const KernelArgs& a, int tile) {
+// Unit order: bands of raster_group_m row units; inside a band, row units vary fastest so the CTAs running
+// at the same time share both the A rows and the B columns in L2. A unit is one tile, or for a cluster of two
+// the tile pair (2i, n) + (2i + 1, n) (ShareB) or (m, 2j) + (m, 2j + 1) (ShareA); `rank` picks the CTA's tile.
+// A pair member past the last row or column block computes on zero-filled data and stores nothing.
+template <Schedule kSched, Multicast kMc, int BN>
+__device__ __forceinline__ TileCoord tile_coord(const KernelArgs& a, int unit, int rank) {
   int group = 0;
-  int local = tile;
+  int local = unit;
   if constexpr (kSched == Schedule::GroupedK) {
-    const int per_group = a.m_blocks * a.n_blocks;
-    group = tile / per_group;
-    local = tile - group * per_group;
+    const int per_group = a.units_m * a.units_n;
+    group = unit / per_group;
+    local = unit - group * per_group;
   }
-  const int span = a.raster_group_m * a.n_blocks;
+  const int span = a.raster_group_m * a.units_n;
   const int band = local / span;
   const int r = local - band * span;
-  const int band_rows = min(a.raster_group_m, a.m_blocks - band * a.raster_group_m);
+  const int band_rows = min(a.raster_group_m, a.units_m - band * a.raster_group_m);
+  const int um = band * a.raster_group_m + r % band_rows;
+  const int un = r / band_rows;
   TileCoord t;
-  t.m0 = (band * a.raster_group_m + r % band_rows) * kBlockM;
-  t.n0 = (r / band_rows) * BN;
+  t.m0 = (kMc == Multicast::ShareB ? 2 * um + rank : um) * kBlockM;
+  t.n0 = (kMc == Multicast::ShareA ? 2 * un + rank : un) * BN;
   if constexpr (kSched == Schedule::GroupedM) {
     // Last group whose first row is <= m0 (empty groups share their offset with the next one).
+    const int row = min(t.m0, a.m - 1);
     int lo = 0, hi = a.num_groups;
     while (hi - lo > 1) {
       const int mid = (lo + hi) >> 1;
-      if (__ldg(a.group_offsets + mid) <= t.m0) lo = mid; else hi = mid;
+      if (__ldg(a.group_offsets + mid) <= row) lo = mid; else hi = mid;
     }
     group = lo;
   }
@@ -90,15 +95,19 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-template <int BN, ScaleB kScaleB, Schedule kSched, Output kOut>
+template <int BN, ScaleB kScaleB, Schedule kSched, Output kOut, Multicast kMc, int kFlags>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                     const __grid_constant__ CUtensorMap tmap_d, const KernelArgs args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Plan = SmemPlan<BN, kScaleB, kOut>;
+  using Plan = SmemPlan<BN, kScaleB, kOut, kFlags>;
   using Mma = Fp8Wgmma<BN>;
   constexpr int S = Plan::kStages;
   constexpr int kAcc = BN / 2;
+  constexpr int kCluster = cluster_size(kMc);
+  constexpr bool kPromote = (kFlags & kFlagNoPromote) == 0;
+  constexpr bool kDoubleBuffer = (kFlags & kFlagDoubleBuffer) != 0;
+  static_assert(!kDoubleBuffer || BN <= 128, "double-buffered partial sums need block_n <= 128 (registers)");
 
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
@@ -110,6 +119,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 32, 0);
   const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int rank = kCluster > 1 ? static_cast<int>(cluster_cta_rank()) : 0;
+  const int cluster_id = static_cast<int>(blockIdx.x) / kCluster;
+  const int num_clusters = static_cast<int>(gridDim.x) / kCluster;
 
   if (threadIdx.x == kMathThreads) {
     tma_prefetch_descriptor(&tmap_a);
@@ -117,19 +129,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kOut == Output::Bf16Tma) tma_prefetch_descriptor(&tmap_d);
     for (int s = 0; s < S; ++s) {
       mbar_init(full_bar(s), 1 + 32);  // expect_tx arrival of lane 0 + one cp.async arrival per lane
-      mbar_init(empty_bar(s), kMathThreads / 32);
+      mbar_init(empty_bar(s), kCluster * kMathThreads / 32);  // every math warp of every CTA of the cluster
     }
     fence_barrier_init();
   }
-  __syncthreads();
+  if constexpr (kCluster > 1) cluster_sync(); else __syncthreads();
 
   if (warp >= kMathThreads / 32) {
     // ---------------------------------------------------------------- producer warpgroup
     regs_decrease<kProducerRegs>();
     if (warp == kMathThreads / 32) {
       uint32_t it = 0;
-      for (int tile = blockIdx.x; tile < args.num_tiles; tile += gridDim.x) {
-        const TileCoord t = tile_coord<kSched, BN>(args, tile);
+      for (int unit = cluster_id; unit < args.num_units; unit += num_clusters) {
+        const TileCoord t = tile_coord<kSched, kMc, BN>(args, unit, rank);
         const int b_row = (kSched == Schedule::GroupedM ? t.group * args.n : 0) + t.n0;
         const float* sfb = args.sfb + (kSched == Schedule::GroupedM ? t.group * args.sfb_group : 0);
         for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
@@ -156,14 +168,29 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
           cp_async_arrive_noinc(full_bar(s));
           if (lane == 0) {
+            // Each CTA receives the whole A and B tiles, whoever of the pair loaded which half.
             mbar_arrive_expect_tx(full_bar(s), Plan::kABytes + Plan::kBBytes);
-            tma_load_2d(smem_base + Plan::kAOffset + s * Plan::kABytes, &tmap_a, full_bar(s), kb * kBlockK, t.m0);
-            tma_load_2d(smem_base + Plan::kBOffset + s * Plan::kBBytes, &tmap_b, full_bar(s), kb * kBlockK, b_row);
+            const uint32_t a_dst = smem_base + Plan::kAOffset + s * Plan::kABytes;
+            const uint32_t b_dst = smem_base + Plan::kBOffset + s * Plan::kBBytes;
+            if constexpr (kMc == Multicast::ShareA) {
+              tma_load_2d_multicast(a_dst + rank * 64 * kBlockK, &tmap_a, full_bar(s), kb * kBlockK, t.m0 + rank * 64,
+                                    0x3);
+            } else {
+              tma_load_2d(a_dst, &tmap_a, full_bar(s), kb * kBlockK, t.m0);
+            }
+            if constexpr (kMc == Multicast::ShareB) {
+              tma_load_2d_multicast(b_dst + rank * (BN / 2) * kBlockK, &tmap_b, full_bar(s), kb * kBlockK,
+                                    b_row + rank * (BN / 2), 0x3);
+            } else {
+              tma_load_2d(b_dst, &tmap_b, full_bar(s), kb * kBlockK, b_row);
+            }
           }
           __syncwarp();
         }
       }
     }
+    // A CTA's shared memory must outlive its partner's multicasts into it and arrivals on its barriers.
+    if constexpr (kCluster > 1) cluster_sync();
   } else {
     // ---------------------------------------------------------------- math warpgroups
     regs_increase<kMathRegs>();
@@ -171,71 +198,141 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int wl = static_cast<int>(threadIdx.x) % 128;
     const int row_in_wg = (warp % 4) * 16 + lane / 4;  // and row_in_wg + 8
     const int quad_col = 2 * (lane % 4);
+    const uint32_t peer_bar_base =
+        kCluster > 1 ? map_to_cta(smem_base + Plan::kBarOffset, static_cast<uint32_t>(rank ^ 1)) : 0;
     uint32_t it = 0;
-    for (int tile = blockIdx.x; tile < args.num_tiles; tile += gridDim.x) {
-      const TileCoord t = tile_coord<kSched, BN>(args, tile);
+    for (int unit = cluster_id; unit < args.num_units; unit += num_clusters) {
+      const TileCoord t = tile_coord<kSched, kMc, BN>(args, unit, rank);
       float acc[kAcc];
+      if constexpr (kPromote) {
 #pragma unroll
-      for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+        for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
+      }
       float partial[kAcc];
 
-      for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
-        const uint32_t s = it % S;
-        mbar_wait(full_bar(s), (it / S) & 1);
+      // One K block: 4 WGMMAs (K = 32 each) of the stage into P, the first into zeroed registers (scale-d 0).
+      auto issue = [&](float (&P)[kAcc], uint32_t s) {
+        const uint32_t a_addr = smem_base + Plan::kAOffset + s * Plan::kABytes + wg * 64 * kBlockK;
+        const uint32_t b_addr = smem_base + Plan::kBOffset + s * Plan::kBBytes;
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) fence_register(P[i]);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBlockK / 32; ++kk) {
+          Mma::mma(P, smem_desc_k_major_sw128(a_addr + 32 * kk), smem_desc_k_major_sw128(b_addr + 32 * kk),
+                   kk > 0 ? 1u : 0u);
+        }
+        wgmma_commit();
+      };
+      // Promotion of a finished K block held in P: acc = fma(scale_a * scale_b, P, acc), the CPU model's
+      // arithmetic; then the stage is released (in a cluster both CTAs' producers write into it, so both hear).
+      auto promote_release = [&](float (&P)[kAcc], uint32_t s) {
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) fence_register(P[i]);
         const float* sfa = sfa_stage(s);
         const float* sfb = sfb_stage(s);
         const float sa0 = sfa[wg * 64 + row_in_wg];
         const float sa1 = sfa[wg * 64 + row_in_wg + 8];
-        float sb_uniform = 0.0f;
-        if constexpr (kScaleB == ScaleB::Uniform) sb_uniform = sfb[0];
-
-        const uint32_t a_addr = smem_base + Plan::kAOffset + s * Plan::kABytes + wg * 64 * kBlockK;
-        const uint32_t b_addr = smem_base + Plan::kBOffset + s * Plan::kBBytes;
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) fence_register(partial[i]);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kBlockK / 32; ++kk) {
-          Mma::mma(partial, smem_desc_k_major_sw128(a_addr + 32 * kk), smem_desc_k_major_sw128(b_addr + 32 * kk),
-                   kk > 0 ? 1u : 0u);
-        }
-        wgmma_commit();
-        wgmma_wait_all();
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) fence_register(partial[i]);
-
-        // Promotion: acc = fma(scale_a * scale_b, partial, acc), the CPU model's arithmetic.
         if constexpr (kScaleB == ScaleB::Uniform) {
-          const float p0 = __fmul_rn(sa0, sb_uniform), p1 = __fmul_rn(sa1, sb_uniform);
+          const float sb = sfb[0];
+          const float p0 = __fmul_rn(sa0, sb), p1 = __fmul_rn(sa1, sb);
 #pragma unroll
           for (int j = 0; j < kAcc / 4; ++j) {
-            acc[4 * j + 0] = __fmaf_rn(p0, partial[4 * j + 0], acc[4 * j + 0]);
-            acc[4 * j + 1] = __fmaf_rn(p0, partial[4 * j + 1], acc[4 * j + 1]);
-            acc[4 * j + 2] = __fmaf_rn(p1, partial[4 * j + 2], acc[4 * j + 2]);
-            acc[4 * j + 3] = __fmaf_rn(p1, partial[4 * j + 3], acc[4 * j + 3]);
+            acc[4 * j + 0] = __fmaf_rn(p0, P[4 * j + 0], acc[4 * j + 0]);
+            acc[4 * j + 1] = __fmaf_rn(p0, P[4 * j + 1], acc[4 * j + 1]);
+            acc[4 * j + 2] = __fmaf_rn(p1, P[4 * j + 2], acc[4 * j + 2]);
+            acc[4 * j + 3] = __fmaf_rn(p1, P[4 * j + 3], acc[4 * j + 3]);
           }
         } else if constexpr (kScaleB == ScaleB::PerChunk) {
 #pragma unroll
           for (int j = 0; j < kAcc / 4; ++j) {
             const float sb = sfb[j];
             const float p0 = __fmul_rn(sa0, sb), p1 = __fmul_rn(sa1, sb);
-            acc[4 * j + 0] = __fmaf_rn(p0, partial[4 * j + 0], acc[4 * j + 0]);
-            acc[4 * j + 1] = __fmaf_rn(p0, partial[4 * j + 1], acc[4 * j + 1]);
-            acc[4 * j + 2] = __fmaf_rn(p1, partial[4 * j + 2], acc[4 * j + 2]);
-            acc[4 * j + 3] = __fmaf_rn(p1, partial[4 * j + 3], acc[4 * j + 3]);
+            acc[4 * j + 0] = __fmaf_rn(p0, P[4 * j + 0], acc[4 * j + 0]);
+            acc[4 * j + 1] = __fmaf_rn(p0, P[4 * j + 1], acc[4 * j + 1]);
+            acc[4 * j + 2] = __fmaf_rn(p1, P[4 * j + 2], acc[4 * j + 2]);
+            acc[4 * j + 3] = __fmaf_rn(p1, P[4 * j + 3], acc[4 * j + 3]);
           }
         } else {
 #pragma unroll
           for (int j = 0; j < kAcc / 4; ++j) {
             const float2 sb = *reinterpret_cast<const float2*>(sfb + 8 * j + quad_col);
-            acc[4 * j + 0] = __fmaf_rn(__fmul_rn(sa0, sb.x), partial[4 * j + 0], acc[4 * j + 0]);
-            acc[4 * j + 1] = __fmaf_rn(__fmul_rn(sa0, sb.y), partial[4 * j + 1], acc[4 * j + 1]);
-            acc[4 * j + 2] = __fmaf_rn(__fmul_rn(sa1, sb.x), partial[4 * j + 2], acc[4 * j + 2]);
-            acc[4 * j + 3] = __fmaf_rn(__fmul_rn(sa1, sb.y), partial[4 * j + 3], acc[4 * j + 3]);
+            acc[4 * j + 0] = __fmaf_rn(__fmul_rn(sa0, sb.x), P[4 * j + 0], acc[4 * j + 0]);
+            acc[4 * j + 1] = __fmaf_rn(__fmul_rn(sa0, sb.y), P[4 * j + 1], acc[4 * j + 1]);
+            acc[4 * j + 2] = __fmaf_rn(__fmul_rn(sa1, sb.x), P[4 * j + 2], acc[4 * j + 2]);
+            acc[4 * j + 3] = __fmaf_rn(__fmul_rn(sa1, sb.y), P[4 * j + 3], acc[4 * j + 3]);
           }
         }
         __syncwarp();
-        if (lane == 0) mbar_arrive(empty_bar(s));
+        if (lane == 0) {
+          mbar_arrive(empty_bar(s));
+          if constexpr (kCluster > 1) mbar_arrive_cluster(peer_bar_base + 8 * (S + s));
+        }
+      };
+      auto wait_full = [&](uint32_t iter) { mbar_wait(full_bar(iter % S), (iter / S) & 1); };
+
+      if constexpr (!kPromote) {
+        // Experiment: one chain over all K straight into acc (no promotion, no scales).
+        for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
+          const uint32_t s = it % S;
+          wait_full(it);
+          const uint32_t a_addr = smem_base + Plan::kAOffset + s * Plan::kABytes + wg * 64 * kBlockK;
+          const uint32_t b_addr = smem_base + Plan::kBOffset + s * Plan::kBBytes;
+#pragma unroll
+          for (int i = 0; i < kAcc; ++i) fence_register(acc[i]);
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < kBlockK / 32; ++kk) {
+            Mma::mma(acc, smem_desc_k_major_sw128(a_addr + 32 * kk), smem_desc_k_major_sw128(b_addr + 32 * kk),
+                     (kk > 0 || kb > t.kb_begin) ? 1u : 0u);
+          }
+          wgmma_commit();
+          wgmma_wait<0>();
+#pragma unroll
+          for (int i = 0; i < kAcc; ++i) fence_register(acc[i]);
+          __syncwarp();
+          if (lane == 0) {
+            mbar_arrive(empty_bar(s));
+            if constexpr (kCluster > 1) mbar_arrive_cluster(peer_bar_base + 8 * (S + s));
+          }
+        }
+      } else if constexpr (kDoubleBuffer) {
+        // Two K blocks in flight: block i + 1 is issued into the other register set before block i is waited
+        // for and promoted (wait_group 1), so this warpgroup's own promotion overlaps its next WGMMAs.
+        float partial2[kAcc];
+        const int nkb = t.kb_end - t.kb_begin;
+        const uint32_t base = it;
+        if (nkb > 0) {
+          wait_full(base);
+          issue(partial, base % S);
+        }
+        for (int i = 0; i < nkb; i += 2) {
+          if (i + 1 < nkb) {
+            wait_full(base + i + 1);
+            issue(partial2, (base + i + 1) % S);
+            wgmma_wait<1>();
+          } else {
+            wgmma_wait<0>();
+          }
+          promote_release(partial, (base + i) % S);
+          if (i + 1 >= nkb) break;
+          if (i + 2 < nkb) {
+            wait_full(base + i + 2);
+            issue(partial, (base + i + 2) % S);
+            wgmma_wait<1>();
+          } else {
+            wgmma_wait<0>();
+          }
+          promote_release(partial2, (base + i + 1) % S);
+        }
+        it += nkb;
+      } else {
+        for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
+          wait_full(it);
+          issue(partial, it % S);
+          wgmma_wait<0>();
+          promote_release(partial, it % S);
+        }
       }
 
       // ---------------------------------------------------------------- epilogue
@@ -297,6 +394,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kOut == Output::Bf16Tma) {
       if (wl == 0) tma_store_wait_all();
     }
+    if constexpr (kCluster > 1) cluster_sync();
   }
 #endif
 }

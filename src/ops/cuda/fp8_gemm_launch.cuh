@@ -1,22 +1,60 @@
 // The templated launch of one FP8 GEMM kernel instantiation, shared by the family files
 // fp8_gemm_{dense,grouped,wgrad}.cu. Errors come back as cudaError_t (no fmt in .cu files); the host code
-// in fp8_gemm_host.cpp turns them into fp8train::Error.
+// in fp8_gemm_host.cpp turns them into fp8train::Error. Clusters of two (TMA multicast) launch through
+// cudaLaunchKernelEx; the persistent grid is as many CTAs (or CTA pairs) as can be resident at once, capped
+// by the unit count and LaunchSpec::max_ctas.
 #pragma once
-#include <cuda_runtime_api.h>
+#include <cuda_runtime.h>
 
 #include "ops/cuda/fp8_gemm_kernel.cuh"
 #include "ops/cuda/fp8_gemm_plan.h"
 
 namespace fp8train::ops::cuda::fp8gemm {
 
-template <int BN, ScaleB kScaleB, Schedule kSched, Output kOut>
+template <int BN, ScaleB kScaleB, Schedule kSched, Output kOut, Multicast kMc, int kFlags = 0>
 cudaError_t launch_kernel(const CUtensorMap& tmap_a, const CUtensorMap& tmap_b, const CUtensorMap& tmap_d,
-                          const KernelArgs& args, int grid, cudaStream_t stream) {
-  using Plan = SmemPlan<BN, kScaleB, kOut>;
-  auto kernel = fp8_gemm_kernel<BN, kScaleB, kSched, kOut>;
+                          const KernelArgs& args, int max_ctas, cudaStream_t stream) {
+  using Plan = SmemPlan<BN, kScaleB, kOut, kFlags>;
+  constexpr int kCluster = cluster_size(kMc);
+  auto kernel = fp8_gemm_kernel<BN, kScaleB, kSched, kOut, kMc, kFlags>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Plan::kDynamicBytes);
   if (err != cudaSuccess) return err;
-  kernel<<<grid, kThreads, Plan::kDynamicBytes, stream>>>(tmap_a, tmap_b, tmap_d, args);
+  int device = 0;
+  if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
+
+  cudaLaunchConfig_t config{};
+  config.blockDim = dim3(kThreads, 1, 1);
+  config.dynamicSmemBytes = Plan::kDynamicBytes;
+  config.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = kCluster;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+
+  // Resident clusters (one CTA per SM): the SM count, or fewer for pairs where a GPC has an odd SM count.
+  static int resident[64] = {};
+  if (device < 64 && resident[device] == 0) {
+    int sms = 0;
+    if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) return err;
+    int clusters = sms / kCluster;
+    if (kCluster > 1) {
+      config.gridDim = dim3(static_cast<unsigned>(sms / kCluster * kCluster), 1, 1);
+      int n = 0;
+      if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) == cudaSuccess && n > 0) clusters = n;
+      (void)cudaGetLastError();
+    }
+    resident[device] = clusters;
+  }
+  int clusters = device < 64 ? resident[device] : 1;
+  if (max_ctas > 0 && max_ctas / kCluster < clusters) clusters = max_ctas / kCluster > 0 ? max_ctas / kCluster : 1;
+  if (args.num_units < clusters) clusters = args.num_units;
+  if (clusters <= 0) return cudaSuccess;
+  config.gridDim = dim3(static_cast<unsigned>(clusters * kCluster), 1, 1);
+  err = cudaLaunchKernelEx(&config, kernel, tmap_a, tmap_b, tmap_d, args);
+  if (err != cudaSuccess) return err;
   return cudaGetLastError();
 }
 

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "ops/cuda/fp8_gemm.h"
+
 namespace fp8train::ops::cuda::fp8gemm {
 
 inline constexpr int kBlockM = 128;
@@ -31,10 +33,27 @@ enum class Schedule : int {
   GroupedK,  // MoE Wgrad: group g owns K range [off[g], off[g+1]) and output D[g] ([M, N])
 };
 enum class Output : int { Bf16Tma, Bf16Direct, Fp32Direct };
+// TMA multicast inside a cluster of two CTAs that work on neighbouring tiles: each CTA loads half of the
+// shared operand tile and multicasts it into both CTAs' shared memory, halving that operand's L2 traffic.
+enum class Multicast : int {
+  None,    // one CTA per cluster, every CTA loads its own A and B tiles
+  ShareA,  // the pair works on tiles (m, 2j) and (m, 2j + 1): same A rows, each CTA loads 64 of them
+  ShareB,  // the pair works on tiles (2i, n) and (2i + 1, n): same B rows, each CTA loads BN / 2 of them
+};
+constexpr int cluster_size(Multicast mc) { return mc == Multicast::None ? 1 : 2; }
+
+// Experiment switches (template flags; production kernels use 0). kFlagNoPromote: WGMMA accumulates over the
+// whole K with no FP32 promotion and no scales (wrong numerics; measures what promotion costs). Bits 8..11:
+// a cap on the pipeline stages (0 = as many as fit).
+inline constexpr int kFlagNoPromote = 1;
+// kFlagDoubleBuffer: two sets of partial-sum registers per math warpgroup, so the WGMMAs of K block kb + 1
+// run while block kb is promoted (2 x BN/2 + BN/2 registers: block_n <= 128).
+inline constexpr int kFlagDoubleBuffer = 2;
+constexpr int stage_cap_flag(int stages) { return stages << 8; }
 
 constexpr int align_up(int x, int a) { return (x + a - 1) / a * a; }
 
-template <int BN, ScaleB kScaleB, Output kOut>
+template <int BN, ScaleB kScaleB, Output kOut, int kFlags = 0>
 struct SmemPlan {
   static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256, "BN must be a multiple of 16 in [16, 256]");
   static constexpr int kAtomCols = BN % 64 == 0 ? 64 : (BN % 32 == 0 ? 32 : 16);  // TMA-store atom width
@@ -49,7 +68,9 @@ struct SmemPlan {
   static constexpr int kPerStage = kABytes + kBBytes + kSfaBytes + kSfbBytes + 16;  // + two barriers
   static constexpr int kSlack = 1024;  // to align the dynamic buffer to 1024 bytes (128-byte swizzle)
   static constexpr int kStagesFit = (kSmemLimit - kSlack - kDBytes) / kPerStage;
-  static constexpr int kStages = kStagesFit > 8 ? 8 : kStagesFit;
+  static constexpr int kStageCap = (kFlags >> 8) & 15;
+  static constexpr int kStagesMax = kStagesFit > 8 ? 8 : kStagesFit;
+  static constexpr int kStages = (kStageCap > 0 && kStageCap < kStagesMax) ? kStageCap : kStagesMax;
   static_assert(kStages >= 2, "tile too large for shared memory");
   static constexpr int kAOffset = kDBytes;
   static constexpr int kBOffset = kAOffset + kStages * kABytes;
@@ -67,7 +88,10 @@ struct KernelArgs {
   int m = 0, n = 0, k = 0;  // GroupedM: m = total rows; GroupedK: k = total K
   int num_groups = 1;
   const int* group_offsets = nullptr;  // [num_groups + 1], multiples of 128 (GroupedM rows, GroupedK K)
-  int m_blocks = 0, n_blocks = 0, num_tiles = 0, raster_group_m = 16;
+  int m_blocks = 0, n_blocks = 0, raster_group_m = 16;
+  // Scheduling units: a unit is one tile (Multicast::None) or the pair of neighbouring tiles a cluster of two
+  // CTAs computes together; units_m x units_n units per group, num_units in all.
+  int units_m = 0, units_n = 0, num_units = 0;
   const float* sfa = nullptr;
   long long sfa_row = 0, sfa_kb = 0;
   const float* sfb = nullptr;
@@ -81,11 +105,32 @@ constexpr int atom_cols_for(int block_n) { return block_n % 64 == 0 ? 64 : (bloc
 
 // Launchers of the three families: `block_n` must be one the family builds (the host code checks), the
 // tensor maps describe A ([rows, K], boxes 128 x 128), B (boxes block_n x 128) and, for Output::Bf16Tma, D.
-cudaError_t launch_dense_kernel(int block_n, Output out, const CUtensorMap& a, const CUtensorMap& b,
-                                const CUtensorMap& d, const KernelArgs& args, int grid, cudaStream_t stream);
-cudaError_t launch_grouped_kernel(int block_n, Output out, const CUtensorMap& a, const CUtensorMap& b,
-                                  const CUtensorMap& d, const KernelArgs& args, int grid, cudaStream_t stream);
-cudaError_t launch_wgrad_kernel(int block_n, bool k_grouped, const CUtensorMap& a, const CUtensorMap& b,
-                                const KernelArgs& args, int grid, cudaStream_t stream);
+// `max_ctas` caps the persistent grid (0 = as many CTAs, or pairs of CTAs, as can be resident at once).
+struct LaunchSpec {
+  int block_n = 128;
+  Output out = Output::Bf16Tma;
+  Multicast multicast = Multicast::None;
+  int max_ctas = 0;
+  int experiment = 0;  // index into a family's experiment instantiations (0 = production)
+};
+cudaError_t launch_dense_kernel(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b,
+                                const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream);
+cudaError_t launch_grouped_kernel(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b,
+                                  const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream);
+cudaError_t launch_wgrad_kernel(const LaunchSpec& spec, bool k_grouped, const CUtensorMap& a, const CUtensorMap& b,
+                                const KernelArgs& args, cudaStream_t stream);
+
+// Everything one launch needs, built and validated by fp8_gemm_host.cpp from a problem and a config (the
+// public fp8_gemm_* functions are prepare + launch; scripts/gpu/h8_bench.cpp also launches experiment
+// instantiations from a prepared launch).
+struct PreparedLaunch {
+  LaunchSpec spec;
+  CUtensorMap a{}, b{}, d{};
+  KernelArgs args;
+  bool k_grouped = false;
+};
+PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& config);
+PreparedLaunch prepare_grouped(const Fp8GemmGroupedProblem& p, const Fp8GemmConfig& config);
+PreparedLaunch prepare_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& config);
 
 }  // namespace fp8train::ops::cuda::fp8gemm

@@ -21,22 +21,34 @@
 namespace fp8train::ops::cuda::fp8gemm {
 namespace {
 
-template <int BN>
-cudaError_t launch_wgrad(bool k_grouped, const CUtensorMap& a, const CUtensorMap& b, const KernelArgs& args, int grid,
+template <int BN, Schedule kSched>
+cudaError_t launch_wgrad(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const KernelArgs& args,
                          cudaStream_t stream) {
-  if (k_grouped)
-    return launch_kernel<BN, ScaleB::PerColumn, Schedule::GroupedK, Output::Fp32Direct>(a, b, a, args, grid, stream);
-  return launch_kernel<BN, ScaleB::PerColumn, Schedule::Dense, Output::Fp32Direct>(a, b, a, args, grid, stream);
+  constexpr ScaleB kScaleB = ScaleB::PerColumn;
+  constexpr Output kOut = Output::Fp32Direct;
+  switch (spec.multicast) {
+    case Multicast::None: return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::None>(a, b, a, args, spec.max_ctas, stream);
+    case Multicast::ShareA: return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::ShareA>(a, b, a, args, spec.max_ctas, stream);
+    case Multicast::ShareB: return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::ShareB>(a, b, a, args, spec.max_ctas, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <int BN>
+cudaError_t launch_wgrad(const LaunchSpec& spec, bool k_grouped, const CUtensorMap& a, const CUtensorMap& b,
+                         const KernelArgs& args, cudaStream_t stream) {
+  if (k_grouped) return launch_wgrad<BN, Schedule::GroupedK>(spec, a, b, args, stream);
+  return launch_wgrad<BN, Schedule::Dense>(spec, a, b, args, stream);
 }
 
 }  // namespace
 
-cudaError_t launch_wgrad_kernel(int block_n, bool k_grouped, const CUtensorMap& a, const CUtensorMap& b,
-                                const KernelArgs& args, int grid, cudaStream_t stream) {
-  switch (block_n) {
-    case 64: return launch_wgrad<64>(k_grouped, a, b, args, grid, stream);
-    case 96: return launch_wgrad<96>(k_grouped, a, b, args, grid, stream);
-    case 128: return launch_wgrad<128>(k_grouped, a, b, args, grid, stream);
+cudaError_t launch_wgrad_kernel(const LaunchSpec& spec, bool k_grouped, const CUtensorMap& a, const CUtensorMap& b,
+                                const KernelArgs& args, cudaStream_t stream) {
+  switch (spec.block_n) {
+    case 64: return launch_wgrad<64>(spec, k_grouped, a, b, args, stream);
+    case 96: return launch_wgrad<96>(spec, k_grouped, a, b, args, stream);
+    case 128: return launch_wgrad<128>(spec, k_grouped, a, b, args, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -1,0 +1,58 @@
+// Experiment instantiations of the FP8 GEMM kernel template for scripts/gpu/h8_bench.cpp --experiments
+// (never used by the library): the dense Fprop kernel with
+//   "nopromote": one WGMMA chain over all K into the accumulators, no FP32 promotion, no scales (what the
+//                pipeline does without the promotion's CUDA-core work; numerically not the recipe),
+//   "stages3" / "stages4": the pipeline capped at 3 / 4 stages (sensitivity to prefetch depth),
+//   "double": two K blocks in flight per math warpgroup (kFlagDoubleBuffer; block_n <= 128; exact numerics),
+// for block_n 64, 128 and 176, multicast none, A and B.
+#include <string>
+
+#include "ops/cuda/fp8_gemm_launch.cuh"
+
+using fp8train::ops::cuda::fp8gemm::PreparedLaunch;
+
+namespace {
+namespace fg = fp8train::ops::cuda::fp8gemm;
+
+template <int BN, fg::Multicast kMc>
+cudaError_t launch_flags(int flags, const PreparedLaunch& L, cudaStream_t stream) {
+  constexpr fg::ScaleB kScaleB = (128 % BN == 0) ? fg::ScaleB::Uniform : fg::ScaleB::PerChunk;
+  constexpr auto kSched = fg::Schedule::Dense;
+  constexpr auto kOut = fg::Output::Bf16Tma;
+  switch (flags) {
+    case fg::kFlagNoPromote:
+      return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagNoPromote>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
+    case fg::stage_cap_flag(3):
+      return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::stage_cap_flag(3)>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
+    case fg::stage_cap_flag(4):
+      return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::stage_cap_flag(4)>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
+    case fg::kFlagDoubleBuffer:
+      if constexpr (BN <= 128)
+        return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagDoubleBuffer>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
+      break;
+  }
+  return cudaErrorInvalidValue;
+}
+
+template <int BN>
+cudaError_t launch_bn(int flags, const PreparedLaunch& L, cudaStream_t stream) {
+  if (L.spec.multicast == fg::Multicast::None) return launch_flags<BN, fg::Multicast::None>(flags, L, stream);
+  if (L.spec.multicast == fg::Multicast::ShareA) return launch_flags<BN, fg::Multicast::ShareA>(flags, L, stream);
+  return launch_flags<BN, fg::Multicast::ShareB>(flags, L, stream);
+}
+
+}  // namespace
+
+cudaError_t h8_launch_experiment(const std::string& name, const PreparedLaunch& L, cudaStream_t stream) {
+  int flags = 0;
+  if (name == "nopromote") flags = fg::kFlagNoPromote;
+  else if (name == "stages3") flags = fg::stage_cap_flag(3);
+  else if (name == "stages4") flags = fg::stage_cap_flag(4);
+  else if (name == "double") flags = fg::kFlagDoubleBuffer;
+  else return cudaErrorInvalidValue;
+  if (L.spec.out != fg::Output::Bf16Tma) return cudaErrorInvalidValue;
+  if (L.spec.block_n == 64) return launch_bn<64>(flags, L, stream);
+  if (L.spec.block_n == 128) return launch_bn<128>(flags, L, stream);
+  if (L.spec.block_n == 176) return launch_bn<176>(flags, L, stream);
+  return cudaErrorInvalidValue;
+}
