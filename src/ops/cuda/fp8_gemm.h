@@ -40,13 +40,23 @@ enum class Fp8GemmEpilogue : uint8_t {
   Direct,    // BF16 straight from registers with st.global (kept as a tested fallback)
 };
 
+// TMA multicast in clusters of two CTAs computing neighbouring tiles (halves one operand's L2 traffic).
+enum class Fp8GemmMulticast : uint8_t {
+  Auto,    // the heuristic decides
+  None,    // no clusters
+  ShareA,  // tiles (m, 2j) and (m, 2j+1) share their A rows
+  ShareB,  // tiles (2i, n) and (2i+1, n) share their B rows (dense and Wgrad only: grouped pairs could
+           // straddle two experts)
+};
+
 // Tuning knobs, separate from the problem. block_n = 0 asks the heuristic.
 struct Fp8GemmConfig {
-  int block_n = 0;           // output tile width (tile = 128 x block_n); see supported_block_ns()
-  int grid = 0;              // persistent CTAs; 0 = one per SM (capped at the tile count)
+  int block_n = 0;           // output tile width (tile = 128 x block_n); see the family's *_block_ns()
+  Fp8GemmMulticast multicast = Fp8GemmMulticast::Auto;
+  int grid = 0;              // cap on persistent CTAs; 0 = as many as are resident (one per SM)
   int raster_group_m = 16;   // row blocks per raster band (L2 reuse)
-  Fp8GemmEpilogue epilogue = Fp8GemmEpilogue::TmaStore;
-  std::string describe() const;  // "block 128x176, stages 4, grid 132, raster 16, epilogue tma"
+  Fp8GemmEpilogue epilogue = Fp8GemmEpilogue::TmaStore;  // Direct: no multicast
+  std::string describe() const;  // "block 128x176, multicast B, grid SMs, raster 16, epilogue tma"
 };
 
 // ---- dense Fprop / Dgrad ------------------------------------------------------------------------------
@@ -59,8 +69,9 @@ struct Fp8GemmDenseProblem {
   uint16_t* d = nullptr;       // [m, n] BF16 bits, row-major
   std::string describe() const;
 };
-// The block_n values the dense family is built for, and the heuristic's choice for a shape on `num_sms` SMs:
-// the fewest "waves" of tiles weighted by tile width (a tile's time grows with block_n), ties to the wider.
+// The block_n values the dense family is built for, and the heuristic's choice (block_n and multicast) for a
+// shape on `num_sms` SMs: the fewest "waves" of tiles weighted by tile width (a tile's time grows with
+// block_n), ties to the wider; then multicast of the operand whose tile is larger, when there is a pair.
 const int* fp8_gemm_dense_block_ns(int* count);
 Fp8GemmConfig fp8_gemm_dense_heuristic(int64_t m, int64_t n, int64_t k, int num_sms);
 // Validates (FP8T_CHECK: sizes, alignment, supported block_n) and launches on `stream`.
