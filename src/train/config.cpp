@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "recipe/recipe.h"
 #include "train/atomic_file.h"
 #include "train/config_keys.h"
 
@@ -34,7 +35,7 @@ std::vector<ConfigKey> make_keys() {
   k.push_back({"train.seq_len", "seq-len", 1, 1e6, {}, "tokens per sequence", FP8T_REF(seq_len)});
   k.push_back({"train.seed", "seed", 0, 9007199254740991.0, {}, "seed of initialisation and data sampling", FP8T_REF(seed)});
   k.push_back({"train.threads", "threads", 0, 4096, {}, "CPU threads (0: OpenMP default); results are bit-identical for a fixed count", FP8T_REF(threads)});
-  k.push_back({"train.recipe", "recipe", 0, 0, {"bf16", "fp32"}, "precision recipe", FP8T_REF(recipe)});
+  k.push_back({"train.recipe", "recipe", 0, 0, {}, "precision recipe: fp32, bf16, fp8-deepseek, fp8-tensorwise, int8-blockwise, with optional :key=value overrides (src/recipe/recipe.h)", FP8T_REF(recipe)});
   k.push_back({"train.out", "out", 0, 0, {}, "run directory (empty: runs/<preset>-<date>-<time>)", FP8T_REF(out)});
   k.push_back({"train.save_every", "save-every", 0, kBig, {}, "checkpoint every N steps (0: only at the end)", FP8T_REF(save_every)});
   k.push_back({"train.eval_every", "eval-every", 0, kBig, {}, "held-out evaluation every N steps, and at the end (0: only at the end)", FP8T_REF(eval_every)});
@@ -220,6 +221,11 @@ void validate_config(const TrainConfig& c) {
              "config key 'optim.batch_warmup_start' ({}) must not exceed 'train.batch_size' ({})", c.batch_warmup_start,
              c.batch_size);
   c.lr_schedule().validate();
+  try {  // the recipe layer parses the spec (name + ":key=value" overrides)
+    (void)recipe::parse_recipe(c.recipe);
+  } catch (const Error& e) {
+    FP8T_FAIL("config key 'train.recipe': {}", e.what());
+  }
   c.batch_schedule().validate();
   validate_model_config(c);
 }

@@ -18,45 +18,15 @@
 #include <string>
 #include <vector>
 
+#include "model/config.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
 
 namespace fp8train::train {
 
-// The model's dimensions, named as in DeepSeek-V3's report and Hugging Face config. (Placeholder until the
-// model layer's ModelConfig exists; then this becomes that type.)
-struct ModelDims {
-  int64_t vocab_size = 259;
-  int64_t hidden_size = 128;
-  int64_t n_layers = 2;
-  int64_t n_dense_layers = 1;
-  int64_t n_heads = 4;
-  int64_t q_lora_rank = 64;
-  int64_t kv_lora_rank = 32;
-  int64_t qk_nope_head_dim = 16;
-  int64_t qk_rope_head_dim = 16;
-  int64_t v_head_dim = 16;
-  int64_t intermediate_size = 384;
-  int64_t moe_intermediate_size = 96;
-  int64_t n_routed_experts = 8;
-  int64_t n_shared_experts = 1;
-  int64_t num_experts_per_tok = 2;
-  int64_t n_group = 1;
-  int64_t topk_group = 1;
-  double routed_scaling_factor = 1.0;
-  double bias_update_speed = 1e-3;
-  double seq_aux_loss_alpha = 1e-4;
-  int64_t mtp_depth = 1;
-  double mtp_lambda = 0.3;
-  double rope_theta = 10000.0;
-  double init_std = 0.02;
-  double rms_norm_eps = 1e-6;
-  bool tie_embeddings = false;
-};
-
 struct TrainConfig {
   std::string preset = "small";
-  ModelDims model;
+  model::ModelConfig model;  // the model layer's config (model/config.h), keys under "model"
 
   // data
   std::string data_path;        // empty: the embedded corpus
@@ -70,7 +40,7 @@ struct TrainConfig {
   int64_t seq_len = 128;
   int64_t seed = 1;
   int64_t threads = 0;            // OpenMP threads (0: OpenMP's default)
-  std::string recipe = "bf16";    // bf16 | fp32 (the FP8 recipes arrive with the recipe layer)
+  std::string recipe = "bf16";    // a recipe spec for recipe::parse_recipe (fp32, bf16, fp8-deepseek, ...)
   std::string out;                // run directory (empty: runs/<preset>-<date>-<time>)
   int64_t save_every = 0;         // checkpoint every N steps (0: only at the end)
   int64_t eval_every = 100;       // held-out evaluation every N steps (and at the end)

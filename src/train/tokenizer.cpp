@@ -36,10 +36,17 @@ void validate_utf8(std::string_view bytes, const std::string& what) {
     } else {
       fail(i, c == 0xC0 || c == 0xC1 ? "overlong encoding" : "byte never used in UTF-8");
     }
-    if (i + len > n) fail(i, "sequence truncated by the end of the data");
-    if (s[i + 1] < lo || s[i + 1] > hi) fail(i + 1, "invalid continuation byte (overlong, surrogate or out of range)");
-    for (size_t k = 2; k < len; ++k)
-      if (s[i + k] < 0x80 || s[i + k] > 0xBF) fail(i + k, "invalid continuation byte");
+    if (i + len > n) fail(i, "multi-byte sequence truncated by the end of the data");
+    for (size_t k = 1; k < len; ++k) {
+      const unsigned char lo_k = k == 1 ? lo : 0x80, hi_k = k == 1 ? hi : 0xBF;
+      if (s[i + k] < lo_k || s[i + k] > hi_k) {
+        const std::string reason = fmt::format(
+            "a {}-byte sequence whose byte {} (0x{:02X}) is not a valid continuation{}", len, k + 1,
+            static_cast<unsigned>(s[i + k]),
+            s[i + k] >= 0x80 && s[i + k] <= 0xBF ? " (overlong form, surrogate or above U+10FFFF)" : "");
+        fail(i, reason.c_str());
+      }
+    }
     i += len;
   }
 }

@@ -46,12 +46,12 @@ TEST(Utf8, AcceptsValidTextAndNamesTheOffsetOfBadBytes) {
       {"ab\x80", 2},                 // lone continuation byte
       {"abc\xC3", 3},                // truncated 2-byte sequence
       {"\xC0\xAF", 0},               // overlong
-      {"x\xE0\x80\xAF", 2},          // overlong 3-byte: bad second byte
-      {"\xED\xA0\x80", 1},           // surrogate U+D800
-      {"\xF4\x90\x80\x80", 1},       // above U+10FFFF
+      {"x\xE0\x80\xAF", 1},          // overlong 3-byte: bad second byte
+      {"\xED\xA0\x80", 0},           // surrogate U+D800
+      {"\xF4\x90\x80\x80", 0},       // above U+10FFFF
       {"\xF5\x80\x80\x80", 0},       // never-used lead byte
       {"ok \xE2\x82", 3},            // truncated at the end
-      {"\xE2\x28\xA1", 1},           // bad continuation
+      {"\xE2\x28\xA1", 0},           // bad continuation
       {"\xFF", 0},
   };
   for (const auto& b : bad) {

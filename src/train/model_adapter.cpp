@@ -1,0 +1,94 @@
+// DeepSeekTrainable (see model_adapter.h).
+#include "train/model_adapter.h"
+
+#include "common/error.h"
+#include "model/hooks.h"
+#include "model/model.h"
+#include "model/recipe_hooks.h"
+#include "recipe/recipe.h"
+
+namespace fp8train::train {
+namespace {
+
+Tensor token_tensor(const Token* tokens, int64_t count) {
+  std::vector<int32_t> v(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) v[static_cast<size_t>(i)] = static_cast<int32_t>(tokens[i]);
+  return Tensor::from_vector(v, {count});
+}
+
+std::vector<std::vector<int64_t>> pending_loads(const model::DeepSeekV3Model& m) {
+  std::vector<std::vector<int64_t>> out;
+  for (const model::ExpertLoad& l : m.expert_loads()) out.push_back(l.load);
+  return out;
+}
+
+}  // namespace
+
+DeepSeekTrainable::DeepSeekTrainable(const model::ModelConfig& config, uint64_t seed, const std::string& recipe) {
+  model::ModelOptions options;
+  options.seed = seed;
+  model_ = std::make_unique<model::DeepSeekV3Model>(config, options);
+  // The precision recipe (src/recipe) behind the model's LinearCompute and ActivationCache hooks.
+  hooks_ = model::install_recipe(*model_, recipe::parse_recipe(recipe));
+}
+
+DeepSeekTrainable::~DeepSeekTrainable() = default;
+
+optim::ParamList DeepSeekTrainable::parameters() {
+  optim::ParamList out;
+  for (model::Parameter* p : model_->parameters().trainable())
+    out.push_back({p->name, p->value.data<float>(), p->grad.data<float>(), static_cast<size_t>(p->value.numel()),
+                   p->weight_decay});
+  return out;
+}
+
+std::vector<NamedShape> DeepSeekTrainable::parameter_shapes() {
+  std::vector<NamedShape> out;
+  for (model::Parameter* p : model_->parameters().trainable()) out.push_back({p->name, p->value.shape()});
+  return out;
+}
+
+std::vector<StateBuffer> DeepSeekTrainable::state() {
+  std::vector<StateBuffer> out;
+  for (model::Parameter* p : model_->parameters().buffers())
+    out.push_back({p->name, p->value.shape(), p->value.data<float>(), static_cast<size_t>(p->value.numel())});
+  return out;
+}
+
+int64_t DeepSeekTrainable::vocab_size() const { return model_->config().vocab_size; }
+
+int64_t DeepSeekTrainable::parameter_count() const { return model_->parameters().trainable_count(); }
+
+MicroBatchResult DeepSeekTrainable::forward_backward(const Token* inputs, const Token* targets, int64_t batch,
+                                                     int64_t seq_len, double grad_scale) {
+  const int64_t n = batch * seq_len;
+  const auto before = pending_loads(*model_);
+  const model::LossBreakdown l =
+      model_->forward_backward(token_tensor(inputs, n), token_tensor(targets, n), batch, grad_scale);
+  const auto after = pending_loads(*model_);
+  MicroBatchResult r;
+  r.loss = {l.total, l.main, l.mtp, l.balance};
+  for (size_t layer = 0; layer < after.size(); ++layer) {
+    std::vector<double> tokens(after[layer].size());
+    for (size_t e = 0; e < tokens.size(); ++e)
+      tokens[e] = static_cast<double>(after[layer][e] - (layer < before.size() ? before[layer][e] : 0));
+    r.expert_tokens.push_back(std::move(tokens));
+  }
+  return r;
+}
+
+void DeepSeekTrainable::after_step() { model_->update_router_biases(); }
+
+void DeepSeekTrainable::discard_step() { model_->clear_expert_loads(); }
+
+double DeepSeekTrainable::eval_loss_sum(const Token* inputs, const Token* targets, int64_t batch, int64_t seq_len) {
+  const int64_t n = batch * seq_len;
+  const model::LossBreakdown l = model_->forward(token_tensor(inputs, n), token_tensor(targets, n), batch, false);
+  return l.main * static_cast<double>(l.main_tokens);
+}
+
+std::vector<float> DeepSeekTrainable::next_token_logits(const Token* inputs, int64_t batch, int64_t seq_len) {
+  return model_->last_logits(token_tensor(inputs, batch * seq_len), batch).to_vector<float>();
+}
+
+}  // namespace fp8train::train

@@ -1,0 +1,175 @@
+// `fp8train train | eval | generate` end to end through the built CLI (FP8TRAIN_CLI), on a very small
+// MLA + MoE + MTP model and a 20 kB slice of the embedded corpus, so every case takes a few seconds:
+//   - train writes metrics.jsonl (one line per step, the documented keys), eval.jsonl, checkpoints, report.html;
+//   - eval and generate read the checkpoint;
+//   - resuming from step 3 reproduces the uninterrupted run's step 4..6 losses bit for bit (real model);
+//   - bad inputs (missing file, bad JSON, unknown key, out-of-range value, truncated checkpoint, non-UTF-8 data,
+//     unknown preset, an existing run directory) each give exactly one line "fp8train: error: ..." naming the
+//     problem, and a non-zero exit.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct CliResult {
+  int exit_code = -1;  // -1: killed by a signal
+  std::string out, err;
+  std::vector<std::string> err_lines() const {
+    std::vector<std::string> lines;
+    std::istringstream in(err);
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    return lines;
+  }
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<nlohmann::json> jsonl(const fs::path& p) {
+  std::vector<nlohmann::json> rows;
+  std::istringstream in(slurp(p));
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) rows.push_back(nlohmann::json::parse(l));
+  return rows;
+}
+
+class TrainCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    work_ = fs::path(::testing::TempDir()) / ("fp8train_train_cli_" + std::to_string(::getpid()));
+    fs::remove_all(work_);
+    fs::create_directories(work_);
+    // A model small enough for seconds-long runs that still has every part: MLA, 1 dense + 1 MoE block, MTP.
+    std::ofstream(work_ / "tiny.json") << R"({
+      "preset": "tiny",
+      "model": {"hidden_size": 32, "n_layers": 2, "n_dense_layers": 1, "n_heads": 2, "q_lora_rank": 16,
+                "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8,
+                "intermediate_size": 64, "moe_intermediate_size": 16, "n_routed_experts": 4,
+                "num_experts_per_tok": 2, "mtp_depth": 1},
+      "data": {"corpus_bytes": 20000},
+      "train": {"steps": 6, "batch_size": 4, "micro_batch_size": 2, "seq_len": 32, "eval_every": 3,
+                "eval_batches": 1, "log_every": 1, "threads": 1},
+      "optim": {"warmup_steps": 2}
+    })";
+  }
+  void TearDown() override { fs::remove_all(work_); }
+
+  CliResult run(const std::string& args) {
+    const fs::path out = work_ / "stdout.txt", err = work_ / "stderr.txt";
+    const std::string cmd = std::string("'") + FP8TRAIN_CLI + "' " + args + " > '" + out.string() + "' 2> '" +
+                            err.string() + "'";
+    const int status = std::system(cmd.c_str());
+    CliResult r;
+    r.exit_code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+
+  // Asserts a clean failure: non-zero exit, exactly one line on stderr, containing `needle`.
+  void expect_one_line_error(const std::string& args, const std::string& needle) {
+    const CliResult r = run(args);
+    EXPECT_GT(r.exit_code, 0) << args;
+    const auto lines = r.err_lines();
+    ASSERT_EQ(lines.size(), 1u) << args << "\nstderr:\n" << r.err;
+    EXPECT_EQ(lines[0].rfind("fp8train: error: ", 0), 0u) << lines[0];
+    EXPECT_NE(lines[0].find(needle), std::string::npos) << "expected '" << needle << "' in: " << lines[0];
+  }
+
+  std::string train_args(const std::string& out) const {
+    return "train --config '" + (work_ / "tiny.json").string() + "' --out '" + (work_ / out).string() + "'";
+  }
+
+  fs::path work_;
+};
+
+}  // namespace
+
+TEST_F(TrainCli, TrainsEvaluatesAndGenerates) {
+  const CliResult r = run(train_args("a") + " --save-every 3");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("optim.moment_dtype"), std::string::npos) << "the resolved config table is printed";
+  const auto metrics = jsonl(work_ / "a" / "metrics.jsonl");
+  ASSERT_EQ(metrics.size(), 6u);
+  for (const auto& m : metrics) {
+    EXPECT_EQ(m.size(), 9u) << m.dump();
+    EXPECT_TRUE(m["loss_mtp"].get<double>() > 0) << "the MTP module contributes";
+    EXPECT_TRUE(m["max_expert_load_ratio"].get<double>() >= 1.0);
+  }
+  EXPECT_EQ(jsonl(work_ / "a" / "eval.jsonl").size(), 2u);
+  EXPECT_TRUE(fs::exists(work_ / "a" / "report.html"));
+  EXPECT_TRUE(fs::exists(work_ / "a" / "checkpoints" / "step-00000003" / "model.safetensors"));
+  EXPECT_EQ(slurp(work_ / "a" / "checkpoints" / "latest"), "step-00000006\n");
+
+  const CliResult e = run("eval --checkpoint '" + (work_ / "a").string() + "' --json");
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  const auto j = nlohmann::json::parse(e.out);
+  EXPECT_GT(j["bits_per_byte"].get<double>(), 0.0);
+  EXPECT_NEAR(j["perplexity"].get<double>(), std::exp(j["loss"].get<double>()), 1e-9);
+  // On a file given explicitly.
+  std::ofstream(work_ / "text.txt") << "The small cat sleeps. 12+30=42\n(([]))\ncount 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15\n";
+  const CliResult e2 = run("eval --checkpoint '" + (work_ / "a").string() + "' --data '" + (work_ / "text.txt").string() + "' --seq-len 16");
+  ASSERT_EQ(e2.exit_code, 0) << e2.err;
+  EXPECT_NE(e2.out.find("bits per byte"), std::string::npos) << e2.out;
+
+  const CliResult g = run("generate --checkpoint '" + (work_ / "a").string() + "' --prompt 'The ' --max-new-tokens 20 --seed 3");
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_EQ(g.out.rfind("The ", 0), 0u) << g.out;
+  EXPECT_GT(g.out.size(), 4u);
+}
+
+TEST_F(TrainCli, ResumeFromStepThreeReproducesTheUninterruptedRunBitForBit) {
+  ASSERT_EQ(run(train_args("full") + " --save-every 3").exit_code, 0);
+  const CliResult r = run("train --resume '" + (work_ / "full" / "checkpoints" / "step-00000003").string() +
+                          "' --out '" + (work_ / "resumed").string() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  auto full = jsonl(work_ / "full" / "metrics.jsonl");
+  auto resumed = jsonl(work_ / "resumed" / "metrics.jsonl");
+  ASSERT_EQ(full.size(), 6u);
+  ASSERT_EQ(resumed.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    full[i + 3].erase("tokens_per_s");  // wall-clock dependent
+    resumed[i].erase("tokens_per_s");
+    EXPECT_EQ(resumed[i].dump(), full[i + 3].dump()) << "step " << i + 4;
+  }
+  // Same final weights, byte for byte.
+  EXPECT_EQ(slurp(work_ / "resumed" / "checkpoints" / "step-00000006" / "master.safetensors"),
+            slurp(work_ / "full" / "checkpoints" / "step-00000006" / "master.safetensors"));
+}
+
+TEST_F(TrainCli, BadInputsGiveOneClearLine) {
+  expect_one_line_error(train_args("x") + " --data '" + (work_ / "missing.txt").string() + "'", "does not exist");
+  std::ofstream(work_ / "bad.json") << "{\"train\": {\"steps\": 3,}";
+  expect_one_line_error("train --config '" + (work_ / "bad.json").string() + "'", "is not valid JSON");
+  std::ofstream(work_ / "unknown.json") << R"({"optim": {"lrr": 0.1}})";
+  expect_one_line_error("train --config '" + (work_ / "unknown.json").string() + "'", "unknown config key 'optim.lrr'");
+  expect_one_line_error(train_args("x") + " --lr -1", "'optim.lr' must be in");
+  expect_one_line_error("train --preset huge", "unknown preset 'huge'");
+  expect_one_line_error("train --config '" + (work_ / "missing.json").string() + "'", "does not exist");
+  std::ofstream(work_ / "latin1.txt", std::ios::binary) << "caf\xE9 au lait";
+  expect_one_line_error(train_args("x") + " --data '" + (work_ / "latin1.txt").string() + "'",
+                        "is not valid UTF-8: byte offset 3");
+  // A truncated checkpoint, for resume and for eval.
+  ASSERT_EQ(run(train_args("t")).exit_code, 0);
+  const fs::path model = work_ / "t" / "checkpoints" / "step-00000006" / "model.safetensors";
+  fs::resize_file(model, fs::file_size(model) / 2);
+  expect_one_line_error("train --resume '" + (work_ / "t").string() + "'", "truncated");
+  expect_one_line_error("eval --checkpoint '" + (work_ / "t").string() + "'", "truncated");
+  expect_one_line_error("eval --checkpoint '" + (work_ / "nowhere").string() + "'", "does not exist");
+  // Training into a directory that already holds a run is refused (no silent overwrite).
+  expect_one_line_error(train_args("t"), "already holds a run");
+}

@@ -1,0 +1,299 @@
+// `fp8train train | eval | generate`: training a DeepSeek-V3-style model, evaluating and sampling a checkpoint.
+//   fp8train train [--preset tiny|small|base] [--config FILE.json] [--<key> VALUE ...] [--resume DIR]
+//       With no arguments: the `small` preset on the embedded procedural corpus, into runs/small-<date>-<time>/.
+//       Every config key (src/train/config.h) has a flag; precedence: preset < checkpoint (--resume) < file < flags.
+//   fp8train eval --checkpoint DIR [--data FILE] [--seq-len N] [--batch N] [--max-windows N] [--json]
+//       Perplexity and bits per byte of the model in DIR on FILE (default: the run's own held-out split).
+//   fp8train generate --checkpoint DIR [--prompt TEXT] [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
+//       Samples a continuation with the main model (the MTP modules are not used at inference).
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "common/error.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/dataset.h"
+#include "train/model_adapter.h"
+#include "train/progress.h"
+#include "train/rng.h"
+#include "train/trainer.h"
+
+namespace fp8train::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace fp8train::train;
+
+// ---- train -----------------------------------------------------------------------------------------------
+struct TrainArgs {
+  std::string preset, config_file, resume;
+  std::map<std::string, std::string> flag_values;  // flag name → text, for every config flag given
+};
+
+std::string default_run_dir(const std::string& preset) {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  return fmt::format("runs/{}-{}", preset, stamp);
+}
+
+TokenData load_data(const TrainConfig& c) {
+  return c.data_path.empty() ? embedded_corpus_data(static_cast<uint64_t>(c.seed), static_cast<size_t>(c.corpus_bytes))
+                             : load_token_data(c.data_path);
+}
+
+void set_threads(int64_t threads) {
+  if (threads > 0) omp_set_num_threads(static_cast<int>(threads));
+}
+
+void run_train(const TrainArgs& args) {
+  // Resolve the config: preset < checkpoint < file < flags.
+  std::optional<CheckpointMeta> resume;
+  if (!args.resume.empty()) resume = read_checkpoint_meta(resolve_checkpoint_dir(args.resume));
+  nlohmann::json file_json;
+  if (!args.config_file.empty()) file_json = read_config_file(args.config_file);
+  std::string preset = "small";
+  if (resume && resume->config.contains("preset") && resume->config["preset"].is_string())
+    preset = resume->config["preset"].get<std::string>();
+  if (file_json.is_object() && file_json.contains("preset")) {
+    FP8T_CHECK(file_json["preset"].is_string(), "config file '{}': config key 'preset' must be a string",
+               args.config_file);
+    preset = file_json["preset"].get<std::string>();
+  }
+  if (!args.preset.empty()) preset = args.preset;
+  TrainConfig config = preset_config(preset);
+  ConfigSources sources;
+  if (resume) apply_config_json(config, resume->config, "checkpoint", &sources);
+  if (!args.config_file.empty())
+    apply_config_json(config, file_json, fmt::format("config file '{}'", args.config_file), &sources);
+  for (const auto& [flag, text] : args.flag_values) apply_config_flag(config, flag, text, &sources);
+  validate_config(config);
+
+  // Data first: a bad data file fails before anything is created.
+  const TokenData data = load_data(config);
+
+  if (config.out.empty()) config.out = resume ? run_dir_of_checkpoint(resume->dir) : default_run_dir(config.preset);
+  if (!resume) {
+    FP8T_CHECK(!fs::exists(fs::path(config.out) / "metrics.jsonl"),
+               "run directory '{}' already holds a run (metrics.jsonl); continue it with --resume {} or choose "
+               "another --out",
+               config.out, config.out);
+  }
+  fs::create_directories(config.out);
+  set_threads(config.threads);
+
+  DeepSeekTrainable model(config.model, derive_seed(static_cast<uint64_t>(config.seed), 0), config.recipe);
+  std::printf("fp8train train: DeepSeek-V3-style model, %lld parameters (%s)\n",
+              static_cast<long long>(model.parameter_count()), config.model.describe().c_str());
+  std::printf("data: %s, %zu tokens; recipe %s; %d threads; run directory %s\n", data.source.c_str(),
+              data.tokens.size(), config.recipe.c_str(), omp_get_max_threads(), config.out.c_str());
+  std::printf("\n%s\n", config_table(config, sources).c_str());
+  std::fflush(stdout);
+
+  TrainOptions options;
+  options.run_dir = config.out;
+  options.resume = resume ? &*resume : nullptr;
+  options.out = stdout;
+  options.terminal = ::isatty(::fileno(stdout)) != 0;
+  const TrainResult r = run_training(config, model, data, options);
+  std::printf("done: %lld steps in %s (%lld skipped); held-out loss %.4f = %.4f bits per %s; final train loss %.4f\n",
+              static_cast<long long>(r.steps_done), format_duration(r.seconds).c_str(),
+              static_cast<long long>(r.skipped_steps), r.final_eval_loss, r.final_eval_bits,
+              data.byte_tokens ? "byte" : "token", r.final_train_loss);
+  std::printf("metrics: %s/metrics.jsonl\nreport:  %s\n", config.out.c_str(), r.report_path.c_str());
+}
+
+// ---- shared by eval and generate ---------------------------------------------------------------------------
+struct LoadedModel {
+  TrainConfig config;
+  std::unique_ptr<DeepSeekTrainable> model;
+  CheckpointMeta meta;
+};
+
+LoadedModel load_model(const std::string& checkpoint, int64_t threads) {
+  LoadedModel m;
+  m.meta = read_checkpoint_meta(resolve_checkpoint_dir(checkpoint));
+  const std::string preset = m.meta.config.value("preset", "small");
+  m.config = preset_config(preset);
+  apply_config_json(m.config, m.meta.config, "checkpoint", nullptr);
+  validate_config(m.config);
+  set_threads(threads > 0 ? threads : m.config.threads);
+  m.model = std::make_unique<DeepSeekTrainable>(m.config.model, 0, m.config.recipe);
+  load_checkpoint(m.meta, *m.model, nullptr);
+  return m;
+}
+
+// ---- eval ------------------------------------------------------------------------------------------------
+struct EvalArgs {
+  std::string checkpoint, data;
+  int64_t seq_len = 0, batch = 8, max_windows = 0, threads = 0;
+  bool json = false;
+};
+
+void run_eval(const EvalArgs& a) {
+  FP8T_CHECK(a.batch >= 1, "--batch must be at least 1, got {}", a.batch);
+  FP8T_CHECK(a.seq_len >= 0 && a.max_windows >= 0, "--seq-len and --max-windows must be non-negative");
+  LoadedModel m = load_model(a.checkpoint, a.threads);
+  const int64_t seq_len = a.seq_len > 0 ? a.seq_len : m.config.seq_len;
+  std::vector<Token> tokens;
+  std::string source;
+  bool bytes = true;
+  if (!a.data.empty()) {
+    TokenData d = load_token_data(a.data);
+    tokens = std::move(d.tokens);
+    source = a.data;
+    bytes = d.byte_tokens;
+    FP8T_CHECK(d.vocab_size <= static_cast<uint32_t>(m.model->vocab_size()),
+               "'{}' has a vocabulary of {}, the model's is {}", a.data, d.vocab_size, m.model->vocab_size());
+  } else {  // the run's own held-out split
+    TokenData d = load_data(m.config);
+    tokens = split_train_eval(d.tokens, m.config.eval_fraction, m.config.seq_len).eval;
+    source = d.source + " (held-out split)";
+    bytes = d.byte_tokens;
+  }
+  const std::vector<int64_t> starts = eval_window_starts(tokens.size(), seq_len, a.max_windows);
+  FP8T_CHECK(!starts.empty(), "'{}' has {} tokens, fewer than one window of seq_len + 1 = {}", source, tokens.size(),
+             seq_len + 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  const double loss = evaluate_loss(*m.model, tokens, starts, seq_len, a.batch);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double bits = loss / std::numbers::ln2;
+  const int64_t scored = static_cast<int64_t>(starts.size()) * seq_len;
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["checkpoint"] = m.meta.dir;
+    j["data"] = source;
+    j["tokens"] = scored;
+    j["loss"] = loss;
+    j["perplexity"] = std::exp(loss);
+    j[bytes ? "bits_per_byte" : "bits_per_token"] = bits;
+    j["seconds"] = seconds;
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("checkpoint %s (step %lld) on %s: %lld tokens in %zu windows of %lld\n", m.meta.dir.c_str(),
+                static_cast<long long>(m.meta.state.step), source.c_str(), static_cast<long long>(scored),
+                starts.size(), static_cast<long long>(seq_len));
+    std::printf("loss %.4f nats/token, perplexity %.3f, %.4f bits per %s (%.1f s)\n", loss, std::exp(loss), bits,
+                bytes ? "byte" : "token", seconds);
+  }
+}
+
+// ---- generate --------------------------------------------------------------------------------------------
+struct GenerateArgs {
+  std::string checkpoint, prompt;
+  int64_t max_new_tokens = 200, top_k = 40, seed = 1, threads = 0;
+  double temperature = 0.8;
+};
+
+Token sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, Rng& rng) {
+  const size_t v = logits.size();
+  std::vector<size_t> order(v);
+  for (size_t i = 0; i < v; ++i) order[i] = i;
+  // Specials other than EOS are never sampled (they carry no text).
+  auto allowed = [](size_t t) { return t < 256 || t == kEos; };
+  order.erase(std::remove_if(order.begin(), order.end(), [&](size_t t) { return !allowed(t); }), order.end());
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return logits[a] > logits[b]; });
+  if (temperature <= 0.0) return static_cast<Token>(order.front());  // greedy
+  if (top_k > 0 && static_cast<size_t>(top_k) < order.size()) order.resize(static_cast<size_t>(top_k));
+  std::vector<double> p(order.size());
+  double sum = 0.0;
+  for (size_t i = 0; i < order.size(); ++i) sum += p[i] = std::exp((logits[order[i]] - logits[order[0]]) / temperature);
+  double u = rng.uniform01() * sum;
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (u < p[i]) return static_cast<Token>(order[i]);
+    u -= p[i];
+  }
+  return static_cast<Token>(order.back());
+}
+
+void run_generate(const GenerateArgs& a) {
+  FP8T_CHECK(a.max_new_tokens >= 0, "--max-new-tokens must be non-negative, got {}", a.max_new_tokens);
+  FP8T_CHECK(a.temperature >= 0.0 && std::isfinite(a.temperature), "--temperature must be >= 0, got {}", a.temperature);
+  FP8T_CHECK(a.top_k >= 0, "--top-k must be non-negative, got {}", a.top_k);
+  validate_utf8(a.prompt, "--prompt");
+  LoadedModel m = load_model(a.checkpoint, a.threads);
+  const int64_t window = m.config.seq_len;
+  std::vector<Token> context = encode_bytes(a.prompt);
+  if (context.empty()) context.push_back('\n');  // an empty prompt starts a new line of the corpus
+  Rng rng(static_cast<uint64_t>(a.seed));
+  std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
+  std::fflush(stdout);
+  for (int64_t i = 0; i < a.max_new_tokens; ++i) {
+    const int64_t n = std::min<int64_t>(window, static_cast<int64_t>(context.size()));
+    const std::vector<float> logits = m.model->next_token_logits(context.data() + context.size() - n, 1, n);
+    const Token t = sample_token(logits, a.temperature, a.top_k, rng);
+    if (t == kEos) break;
+    context.push_back(t);
+    const char byte = static_cast<char>(t);
+    std::fwrite(&byte, 1, 1, stdout);
+    std::fflush(stdout);
+  }
+  std::printf("\n");
+}
+
+// ---- registration ----------------------------------------------------------------------------------------
+void add_train(CLI::App& root) {
+  static TrainArgs train_args;
+  static std::map<std::string, std::string> flag_storage;
+  auto* train = root.add_subcommand("train", "Train a DeepSeek-V3-style MoE model (default: small preset, embedded corpus)");
+  train->add_option("--preset", train_args.preset, "tiny | small (default) | base");
+  train->add_option("--config", train_args.config_file, "JSON config file (layout: src/train/config.h)");
+  train->add_option("--resume", train_args.resume,
+                    "continue from a checkpoint: a run directory, its checkpoints/ folder or a step directory");
+  std::vector<std::pair<std::string, CLI::Option*>> options;
+  for (const ConfigFlag& f : config_flags()) {
+    const std::string section = f.key.substr(0, f.key.find('.'));
+    const char* group = section == "model" ? "Model" : section == "data" ? "Data" : section == "train" ? "Training" : "Optimizer";
+    CLI::Option* o = train->add_option("--" + f.flag, flag_storage[f.flag], f.help)->group(group);
+    options.emplace_back(f.flag, o);
+  }
+  train->callback([train, options] {
+    for (const auto& [flag, option] : options)
+      if (option->count() > 0) train_args.flag_values[flag] = flag_storage[flag];
+    run_train(train_args);
+  });
+
+  static EvalArgs eval_args;
+  auto* eval = root.add_subcommand("eval", "Perplexity and bits per byte of a checkpoint on a file");
+  eval->add_option("--checkpoint", eval_args.checkpoint, "run directory, checkpoints/ folder or step directory")->required();
+  eval->add_option("--data", eval_args.data, "UTF-8 text or token file (default: the run's held-out split)");
+  eval->add_option("--seq-len", eval_args.seq_len, "window length (default: the training seq_len)");
+  eval->add_option("--batch", eval_args.batch, "windows per forward pass");
+  eval->add_option("--max-windows", eval_args.max_windows, "evaluate at most this many windows (0: the whole file)");
+  eval->add_option("--threads", eval_args.threads, "CPU threads (0: the run's setting)");
+  eval->add_flag("--json", eval_args.json, "print one JSON line instead of text");
+  eval->callback([] { run_eval(eval_args); });
+
+  static GenerateArgs gen_args;
+  auto* gen = root.add_subcommand("generate", "Sample text from a checkpoint (temperature / top-k; MTP unused)");
+  gen->add_option("--checkpoint", gen_args.checkpoint, "run directory, checkpoints/ folder or step directory")->required();
+  gen->add_option("--prompt", gen_args.prompt, "text to continue (UTF-8)");
+  gen->add_option("--max-new-tokens", gen_args.max_new_tokens, "tokens to generate");
+  gen->add_option("--temperature", gen_args.temperature, "sampling temperature (0: greedy)");
+  gen->add_option("--top-k", gen_args.top_k, "sample among the k most likely tokens (0: all)");
+  gen->add_option("--seed", gen_args.seed, "sampling seed");
+  gen->add_option("--threads", gen_args.threads, "CPU threads (0: the run's setting)");
+  gen->callback([] { run_generate(gen_args); });
+}
+
+const bool registered = register_command("train", 10, &add_train);
+
+}  // namespace
+}  // namespace fp8train::cli
