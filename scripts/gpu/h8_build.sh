@@ -20,13 +20,13 @@ BLAS_INC=$(pkg-config --cflags openblas)
 
 CU_SRCS=(src/ops/cuda/fp8_gemm_dense.cu src/ops/cuda/fp8_gemm_grouped.cu src/ops/cuda/fp8_gemm_wgrad.cu
          src/ops/cuda/gemm_scales.cu)
-LIB_SRCS=(src/ops/cuda/fp8_gemm_host.cpp src/common/error.cpp src/numerics/hopper_accum.cpp
+LIB_SRCS=(src/ops/cuda/fp8_gemm_host.cpp src/ops/cuda/fp8_gemm_dispatch.cpp src/common/error.cpp src/numerics/hopper_accum.cpp
           src/tensor/cuda/caching_allocator.cpp src/tensor/cuda/device.cpp src/tensor/cuda/cuda_check.cpp
           src/ops/cuda/cublaslt_gemm.cpp)
 # The reference GEMM (hopper mode) for the tests; its exact mode's DGEMM is stubbed (h8_cblas_stub.cpp).
 TEST_SRCS=(src/quant/quant.cpp src/quant/ref_gemm.cpp src/quant/ref_gemm_simd.cpp scripts/gpu/h8_cblas_stub.cpp
            tests/cuda/fp8_gemm_dense_test.cpp tests/cuda/fp8_gemm_grouped_test.cpp
-           tests/cuda/fp8_gemm_wgrad_test.cpp scripts/gpu/h8_gtest_main.cpp)
+           tests/cuda/fp8_gemm_wgrad_test.cpp tests/cuda/fp8_gemm_dispatch_test.cpp scripts/gpu/h8_gtest_main.cpp)
 BENCH_SRCS=(scripts/gpu/h8_bench.cpp scripts/gpu/h8_experiments.cu)
 
 obj_of() { echo "$OBJ/$(echo "$1" | tr '/' '_').o"; }

@@ -119,6 +119,21 @@ const int* fp8_gemm_wgrad_block_ns(int* count);
 Fp8GemmConfig fp8_gemm_wgrad_heuristic(int64_t m, int64_t n, int64_t k, int num_groups, int num_sms);
 void fp8_gemm_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& config, cudaStream_t stream);
 
+// ---- backend choice: our kernels by default on sm_90, cuBLASLt by flag --------------------------------
+// The entry points the recipes call for block-scaled FP8 GEMMs. Backend resolution: set_fp8_gemm_backend()
+// if called with Own or CublasLt, else the environment variable FP8TRAIN_FP8_GEMM ("own" or "cublaslt"),
+// else Own on an sm_90 device (the kernels are built for sm_90a only) and CublasLt elsewhere. cuBLASLt has no
+// grouped FP8 GEMM, so the grouped entry point and K-grouped Wgrad always use our kernels.
+enum class Fp8GemmBackend : uint8_t { Auto, Own, CublasLt };
+void set_fp8_gemm_backend(Fp8GemmBackend backend);  // Auto: back to environment / device default
+Fp8GemmBackend fp8_gemm_backend();                  // the resolved choice (never Auto)
+const char* fp8_gemm_backend_name(Fp8GemmBackend backend);  // "auto", "own", "cublaslt"
+// Fprop / Dgrad (BF16 out) and Wgrad (FP32, c == d or c == nullptr for cuBLASLt) through the chosen backend,
+// with the heuristic's configuration. For cuBLASLt the scales must be in a layout it reads: A 1x128 (and B
+// 1x128) row-major or MN-major, B 128x128 row-major (re-pitched when K/128 % 4 != 0) or [N/128, round4(K/128)].
+void fp8_scaled_gemm(const Fp8GemmDenseProblem& p, cudaStream_t stream);
+void fp8_scaled_gemm_wgrad(const Fp8GemmWgradProblem& p, cudaStream_t stream);
+
 // Host-side check of a group-offset table (values as they will be copied to the device): non-decreasing,
 // multiples of 128, first 0, last == total. Throws fp8train::Error naming the first bad entry.
 void check_group_offsets(const int32_t* host_offsets, int num_groups, int64_t total, const char* what);
