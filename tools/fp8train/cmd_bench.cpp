@@ -24,6 +24,7 @@
 
 #include "ops/cuda/bench_harness.h"
 #include "ops/cuda/cublaslt_gemm.h"
+#include "ops/cuda/fp8_gemm.h"
 #include "ops/cuda/quantize_cuda.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_check.h"
@@ -113,6 +114,74 @@ std::vector<GemmShape> parse_shapes(const std::string& text) {
   return out;
 }
 
+// fp8train's own Hopper FP8 GEMMs (src/ops/cuda/fp8_gemm_*, issue 8; added by h8) on the same operands and
+// cuBLASLt-native scale layouts as the cuBLASLt cases: the dense Fprop/Dgrad kernel (1x128 x 128x128, BF16
+// out) and the Wgrad kernel (1x128 x 1x128, FP32 accumulated in place), with the heuristic's configuration.
+void bench_own_fp8_gemms(const Context& ctx, const BenchOptions& o, int64_t M, int64_t N, int64_t K, const void* a8,
+                         const void* b8, const float* sa, const float* sb_blk, int64_t sb_blk_ld, const float* sb_tile,
+                         void* d16, void* d32, double bf16_ms, double block_ms, double wgrad_lt_ms,
+                         std::vector<Row>& rows) {
+  if (K % 128 != 0 || N % 16 != 0) return;  // shapes the kernels do not take
+  struct OwnCase {
+    const char* name;
+    std::function<void(cudaStream_t)> run;
+    std::string config;
+    double out_bytes;
+    double ref_ms;  // the cuBLASLt case of the same GEMM
+  };
+  oc::Fp8GemmDenseProblem dp;
+  dp.m = M;
+  dp.n = N;
+  dp.k = K;
+  dp.a = static_cast<const uint8_t*>(a8);
+  dp.b = static_cast<const uint8_t*>(b8);
+  dp.a_scales = oc::ScaleView{sa, 1, M, 0};             // VEC128 native: [K/128, M]
+  dp.b_scales = oc::ScaleView{sb_blk, sb_blk_ld, 1, 0};  // BLK128x128 native: [N/128, ld]
+  dp.d = static_cast<uint16_t*>(d16);
+  const oc::Fp8GemmConfig dc = oc::fp8_gemm_dense_heuristic(M, N, K, oc::fp8_gemm_num_sms());
+  oc::Fp8GemmWgradProblem wp;
+  wp.m = M;
+  wp.n = N;
+  wp.k = K;
+  wp.a = dp.a;
+  wp.b = dp.b;
+  wp.a_scales = oc::ScaleView{sa, 1, M, 0};
+  wp.b_scales = oc::ScaleView{sb_tile, 1, N, 0};  // VEC128 native: [K/128, N]
+  wp.c = static_cast<const float*>(d32);
+  wp.d = static_cast<float*>(d32);
+  const oc::Fp8GemmConfig wc = oc::fp8_gemm_wgrad_heuristic(M, N, K, 1, oc::fp8_gemm_num_sms());
+  const OwnCase cases[] = {
+      {"ours_fp8_1x128_128x128", [&](cudaStream_t s) { oc::fp8_gemm_dense(dp, dc, s); }, dc.describe(), 2.0, block_ms},
+      {"ours_fp8_1x128_1x128_f32_acc", [&](cudaStream_t s) { oc::fp8_gemm_wgrad(wp, wc, s); }, wc.describe(), 8.0,
+       wgrad_lt_ms},
+  };
+  for (const OwnCase& c : cases) {
+    if (!o.filter.empty() && std::string(c.name).find(o.filter) == std::string::npos) continue;
+    nlohmann::json j = {{"bench", "gemm"}, {"case", c.name}, {"m", M}, {"n", N}, {"k", K}, {"config", c.config}};
+    try {
+      const oc::Timing t = ctx.timer->time(c.run, ctx.timing);
+      const double bytes = 1.0 * (M * K + N * K) + c.out_bytes * M * N;
+      const double tflops = 2.0 * M * N * K / (t.median_ms * 1e-3) / 1e12;
+      j["median_us"] = t.median_ms * 1e3;
+      j["min_us"] = t.min_ms * 1e3;
+      j["tflops"] = tflops;
+      j["gbps"] = bytes / (t.median_ms * 1e-3) / 1e9;
+      j["vs_bf16"] = bf16_ms > 0 ? bf16_ms / t.median_ms : 0.0;
+      j["vs_fp8_block"] = block_ms > 0 ? block_ms / t.median_ms : 0.0;
+      j["vs_cublaslt_same_gemm"] = c.ref_ms > 0 ? c.ref_ms / t.median_ms : 0.0;
+      rows.push_back({fmt::format("{:<24} {:>5}x{:>5}x{:>5}", c.name, M, N, K), t.median_ms * 1e3, tflops,
+                      j["vs_bf16"].get<double>(), j["vs_cublaslt_same_gemm"].get<double>()});
+    } catch (const Error& e) {
+      j["error"] = e.what();
+      rows.push_back({fmt::format("{:<24} {:>5}x{:>5}x{:>5} ERROR", c.name, M, N, K), 0, 0, 0, 0});
+    }
+    j["device"] = ctx.info.name;
+    j["repeats"] = o.repeats;
+    j["l2_flush"] = !o.no_flush;
+    emit(j);
+  }
+}
+
 void bench_gemm(const BenchOptions& o) {
   Context ctx = start(o);
   oc::CublasLtGemm& gemm = oc::cublaslt_gemm(o.device);
@@ -176,7 +245,7 @@ void bench_gemm(const BenchOptions& o) {
     wgrad.p.accumulate = true;
     cases.push_back(wgrad);
 
-    double bf16_ms = 0, block_ms = 0;
+    double bf16_ms = 0, block_ms = 0, wgrad_lt_ms = 0;
     for (const Case& c : cases) {
       if (!o.filter.empty() && std::string(c.name).find(o.filter) == std::string::npos && std::string(c.name) != "bf16" &&
           std::string(c.name) != "fp8_1x128_128x128")
@@ -187,6 +256,7 @@ void bench_gemm(const BenchOptions& o) {
             [&](cudaStream_t st_) { gemm.run(c.p, c.a, c.sa, c.b, c.sb, c.d, st_); }, ctx.timing);
         if (std::string(c.name) == "bf16") bf16_ms = t.median_ms;
         if (std::string(c.name) == "fp8_1x128_128x128") block_ms = t.median_ms;
+        if (std::string(c.name) == "fp8_1x128_1x128_f32_acc") wgrad_lt_ms = t.median_ms;
         const double in_bytes = c.p.a_type == GemmInput::BF16 ? 2.0 : 1.0;
         const double out_bytes = c.p.out == GemmOutput::F32 ? 4.0 : 2.0;
         const double bytes = in_bytes * (M * K + N * K) + out_bytes * M * N * (c.p.accumulate ? 2 : 1);
@@ -209,6 +279,8 @@ void bench_gemm(const BenchOptions& o) {
       j["l2_flush"] = !o.no_flush;
       emit(j);
     }
+    bench_own_fp8_gemms(ctx, o, M, N, K, a8.get(), b8.get(), sa.as<float>(), sb_blk.as<float>(), kb4,
+                        sb_tile.as<float>(), d16.get(), d32.get(), bf16_ms, block_ms, wgrad_lt_ms, rows);
   }
   std::fprintf(stderr, "\n%-42s %10s %9s %8s %9s\n", "case", "median_us", "TFLOP/s", "vs_bf16", "vs_fp8blk");
   for (const Row& r : rows)
