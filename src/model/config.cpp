@@ -102,17 +102,17 @@ ModelConfig model_config_from_json(const nlohmann::json& j) {
 ModelConfig tiny_test_config() {
   ModelConfig c;
   c.vocab_size = 11;
-  c.hidden_size = 8;
+  c.hidden_size = 16;
   c.n_layers = 2;
   c.n_dense_layers = 1;
   c.n_heads = 2;
-  c.q_lora_rank = 6;
-  c.kv_lora_rank = 4;
-  c.qk_nope_head_dim = 3;
-  c.qk_rope_head_dim = 2;
-  c.v_head_dim = 3;
-  c.intermediate_size = 10;
-  c.moe_intermediate_size = 4;
+  c.q_lora_rank = 12;
+  c.kv_lora_rank = 8;
+  c.qk_nope_head_dim = 4;
+  c.qk_rope_head_dim = 4;
+  c.v_head_dim = 4;
+  c.intermediate_size = 24;
+  c.moe_intermediate_size = 8;
   c.n_routed_experts = 8;
   c.n_shared_experts = 1;
   c.num_experts_per_tok = 2;

@@ -1,0 +1,336 @@
+// The tiny model's behaviour beyond gradients: FP32 against FP64, bit-for-bit determinism, the recompute
+// cache (same gradients, fewer cached bytes), activation-cache accounting, causality, parameter names,
+// the router-bias update balancing a skewed router, a 10-step AdamW overfit of one batch, ModelConfig JSON.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "../ops/gradcheck.h"
+#include "model/model.h"
+#include "tensor/backend.h"
+
+namespace fp8train::model {
+namespace {
+
+struct Batch {
+  Tensor inputs, targets;
+  int64_t batch = 0, seq = 0;
+};
+
+Batch random_batch(int64_t batch, int64_t seq, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> tokens(static_cast<size_t>(batch * (seq + 1)));
+  for (auto& t : tokens) t = static_cast<int32_t>(rng() % vocab);
+  std::vector<int32_t> in(batch * seq), tg(batch * seq);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t i = 0; i < seq; ++i) {
+      in[b * seq + i] = tokens[b * (seq + 1) + i];
+      tg[b * seq + i] = tokens[b * (seq + 1) + i + 1];
+    }
+  return {Tensor::from_vector(in, {batch * seq}), Tensor::from_vector(tg, {batch * seq}), batch, seq};
+}
+
+std::vector<std::vector<double>> grads_of(const DeepSeekV3Model& m) {
+  std::vector<std::vector<double>> g;
+  for (Parameter* p : m.parameters().trainable()) g.push_back(testing::as_doubles(p->grad));
+  return g;
+}
+
+// Copies every parameter and buffer of `from` into `to` (f32 <-> f64 allowed).
+void copy_weights(const DeepSeekV3Model& from, DeepSeekV3Model& to) {
+  for (Parameter* p : from.parameters().trainable()) {
+    Parameter& q = to.parameters().get(p->name);
+    q.value.copy_from(testing::convert(p->value, q.value.dtype()));
+  }
+}
+
+ModelConfig tiny(double init_std = 0.1) {
+  ModelConfig c = tiny_test_config();
+  c.init_std = init_std;
+  return c;
+}
+
+TEST(Model, Fp32MatchesFp64) {
+  DeepSeekV3Model m32(tiny(), {.dtype = DType::F32, .seed = 3});
+  DeepSeekV3Model m64(tiny(), {.dtype = DType::F64, .seed = 3});
+  copy_weights(m32, m64);  // identical starting values
+  const Batch b = random_batch(3, 12, 11, 1);
+  m32.zero_grad();
+  m64.zero_grad();
+  const LossBreakdown l32 = m32.forward_backward(b.inputs, b.targets, b.batch);
+  const LossBreakdown l64 = m64.forward_backward(b.inputs, b.targets, b.batch);
+  EXPECT_NEAR(l32.main / l64.main, 1.0, 1e-6);
+  EXPECT_NEAR(l32.mtp / l64.mtp, 1.0, 1e-6);
+  EXPECT_NEAR(l32.balance / l64.balance, 1.0, 1e-5);
+  const auto g32 = grads_of(m32), g64 = grads_of(m64);
+  const auto names = m32.parameters().trainable();
+  for (size_t i = 0; i < g32.size(); ++i) EXPECT_LT(testing::max_rel_diff(g32[i], g64[i]), 1e-4) << names[i]->name;
+}
+
+TEST(Model, BitForBitDeterministic) {
+  const Batch b = random_batch(2, 16, 11, 2);
+  DeepSeekV3Model a(tiny(), {.seed = 5}), c(tiny(), {.seed = 5});
+  for (Parameter* p : a.parameters().trainable())
+    EXPECT_EQ(p->value.to_vector<float>(), c.parameters().get(p->name).value.to_vector<float>()) << p->name;
+  a.zero_grad();
+  c.zero_grad();
+  const LossBreakdown la = a.forward_backward(b.inputs, b.targets, b.batch);
+  const LossBreakdown lc = c.forward_backward(b.inputs, b.targets, b.batch);
+  EXPECT_EQ(la.total, lc.total);
+  EXPECT_EQ(grads_of(a), grads_of(c));
+  // a different seed gives different weights
+  DeepSeekV3Model other(tiny(), {.seed = 6});
+  EXPECT_NE(other.parameters().get("layers.0.attn.wq_a.weight").value.to_vector<float>(),
+            a.parameters().get("layers.0.attn.wq_a.weight").value.to_vector<float>());
+}
+
+TEST(Model, RecomputingCacheGivesTheSameGradientsWithFewerCachedBytes) {
+  const Batch b = random_batch(2, 16, 11, 3);
+  Allocator& alloc = backend(Device::cpu()).allocator();
+  auto run = [&](std::shared_ptr<ActivationCache> cache, int64_t* peak) {
+    DeepSeekV3Model m(tiny(), {.seed = 9});
+    m.set_activation_cache(std::move(cache));
+    m.zero_grad();
+    const int64_t base = alloc.stats().current_of(MemCategory::ActivationCache);
+    alloc.reset_peaks();
+    const LossBreakdown l = m.forward_backward(b.inputs, b.targets, b.batch);
+    *peak = alloc.stats().peak_of(MemCategory::ActivationCache) - base;
+    EXPECT_EQ(alloc.stats().current_of(MemCategory::ActivationCache), base);  // all released after backward
+    return std::pair{l.total, grads_of(m)};
+  };
+  int64_t peak_keep = 0, peak_recompute = 0;
+  const auto keep = run(std::make_shared<ActivationCache>(), &peak_keep);
+  const auto recompute = run(std::make_shared<RecomputingCache>(), &peak_recompute);
+  EXPECT_EQ(keep.first, recompute.first);
+  EXPECT_EQ(keep.second, recompute.second);
+  EXPECT_GT(peak_keep, 0);
+  EXPECT_LT(peak_recompute, peak_keep);
+}
+
+TEST(Model, MainLossIsCausal) {
+  DeepSeekV3Model m(tiny(0.3), {.dtype = DType::F64, .seed = 4});
+  const int64_t seq = 10, p = 4;
+  std::vector<int32_t> in(seq), tg(seq, -1);
+  for (int64_t i = 0; i < seq; ++i) in[i] = static_cast<int32_t>((i * 3 + 1) % 11);
+  tg[p] = 7;  // only position p is scored
+  auto loss = [&](const std::vector<int32_t>& tokens) {
+    return m.forward(Tensor::from_vector(tokens, {seq}), Tensor::from_vector(tg, {seq}), 1).main;
+  };
+  const double base = loss(in);
+  std::vector<int32_t> later = in, earlier = in;
+  later[p + 1] = (later[p + 1] + 5) % 11;
+  later[seq - 1] = (later[seq - 1] + 2) % 11;
+  earlier[p - 2] = (earlier[p - 2] + 5) % 11;
+  EXPECT_EQ(loss(later), base);   // future tokens do not leak into position p
+  EXPECT_NE(loss(earlier), base); // past tokens do matter
+  const Tensor logits = m.last_logits(Tensor::from_vector(in, {seq}), 1);
+  EXPECT_EQ(logits.shape(), (Shape{1, 11}));
+}
+
+TEST(Model, ParameterNamesFollowTheLayout) {
+  const ModelConfig c = tiny();
+  DeepSeekV3Model m(c);
+  for (const char* name :
+       {"embed.weight", "head.weight", "norm.weight", "layers.0.attn_norm.weight", "layers.0.attn.wq_a.weight",
+        "layers.0.attn.q_norm.weight", "layers.0.attn.wq_b.weight", "layers.0.attn.wkv_a.weight",
+        "layers.0.attn.kv_norm.weight", "layers.0.attn.wkv_b.weight", "layers.0.attn.wo.weight",
+        "layers.0.ffn_norm.weight", "layers.0.ffn.w1.weight", "layers.0.ffn.w2.weight", "layers.0.ffn.w3.weight",
+        "layers.1.moe.gate.weight", "layers.1.moe.shared_experts.w1.weight", "layers.1.moe.experts.5.w1.weight",
+        "layers.1.moe.experts.7.w2.weight", "mtp.0.enorm.weight", "mtp.0.hnorm.weight", "mtp.0.eh_proj.weight",
+        "mtp.0.block.attn.wo.weight", "mtp.0.block.moe.experts.0.w3.weight", "mtp.0.norm.weight"})
+    EXPECT_NE(m.parameters().find(name), nullptr) << name;
+  const auto buffers = m.parameters().buffers();
+  ASSERT_EQ(buffers.size(), 2u);  // the router biases of layers.1 and mtp.0
+  EXPECT_EQ(buffers[0]->name, "layers.1.moe.gate.bias");
+  EXPECT_EQ(buffers[1]->name, "mtp.0.block.moe.gate.bias");
+  EXPECT_EQ(m.parameters().get("layers.1.moe.experts.5.w1.weight").value.shape(),
+            (Shape{c.moe_intermediate_size, c.hidden_size}));
+  EXPECT_EQ(m.parameters().get("layers.0.attn.wkv_a.weight").value.shape(),
+            (Shape{c.kv_lora_rank + c.qk_rope_head_dim, c.hidden_size}));
+  EXPECT_FALSE(m.parameters().get("norm.weight").weight_decay);
+  EXPECT_TRUE(m.parameters().get("layers.0.attn.wo.weight").weight_decay);
+  // norms start at one, weights ~ N(0, init_std²)
+  for (float v : m.parameters().get("layers.0.attn.q_norm.weight").value.to_vector<float>()) EXPECT_EQ(v, 1.0f);
+  ModelConfig big = c;
+  big.init_std = 0.006;
+  big.hidden_size = 64;
+  DeepSeekV3Model mb(big);
+  const std::vector<float> w = mb.parameters().get("layers.0.ffn.w2.weight").value.to_vector<float>();
+  double ss = 0;
+  for (float v : w) ss += static_cast<double>(v) * v;
+  EXPECT_NEAR(std::sqrt(ss / static_cast<double>(w.size())), 0.006, 0.0006);
+  // tied embeddings: no separate head
+  ModelConfig tied = c;
+  tied.tie_embeddings = true;
+  EXPECT_EQ(DeepSeekV3Model(tied).parameters().find("head.weight"), nullptr);
+}
+
+TEST(Model, LossBreakdownAndSchedulableKnobs) {
+  DeepSeekV3Model m(tiny(), {.seed = 2});
+  const Batch b = random_batch(2, 8, 11, 4);
+  const LossBreakdown l = m.forward(b.inputs, b.targets, b.batch, true);
+  ASSERT_EQ(l.mtp_per_depth.size(), 1u);
+  EXPECT_NEAR(l.mtp, 0.3 * l.mtp_per_depth[0], 1e-12);  // λ/D·Σ L^k with λ = 0.3, D = 1
+  EXPECT_NEAR(l.main, std::log(11.0), 0.1);              // near-uniform at init
+  EXPECT_GT(l.balance, 0.0);
+  m.set_mtp_lambda(0.0);
+  EXPECT_EQ(m.forward(b.inputs, b.targets, b.batch, true).mtp, 0.0);
+  m.set_seq_aux_loss_alpha(0.0);
+  EXPECT_EQ(m.forward(b.inputs, b.targets, b.batch, true).balance, 0.0);
+  const LossBreakdown eval = m.forward(b.inputs, b.targets, b.batch, false);  // inference path: no MTP
+  EXPECT_TRUE(eval.mtp_per_depth.empty());
+  EXPECT_EQ(eval.main, l.main);
+  EXPECT_THROW(m.set_mtp_lambda(-1), Error);
+  EXPECT_THROW(m.forward(b.inputs, b.targets, 3, false), Error);  // 16 tokens are not 3 sequences
+}
+
+// With γ > 0 the bias update drives a deliberately skewed router toward balance on a synthetic stream.
+TEST(Router, BiasUpdateBalancesASkewedRouter) {
+  ModelConfig c = tiny();
+  c.hidden_size = 16;
+  auto run = [&](double gamma) {
+    ParameterSet params;
+    MoE moe(params, "moe", c, DType::F32, 1);
+    params.initialize(1, 0.5);  // gate rows with std 0.5: tokens differ in which experts they prefer
+    // skew: expert e's gate row gets e·0.4 along a direction every token shares, so high experts dominate
+    Tensor gate = params.get("moe.gate.weight").value;
+    std::vector<float> g = gate.to_vector<float>();
+    for (int64_t e = 0; e < c.n_routed_experts; ++e) g[e * c.hidden_size] += 0.4f * static_cast<float>(e);
+    gate.copy_from(Tensor::from_vector(g, gate.shape()));
+    auto linear = make_fp32_linear_compute();
+    ActivationCache cache;
+    StepContext ctx{.batch = 4, .seq = 64, .training = true, .linear = linear.get(), .cache = &cache};
+    std::mt19937_64 rng(7);
+    std::vector<int64_t> window(static_cast<size_t>(c.n_routed_experts), 0);
+    const int steps = 300;
+    for (int step = 0; step < steps; ++step) {
+      Tensor u = testing::random_tensor({256, c.hidden_size}, DType::F32, rng, -1, 1);
+      float* p = u.data<float>();
+      for (int64_t t = 0; t < 256; ++t) p[t * c.hidden_size] = 2.0f + 0.5f * p[t * c.hidden_size];  // shared direction
+      moe.forward(ctx, u, nullptr, nullptr);
+      if (step >= steps - 20)
+        for (size_t e = 0; e < window.size(); ++e) window[e] += moe.pending_load()[e];
+
+      moe.update_bias(gamma);  // b_i += γ·sign(mean_load − load_i)
+    }
+    return ExpertLoad{"moe", window}.max_over_mean();
+  };
+  const double skewed = run(0.0), balanced = run(0.01);
+  std::printf("max/mean load over the last 20 batches: gamma 0: %.3f, gamma 0.01: %.3f\n", skewed, balanced);
+  EXPECT_GT(skewed, 2.0);     // the skew is real
+  EXPECT_LT(balanced, 1.2);   // and the bias update removes it
+}
+
+TEST(Model, UpdateRouterBiasesUsesTheTrainingLoads) {
+  DeepSeekV3Model m(tiny(), {.seed = 8});
+  const Batch b = random_batch(4, 16, 11, 5);
+  m.forward(b.inputs, b.targets, b.batch, true);  // eval forwards do not count
+  for (const ExpertLoad& l : m.expert_loads())
+    for (int64_t x : l.load) EXPECT_EQ(x, 0);
+  m.zero_grad();
+  m.forward_backward(b.inputs, b.targets, b.batch);
+  const std::vector<ExpertLoad> loads = m.expert_loads();
+  ASSERT_EQ(loads.size(), 2u);
+  int64_t total = 0;
+  for (int64_t x : loads[0].load) total += x;
+  EXPECT_EQ(total, 64 * 2);  // every token's K = 2 choices, none dropped
+  m.set_bias_update_speed(0.5);
+  m.update_router_biases();
+  const std::vector<float> bias = m.parameters().get("layers.1.moe.gate.bias").value.to_vector<float>();
+  const double mean = static_cast<double>(total) / 8;
+  for (size_t e = 0; e < bias.size(); ++e) {
+    const double expect = loads[0].load[e] < mean ? 0.5 : (loads[0].load[e] > mean ? -0.5 : 0.0);
+    EXPECT_EQ(bias[e], static_cast<float>(expect)) << e;
+  }
+  for (const ExpertLoad& l : m.expert_loads())
+    for (int64_t x : l.load) EXPECT_EQ(x, 0);  // loads restart after an update
+}
+
+// A minimal AdamW (the real optimizer lives in src/optim): decoupled weight decay, bias-corrected moments.
+struct MinimalAdamW {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
+  int step_count = 0;
+  std::vector<std::vector<double>> m, v;
+  void step(ParameterSet& params) {
+    const auto list = params.trainable();
+    if (m.empty())
+      for (Parameter* p : list) {
+        m.emplace_back(static_cast<size_t>(p->value.numel()), 0.0);
+        v.emplace_back(static_cast<size_t>(p->value.numel()), 0.0);
+      }
+    ++step_count;
+    const double c1 = 1 - std::pow(beta1, step_count), c2 = 1 - std::pow(beta2, step_count);
+    for (size_t i = 0; i < list.size(); ++i) {
+      float* w = list[i]->value.data<float>();
+      const float* g = list[i]->grad.data<float>();
+      for (size_t j = 0; j < m[i].size(); ++j) {
+        m[i][j] = beta1 * m[i][j] + (1 - beta1) * g[j];
+        v[i][j] = beta2 * v[i][j] + (1 - beta2) * g[j] * g[j];
+        const double wd = list[i]->weight_decay ? weight_decay : 0.0;
+        w[j] = static_cast<float>(w[j] - lr * (m[i][j] / c1 / (std::sqrt(v[i][j] / c2) + eps) + wd * w[j]));
+      }
+    }
+  }
+};
+
+// 10 AdamW steps on one fixed batch (one sequence of 16 random tokens) of the tiny model, in FP32, with the
+// router-bias update after each step: the main loss must fall by more than 90 %, at each of three learning rates
+// (so the pass does not hinge on one tuned value).
+TEST(Model, TenAdamWStepsOverfitOneBatch) {
+  ModelConfig c = tiny_test_config();
+  c.init_std = 0.02;
+  const Batch b = random_batch(1, 16, c.vocab_size, 6);
+  for (double lr : {0.04, 0.05, 0.06}) {
+    DeepSeekV3Model m(c, {.dtype = DType::F32, .seed = 11});
+    MinimalAdamW opt;
+    opt.lr = lr;
+    double first = 0;
+    for (int step = 0; step < 10; ++step) {
+      m.zero_grad();
+      const LossBreakdown l = m.forward_backward(b.inputs, b.targets, b.batch);
+      if (step == 0) first = l.main;
+      opt.step(m.parameters());
+      m.update_router_biases();
+    }
+    const double last = m.forward(b.inputs, b.targets, b.batch).main;
+    std::printf("overfit lr %.2f: main loss %.4f -> %.4f (%.1f%% lower)\n", lr, first, last, 100 * (1 - last / first));
+    EXPECT_LT(last, 0.1 * first) << "lr " << lr;
+  }
+}
+
+TEST(Model, Bf16LinearsStayCloseToFp32) {
+  const Batch b = random_batch(2, 16, 11, 7);
+  DeepSeekV3Model m(tiny(0.3), {.seed = 12});
+  const double fp32 = m.forward(b.inputs, b.targets, b.batch, true).total;
+  m.set_linear_compute(make_bf16_linear_compute());
+  const double bf16 = m.forward(b.inputs, b.targets, b.batch, true).total;
+  EXPECT_NE(bf16, fp32);
+  EXPECT_NEAR(bf16 / fp32, 1.0, 1e-2);
+}
+
+TEST(ModelConfig, JsonRoundTripAndValidation) {
+  ModelConfig c = tiny_test_config();
+  c.rope_theta = 5000;
+  c.tie_embeddings = true;
+  const nlohmann::json j = to_json(c);
+  EXPECT_EQ(j.at("q_lora_rank"), c.q_lora_rank);
+  const ModelConfig back = model_config_from_json(j);
+  EXPECT_EQ(to_json(back), j);
+  EXPECT_THROW(model_config_from_json(nlohmann::json{{"hidden_sise", 8}}), Error);
+  EXPECT_THROW(model_config_from_json(nlohmann::json{{"hidden_size", "big"}}), Error);
+  ModelConfig bad = c;
+  bad.n_group = 3;  // does not divide 8 experts
+  EXPECT_THROW(bad.validate(), Error);
+  bad = c;
+  bad.qk_rope_head_dim = 3;
+  EXPECT_THROW(bad.validate(), Error);
+  bad = c;
+  bad.num_experts_per_tok = 5;  // > 2 kept groups × 2 experts
+  EXPECT_THROW(bad.validate(), Error);
+  EXPECT_NO_THROW(bench_config().validate());
+  EXPECT_NEAR(c.softmax_scale(), 1 / std::sqrt(static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim)), 1e-15);
+}
+
+}  // namespace
+}  // namespace fp8train::model
