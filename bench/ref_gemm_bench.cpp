@@ -6,6 +6,7 @@
 //   ref_gemm_bench [--m=1024 --n=1024 --k=1024] [Google Benchmark flags, e.g. --benchmark_filter=hopper]
 #include <benchmark/benchmark.h>
 #include <cblas.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -96,6 +97,8 @@ void BM_fp32(benchmark::State& s) { run_ref(s, AccumMode::Fp32, 128, false); }
 // Keeps the Google Benchmark console table and remembers each case's median real time.
 class MedianCollector : public benchmark::ConsoleReporter {
  public:
+  // Colour only on a terminal, so the JSON lines of a redirected run start at the line's first byte.
+  MedianCollector() : ConsoleReporter(isatty(1) ? OO_ColorTabular : OO_Tabular) {}
   std::map<std::string, double> median_seconds;
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& r : runs)
