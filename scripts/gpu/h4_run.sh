@@ -37,7 +37,8 @@ cat "$out/env.txt"
 
 if [ "$what" = tests ] || [ "$what" = all ]; then
   echo "=== gpu tests"
-  timeout 420 "$carry/bin/test_cuda" --gtest_color=no 2>&1 | tee "$out/gpu_tests.log" | grep -E "^\[  (FAILED|PASSED|  OK) |^FINDING|^cuBLASLt plan|Failure|error|^gpu_tests|Expected|Which is|actual|first" | head -150
+  # cuBLASLt reports the reason for a refused problem at log level 1 (errors only).
+  CUBLASLT_LOG_LEVEL=1 timeout 420 "$carry/bin/test_cuda" --gtest_color=no 2>&1 | tee "$out/gpu_tests.log" | grep -E "^\[  (FAILED|PASSED|  OK) |^FINDING|^cuBLASLt plan|Failure|error|^gpu_tests|Expected|Which is|actual|first" | head -150
   echo "test_cuda exit: ${PIPESTATUS[0]}"
 fi
 
@@ -52,15 +53,23 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   cat "$out/bench_gemm.txt"
 fi
 
+if [ "$what" = all ] && command -v compute-sanitizer > /dev/null; then
+  echo "=== compute-sanitizer memcheck (quantizer and infrastructure tests)"
+  timeout 240 compute-sanitizer --tool memcheck --print-limit 20 "$carry/bin/test_cuda" --gtest_color=no \
+    --gtest_filter='QuantizeGpu.*:InfraGpu.DeviceAndPinnedBuffersRoundTrip:InfraGpu.TensorsLiveOnTheCudaBackend:GemmGpu.Fp8BlockScaledBf16OutputAndE5M2Activations' \
+    > "$out/memcheck.log" 2>&1
+  echo "memcheck exit: $?"
+  grep -E "ERROR SUMMARY|PASSED|FAILED|Invalid" "$out/memcheck.log" | head -20
+fi
+
 if [ "$what" = all ] && command -v cuobjdump > /dev/null; then
   # Instruction mix of the fused 1x128 + 128x1 kernel (bf16 in, E4M3, hardware and software encoders).
   for enc in 1 0; do
-    fn=$(cuobjdump -symbols "$carry/bin/fp8train" 2>/dev/null | grep -o "_Z[^ ]*quant_1x128_kernelILNS1_6InTypeE1ELNS1_10CodeFormatE0ELNS1_7EncoderE${enc}EEEvNS2_10FastParamsE" | head -1)
+    fn=$(cuobjdump -symbols "$carry/bin/fp8train" 2>/dev/null | grep -o "_Z[^ ]*quant_1x128_kernelILNS1_6InTypeE1ELNS1_10CodeFormatE0ELNS1_7EncoderE${enc}ELb0EEEvNS2_10FastParamsE" | head -1)
     [ -z "$fn" ] && continue
-    cuobjdump -sass -fun "$fn" "$carry/bin/fp8train" > "$out/sass_1x128_enc$enc.txt" 2>&1
-    echo "=== SASS histogram, quant_1x128 bf16 e4m3 encoder=$enc (1 = hardware)"
-    grep -oE '^\s+/\*[0-9a-f]{4}\*/\s+[A-Z0-9_.]+' "$out/sass_1x128_enc$enc.txt" | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -25 | tr '\n' ' '
-    echo
-    echo "instructions: $(grep -cE '^\s+/\*[0-9a-f]{4}\*/' "$out/sass_1x128_enc$enc.txt")"
+    cuobjdump -sass -fun "$fn" "$carry/bin/fp8train" > /tmp/sass_$enc.txt 2>&1
+    echo "=== SASS histogram, quant_1x128 bf16 e4m3 encoder=$enc (1 = hardware)" | tee -a "$out/sass.txt"
+    grep -oE '^\s+/\*[0-9a-f]{4}\*/\s+[A-Z0-9_.]+' /tmp/sass_$enc.txt | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -25 | tr '\n' ' ' | tee -a "$out/sass.txt"
+    echo "instructions: $(grep -cE '^\s+/\*[0-9a-f]{4}\*/' /tmp/sass_$enc.txt)" | tee -a "$out/sass.txt"
   done
 fi

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "ops/cuda/e5m6_fast.h"
 #include "ops/cuda/quant_device.cuh"
 
 namespace fp8train::gputest {
@@ -13,7 +14,9 @@ using ops::cuda::CodeFormat;
 using ops::cuda::Encoder;
 using ops::cuda::detail::encode2;
 
-// checks: 0 e4m3 (low byte), 1 e4m3 (high byte), 2 e5m2 low, 3 e5m2 high, 4 int8 low, 5 int8 high.
+// checks: 0 e4m3 (low byte), 1 e4m3 (high byte), 2 e5m2 low, 3 e5m2 high, 4 int8 low, 5 int8 high,
+// 6 e5m6 fast encoder, 7 e5m6 fast decoder (the 4096 codes), 8 control: e4m3 vs e5m2 bytes (must differ often,
+// proving the loop ran).
 __device__ __forceinline__ void report(unsigned long long* counts, uint32_t* first, int check, uint32_t u) {
   atomicAdd(counts + check, 1ull);
   atomicMin(first + check, u);
@@ -36,6 +39,11 @@ __global__ void exhaustive_kernel(unsigned long long* counts, uint32_t* first) {
     const uint32_t i8 = encode2<CodeFormat::INT8, Encoder::Hardware>(lo, hi);
     if ((i8 & 0xFF) != static_cast<uint8_t>(num::int8_encode_rne(lo))) report(counts, first, 4, u);
     if ((i8 >> 8) != static_cast<uint8_t>(num::int8_encode_rne(hi))) report(counts, first, 5, u);
+    if (ops::cuda::detail::e5m6_encode_fast(lo) != num::e5m6_encode(lo)) report(counts, first, 6, u);
+    if (u < 4096 && __float_as_uint(ops::cuda::detail::e5m6_decode_fast(static_cast<uint16_t>(u))) !=
+                        __float_as_uint(num::e5m6_decode(static_cast<uint16_t>(u))))
+      report(counts, first, 7, u);
+    if ((e4_hw & 0xFF) != (e5_sw & 0xFF)) atomicAdd(counts + 8, 1ull);
   }
 }
 }  // namespace

@@ -159,7 +159,10 @@ struct CublasLtGemm::Impl {
   std::mutex mutex;
   std::map<PlanKey, std::unique_ptr<Plan>> plans;
 
-  Plan& plan_for(const ScaledGemmProblem& p, uint32_t align_a, uint32_t align_b, uint32_t align_d) {
+  // sa / sb: the scale pointers of this call (cuBLASLt's heuristic rejects block-scaled problems whose scale
+  // pointers are unset, so they are set before it runs and again on every call).
+  Plan& plan_for(const ScaledGemmProblem& p, uint32_t align_a, uint32_t align_b, uint32_t align_d, const float* sa,
+                 const float* sb) {
     const PlanKey key{p.m, p.n, p.k, p.lda, p.ldb, p.ldd,
                       static_cast<uint8_t>(p.a_type), static_cast<uint8_t>(p.b_type),
                       static_cast<uint8_t>(p.a_scaling), static_cast<uint8_t>(p.b_scaling),
@@ -180,6 +183,10 @@ struct CublasLtGemm::Impl {
       const int8_t fast = p.fast_accum ? 1 : 0;
       FP8T_CUBLAS_CHECK(
           cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+      FP8T_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof(sb)));
+      FP8T_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof(sa)));
     }
     FP8T_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, cuda_type(p.b_type), p.k, p.n, p.ldb));
     FP8T_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, cuda_type(p.a_type), p.k, p.m, p.lda));
@@ -275,9 +282,14 @@ void CublasLtGemm::run(const ScaledGemmProblem& q, const void* a, const float* a
                    DeviceBuffer& buf) -> const float* {
     if (s == OperandScaling::None) return nullptr;
     FP8T_CHECK(scales != nullptr, "scaled GEMM: {}: an FP8 operand's scales are missing", p.describe());
+    if (s == OperandScaling::Tensor) {
+      FP8T_CHECK(reinterpret_cast<uintptr_t>(scales) % 4 == 0, "scaled GEMM: {}: a per-tensor scale must be a "
+                 "4-byte aligned float", p.describe());
+      return scales;
+    }
     FP8T_CHECK(reinterpret_cast<uintptr_t>(scales) % 16 == 0,
-               "scaled GEMM: {}: scale pointers must be 16-byte aligned", p.describe());
-    if (s == OperandScaling::Tensor || layout == ScaleLayout::Native) return scales;
+               "scaled GEMM: {}: block-scale pointers must be 16-byte aligned", p.describe());
+    if (layout == ScaleLayout::Native) return scales;
     const int64_t kb = ceil_div(p.k, 128);
     if (s == OperandScaling::Tile1x128) {
       buf = DeviceBuffer(static_cast<size_t>(rows * kb) * sizeof(float), stream);
@@ -298,7 +310,7 @@ void CublasLtGemm::run(const ScaledGemmProblem& q, const void* a, const float* a
   const float* sb = stage(p.b_scaling, p.b_scale_layout, b_scales, p.n, b_staged);
 
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  Plan& plan = impl_->plan_for(p, align_a, align_b, align_d);
+  Plan& plan = impl_->plan_for(p, align_a, align_b, align_d, sa, sb);
   if (is_fp8(p.a_type)) {
     FP8T_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sb, sizeof(sb)));
@@ -314,7 +326,9 @@ std::string CublasLtGemm::algorithm(const ScaledGemmProblem& q, size_t alignment
   validate(q);
   const auto al = static_cast<uint32_t>(alignment);
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->plan_for(with_dense_lds(q), al, al, al).algo_text;
+  // The heuristic only checks that block-scale pointers are set; any aligned non-null address serves.
+  const float* dummy = reinterpret_cast<const float*>(uintptr_t{256});
+  return impl_->plan_for(with_dense_lds(q), al, al, al, dummy, dummy).algo_text;
 }
 
 CublasLtGemm& cublaslt_gemm(int device) {

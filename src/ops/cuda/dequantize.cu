@@ -1,7 +1,9 @@
 // E5M6 1x128 quantization (12-bit codes packed 8 per 12 bytes), E5M6 unpacking, and dequantization of 1-byte
-// codes with any block grid. One thread per 8 consecutive elements of a row: 16-byte input loads, 8/12/16/32-
-// byte stores; a 2-D grid (x: groups of 8 columns, y: rows, grid-stride over rows) so no thread divides a
-// 64-bit flat index. Layouts and arithmetic: quantize_cuda.h.
+// codes with any block grid. Each thread handles 8 consecutive elements in each of kRows = 4 rows, all loads
+// issued before the first use (enough bytes in flight to saturate HBM); a 2-D grid (x: groups of 8 columns,
+// y: groups of 4 rows, grid-stride beyond 65535) so no thread divides a 64-bit flat index. E5M6 uses the
+// fast codec of e5m6_fast.h. Layouts and arithmetic: quantize_cuda.h.
+#include "ops/cuda/e5m6_fast.h"
 #include "ops/cuda/quant_device.cuh"
 #include "ops/cuda/quant_launch.h"
 
@@ -9,6 +11,7 @@ namespace fp8train::ops::cuda::detail {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kRows = 4;  // rows per thread
 
 template <InType OT>
 __device__ __forceinline__ void store8(void* out, int64_t elem, const float (&v)[8]) {
@@ -32,28 +35,35 @@ __global__ void __launch_bounds__(kThreads) quant_e5m6_kernel(const QuantE5M6Arg
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * 8;
   const int lane16 = threadIdx.x & 15;
   const int64_t tile = col / 128;
-  for (int64_t row = blockIdx.y; row < a.rows; row += gridDim.y) {
-    const bool ok = col < a.cols;
-    Vec8<IT> v;
-    if (ok) v.load(a.x, row * a.cols + col);
-    else v.zero();
-    uint32_t m = 0;
+  const bool ok = col < a.cols;
+  for (int64_t row0 = static_cast<int64_t>(blockIdx.y) * kRows; row0 < a.rows; row0 += static_cast<int64_t>(gridDim.y) * kRows) {
+    Vec8<IT> v[kRows];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) m = max(m, abs_bits(v.get(j)));
+    for (int r = 0; r < kRows; ++r) {
+      if (ok && row0 + r < a.rows) v[r].load(a.x, (row0 + r) * a.cols + col);
+      else v[r].zero();
+    }
 #pragma unroll
-    for (int off = 8; off >= 1; off >>= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
-    const ScaleInverse s = block_scale_dev(__uint_as_float(m), num::kE5M6Max, a.pow2_scales);
-    if (!ok) continue;
-    if (lane16 == 0) a.scales[row * a.strides.row + tile * a.strides.col] = s.scale;
-    uint16_t codes[8];
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = row0 + r;
+      uint32_t m = 0;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) codes[j] = num::e5m6_encode(v.get(j) * s.inverse);
-    uint32_t words[3];
-    num::e5m6_pack8(codes, words);
-    uint32_t* dst = reinterpret_cast<uint32_t*>(a.packed + (row * a.cols + col) / 8 * 12);
-    dst[0] = words[0];
-    dst[1] = words[1];
-    dst[2] = words[2];
+      for (int j = 0; j < 8; ++j) m = max(m, abs_bits(v[r].get(j)));
+#pragma unroll
+      for (int off = 8; off >= 1; off >>= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+      const ScaleInverse s = block_scale_dev(__uint_as_float(m), num::kE5M6Max, a.pow2_scales);
+      if (!ok || row >= a.rows) continue;
+      if (lane16 == 0) a.scales[row * a.strides.row + tile * a.strides.col] = s.scale;
+      uint16_t codes[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) codes[j] = e5m6_encode_fast(v[r].get(j) * s.inverse);
+      uint32_t words[3];
+      num::e5m6_pack8(codes, words);
+      uint32_t* dst = reinterpret_cast<uint32_t*>(a.packed + (row * a.cols + col) / 8 * 12);
+      dst[0] = words[0];
+      dst[1] = words[1];
+      dst[2] = words[2];
+    }
   }
 }
 
@@ -63,16 +73,28 @@ __global__ void __launch_bounds__(kThreads) dequant_e5m6_kernel(const uint8_t* p
                                                                 void* out) {
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * 8;
   if (col >= cols) return;
-  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
-    const uint32_t* src = reinterpret_cast<const uint32_t*>(packed + (row * cols + col) / 8 * 12);
-    const uint32_t words[3] = {__ldg(src), __ldg(src + 1), __ldg(src + 2)};
-    uint16_t codes[8];
-    num::e5m6_unpack8(words, codes);
-    const float s = __ldg(scales + row * strides.row + (col / 128) * strides.col);
-    float v[8];
+  for (int64_t row0 = static_cast<int64_t>(blockIdx.y) * kRows; row0 < rows; row0 += static_cast<int64_t>(gridDim.y) * kRows) {
+    uint32_t words[kRows][3];
+    float s[kRows];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) v[j] = num::e5m6_decode(codes[j]) * s;
-    store8<OT>(out, row * cols + col, v);
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = row0 + r < rows ? row0 + r : rows - 1;  // clamped: loads stay in bounds
+      const uint32_t* src = reinterpret_cast<const uint32_t*>(packed + (row * cols + col) / 8 * 12);
+      words[r][0] = __ldg(src);
+      words[r][1] = __ldg(src + 1);
+      words[r][2] = __ldg(src + 2);
+      s[r] = __ldg(scales + row * strides.row + (col / 128) * strides.col);
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (row0 + r >= rows) break;
+      uint16_t codes[8];
+      num::e5m6_unpack8(words[r], codes);
+      float v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = e5m6_decode_fast(codes[j]) * s[r];
+      store8<OT>(out, (row0 + r) * cols + col, v);
+    }
   }
 }
 
@@ -84,28 +106,40 @@ __device__ __forceinline__ float decode_code(CodeFormat f, uint32_t code) {
   }
 }
 
-// 8 consecutive codes of a row; `uniform_block` when all 8 share one block column (block_cols % 8 == 0).
+// 8 consecutive codes of kRows rows; `uniform_block` when all 8 share one block column (block_cols % 8 == 0).
 template <CodeFormat F, InType OT>
 __global__ void __launch_bounds__(kThreads) dequant_kernel(const DequantArgs a, bool uniform_block) {
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * 8;
   if (col >= a.cols) return;
-  for (int64_t row = blockIdx.y; row < a.rows; row += gridDim.y) {
-    const uint2 raw = __ldg(reinterpret_cast<const uint2*>(a.q + row * a.cols + col));
-    const float* srow = a.scales + (row / a.block_rows) * a.strides.row;
-    float v[8];
-    const float s0 = __ldg(srow + (col / a.block_cols) * a.strides.col);
+  const int64_t bc0 = col / a.block_cols;
+  for (int64_t row0 = static_cast<int64_t>(blockIdx.y) * kRows; row0 < a.rows; row0 += static_cast<int64_t>(gridDim.y) * kRows) {
+    uint2 raw[kRows];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float s = uniform_block ? s0 : __ldg(srow + ((col + j) / a.block_cols) * a.strides.col);
-      v[j] = decode_code(F, ((j < 4 ? raw.x : raw.y) >> (8 * (j & 3))) & 0xFFu) * s;
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = row0 + r < a.rows ? row0 + r : a.rows - 1;  // clamped: loads stay in bounds
+      raw[r] = __ldg(reinterpret_cast<const uint2*>(a.q + row * a.cols + col));
     }
-    store8<OT>(a.out, row * a.cols + col, v);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t row = row0 + r;
+      if (row >= a.rows) break;
+      const float* srow = a.scales + (row / a.block_rows) * a.strides.row;
+      const float s0 = __ldg(srow + bc0 * a.strides.col);
+      float v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float s = uniform_block ? s0 : __ldg(srow + ((col + j) / a.block_cols) * a.strides.col);
+        v[j] = decode_code(F, ((j < 4 ? raw[r].x : raw[r].y) >> (8 * (j & 3))) & 0xFFu) * s;
+      }
+      store8<OT>(a.out, row * a.cols + col, v);
+    }
   }
 }
 
 dim3 grid_rows_cols(int64_t rows, int64_t cols) {
   const int64_t gx = (cols / 8 + kThreads - 1) / kThreads;
-  const int64_t gy = rows < 65535 ? rows : 65535;
+  const int64_t groups = (rows + kRows - 1) / kRows;
+  const int64_t gy = groups < 65535 ? groups : 65535;
   return dim3(static_cast<unsigned>(gx < 1 ? 1 : gx), static_cast<unsigned>(gy < 1 ? 1 : gy));
 }
 
@@ -124,7 +158,8 @@ cudaError_t launch_quant_e5m6(const QuantE5M6Args& a, cudaStream_t stream) {
   // Whole 128-column tiles per half-warp: pad the x extent of the grid to whole tiles of 16 threads.
   const int64_t tiles = (a.cols + 127) / 128;
   const int64_t gx = (tiles * 16 + kThreads - 1) / kThreads;
-  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(a.rows < 65535 ? a.rows : 65535));
+  const int64_t groups = (a.rows + kRows - 1) / kRows;
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(groups < 65535 ? groups : 65535));
   if (a.x_type == InType::BF16) quant_e5m6_kernel<InType::BF16><<<grid, kThreads, 0, stream>>>(a);
   else quant_e5m6_kernel<InType::F32><<<grid, kThreads, 0, stream>>>(a);
   return cudaGetLastError();

@@ -19,9 +19,9 @@ constexpr int kThreads = 256;
 
 
 // Codes of 8 values of one row (row-major output) or one column (transposed output), as two words.
-template <CodeFormat F, Encoder E>
-__device__ __forceinline__ uint2 encode8(const float (&v)[8], float inv, bool stochastic, uint64_t seed,
-                                         int64_t index0, int64_t index_step) {
+template <CodeFormat F, Encoder E, bool kStoch>
+__device__ __forceinline__ uint2 encode8(const float (&v)[8], float inv, uint64_t seed, int64_t index0,
+                                         int64_t index_step) {
   uint32_t w[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -30,7 +30,7 @@ __device__ __forceinline__ uint2 encode8(const float (&v)[8], float inv, bool st
     for (int k = 0; k < 4; k += 2) {
       const int e = 4 * h + k;
       uint32_t pair;
-      if (F == CodeFormat::INT8 && stochastic) {
+      if constexpr (kStoch) {
         pair = encode_int8_stochastic(v[e] * inv, seed, index0 + e * index_step) |
                (encode_int8_stochastic(v[e + 1] * inv, seed, index0 + (e + 1) * index_step) << 8);
       } else {
@@ -45,6 +45,7 @@ __device__ __forceinline__ uint2 encode8(const float (&v)[8], float inv, bool st
 
 // Writes the swizzled transposed tile T (row R = tile column, 8-byte chunk a ^ (R/8) = tile rows 8a..8a+7)
 // to qt[(c0 + R) * rows + r0 + ...], 16 bytes per thread per step.
+template <bool kFull>
 __device__ __forceinline__ void write_transposed(const uint8_t* tile, uint8_t* qt, int64_t rows, int64_t cols,
                                                  int64_t r0, int64_t c0) {
 #pragma unroll
@@ -54,61 +55,76 @@ __device__ __forceinline__ void write_transposed(const uint8_t* tile, uint8_t* q
     uint4 v = *reinterpret_cast<const uint4*>(tile + R * kTile + 16 * (p ^ (cg >> 1)));
     if (cg & 1) v = make_uint4(v.z, v.w, v.x, v.y);
     const int64_t out_row = c0 + R, out_col = r0 + 16 * p;
-    if (out_row < cols && out_col < rows) *reinterpret_cast<uint4*>(qt + out_row * rows + out_col) = v;
+    if (kFull || (out_row < cols && out_col < rows)) *reinterpret_cast<uint4*>(qt + out_row * rows + out_col) = v;
   }
 }
 
-template <InType IT, CodeFormat F, Encoder E>
-__global__ void __launch_bounds__(kThreads) quant_1x128_kernel(const FastParams p) {
-  __shared__ __align__(16) uint8_t tile[kTile * kTile];
-  __shared__ __align__(16) uint32_t colmax_part[kThreads / 32][kTile];
-  __shared__ float col_inverse[kTile];
+// Loads the thread's 8x8 block: rows r0+8a+i, columns col..col+7 (zeros outside the tensor).
+template <InType IT, bool kFull>
+__device__ __forceinline__ void load_block(Vec8<IT> (&in)[8], const FastParams& p, int64_t row0, int64_t col) {
+  constexpr int64_t kSize = IT == InType::BF16 ? 2 : 4;
+  const char* base = static_cast<const char*>(p.x) + (row0 * p.cols + col) * kSize;
+  const int64_t pitch = p.cols * kSize;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    if (kFull || (col < p.cols && row0 + i < p.rows)) in[i].load(base + i * pitch, 0);
+    else in[i].zero();
+  }
+}
 
+template <InType IT, CodeFormat F, Encoder E, bool kStoch, bool kFull>
+__device__ __forceinline__ void quant_1x128_tile(const FastParams& p, uint8_t* tile, uint32_t (*colmax_part)[kTile],
+                                                 float* col_inverse) {
   const int t = threadIdx.x, a = t >> 4, c = t & 15, warp = t >> 5, lane = t & 31;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile, c0 = static_cast<int64_t>(blockIdx.x) * kTile;
-  const int64_t col = c0 + 8 * c;
-  const bool col_ok = col < p.cols;
+  const int64_t col = c0 + 8 * c, row0 = r0 + 8 * a;
   constexpr float fmax = FormatTraits<F>::kMax;
 
   Vec8<IT> in[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int64_t row = r0 + 8 * a + i;
-    if (col_ok && row < p.rows) in[i].load(p.x, row * p.cols + col);
-    else in[i].zero();
-  }
+  load_block<IT, kFull>(in, p, row0, col);
 
-  uint32_t colmax[8];
+  // Row maxima (reduced over the half-warp) and this thread's column maxima over its 8 rows.
+  uint32_t rowmax[8], colmax[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) colmax[j] = 0;
-
-  // ---- 1x128: row maxima over the half-warp, scales, codes --------------------------------------------------
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    float v[8];
     uint32_t m = 0;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      v[j] = in[i].get(j);
-      const uint32_t b = abs_bits(v[j]);
+      const uint32_t b = abs_bits(in[i].get(j));
       m = max(m, b);
       colmax[j] = max(colmax[j], b);
     }
-    if (p.q == nullptr) continue;
+    rowmax[i] = m;
+  }
+  if (p.q != nullptr) {
 #pragma unroll
-    for (int off = 8; off >= 1; off >>= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
-    const ScaleInverse s = block_scale_dev(__uint_as_float(m), fmax, p.pow2);
-    const int64_t row = r0 + 8 * a + i;
-    if (row < p.rows) {
-      if (col_ok)
-        *reinterpret_cast<uint2*>(p.q + row * p.cols + col) =
-            encode8<F, E>(v, s.inverse, p.stochastic, p.seed, row * p.cols + col, 1);
-      if (c == 0) p.q_scales[row * p.qs.row + blockIdx.x * p.qs.col] = s.scale;
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int off = 8; off >= 1; off >>= 1) rowmax[i] = max(rowmax[i], __shfl_xor_sync(0xFFFFFFFFu, rowmax[i], off));
+    // Lane c of the half-warp computes the scale of row c % 8 (one division pair per thread, not eight);
+    // the inverses are then broadcast with shuffles.
+    uint32_t mine = rowmax[0];
+#pragma unroll
+    for (int i = 1; i < 8; ++i)
+      if ((c & 7) == i) mine = rowmax[i];
+    const ScaleInverse s = block_scale_dev(__uint_as_float(mine), fmax, p.pow2);
+    if (c < 8 && (kFull || row0 + c < p.rows)) p.q_scales[(row0 + c) * p.qs.row + blockIdx.x * p.qs.col] = s.scale;
+    uint8_t* qrow = p.q + row0 * p.cols + col;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float inv = __shfl_sync(0xFFFFFFFFu, s.inverse, (lane & 16) | i);
+      float v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = in[i].get(j);
+      const uint2 w = encode8<F, E, kStoch>(v, inv, p.seed, (row0 + i) * p.cols + col, 1);
+      if (kFull || (col < p.cols && row0 + i < p.rows)) *reinterpret_cast<uint2*>(qrow + i * p.cols) = w;
     }
   }
   if (p.qt == nullptr) return;
 
-  // ---- 128x1: column maxima over lanes c, c+16 and the 8 warps ---------------------------------------------
+  // 128x1: column maxima over lanes c, c+16 and the 8 warps.
 #pragma unroll
   for (int j = 0; j < 8; ++j) colmax[j] = max(colmax[j], __shfl_xor_sync(0xFFFFFFFFu, colmax[j], 16));
   if (lane < 16) {
@@ -123,7 +139,7 @@ __global__ void __launch_bounds__(kThreads) quant_1x128_kernel(const FastParams 
     for (int w = 0; w < kThreads / 32; ++w) m = max(m, colmax_part[w][t]);
     const ScaleInverse s = block_scale_dev(__uint_as_float(m), fmax, p.pow2);
     col_inverse[t] = s.inverse;
-    if (c0 + t < p.cols) p.qt_scales[(c0 + t) * p.qts.row + blockIdx.y * p.qts.col] = s.scale;
+    if (kFull || c0 + t < p.cols) p.qt_scales[(c0 + t) * p.qts.row + blockIdx.y * p.qts.col] = s.scale;
   }
   __syncthreads();
 #pragma unroll
@@ -131,35 +147,38 @@ __global__ void __launch_bounds__(kThreads) quant_1x128_kernel(const FastParams 
     float v[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[i] = in[i].get(j);
-    const uint2 w = encode8<F, E>(v, col_inverse[8 * c + j], p.stochastic, p.seed,
-                                  (r0 + 8 * a) * p.cols + col + j, p.cols);
+    const uint2 w = encode8<F, E, kStoch>(v, col_inverse[8 * c + j], p.seed, row0 * p.cols + col + j, p.cols);
     *reinterpret_cast<uint2*>(tile + (8 * c + j) * kTile + 8 * (a ^ c)) = w;
   }
   __syncthreads();
-  write_transposed(tile, p.qt, p.rows, p.cols, r0, c0);
+  write_transposed<kFull>(tile, p.qt, p.rows, p.cols, r0, c0);
 }
 
-template <InType IT, CodeFormat F, Encoder E>
-__global__ void __launch_bounds__(kThreads) quant_128x128_kernel(const FastParams p) {
+template <InType IT, CodeFormat F, Encoder E, bool kStoch>
+__global__ void __launch_bounds__(kThreads, IT == InType::BF16 && !kStoch ? 4 : 3) quant_1x128_kernel(const FastParams p) {
   __shared__ __align__(16) uint8_t tile[kTile * kTile];
-  __shared__ uint32_t warp_max[kThreads / 32];
+  __shared__ __align__(16) uint32_t colmax_part[kThreads / 32][kTile];
+  __shared__ float col_inverse[kTile];
+  const bool full = (static_cast<int64_t>(blockIdx.y) + 1) * kTile <= p.rows &&
+                    (static_cast<int64_t>(blockIdx.x) + 1) * kTile <= p.cols;
+  if (full) quant_1x128_tile<IT, F, E, kStoch, true>(p, tile, colmax_part, col_inverse);
+  else quant_1x128_tile<IT, F, E, kStoch, false>(p, tile, colmax_part, col_inverse);
+}
 
+template <InType IT, CodeFormat F, Encoder E, bool kStoch, bool kFull>
+__device__ __forceinline__ void quant_128x128_tile(const FastParams& p, uint8_t* tile, uint32_t* warp_max) {
   const int t = threadIdx.x, a = t >> 4, c = t & 15, warp = t >> 5, lane = t & 31;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile, c0 = static_cast<int64_t>(blockIdx.x) * kTile;
-  const int64_t col = c0 + 8 * c;
-  const bool col_ok = col < p.cols;
+  const int64_t col = c0 + 8 * c, row0 = r0 + 8 * a;
   constexpr float fmax = FormatTraits<F>::kMax;
 
   Vec8<IT> in[8];
+  load_block<IT, kFull>(in, p, row0, col);
   uint32_t m = 0;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const int64_t row = r0 + 8 * a + i;
-    if (col_ok && row < p.rows) in[i].load(p.x, row * p.cols + col);
-    else in[i].zero();
+  for (int i = 0; i < 8; ++i)
 #pragma unroll
     for (int j = 0; j < 8; ++j) m = max(m, abs_bits(in[i].get(j)));
-  }
 #pragma unroll
   for (int off = 16; off >= 1; off >>= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
   if (lane == 0) warp_max[warp] = m;
@@ -174,14 +193,14 @@ __global__ void __launch_bounds__(kThreads) quant_128x128_kernel(const FastParam
   }
 
   uint2 codes[8];  // codes[i]: row 8a+i, columns 8c..8c+7
+  uint8_t* qrow = p.q + row0 * p.cols + col;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     float v[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] = in[i].get(j);
-    const int64_t row = r0 + 8 * a + i;
-    codes[i] = encode8<F, E>(v, s.inverse, p.stochastic, p.seed, row * p.cols + col, 1);
-    if (p.q && col_ok && row < p.rows) *reinterpret_cast<uint2*>(p.q + row * p.cols + col) = codes[i];
+    codes[i] = encode8<F, E, kStoch>(v, s.inverse, p.seed, (row0 + i) * p.cols + col, 1);
+    if (p.q && (kFull || (col < p.cols && row0 + i < p.rows))) *reinterpret_cast<uint2*>(qrow + i * p.cols) = codes[i];
   }
   if (p.qt == nullptr) return;
   // The same codes transposed: column j of the thread's 8x8 block collects byte j of each row's codes.
@@ -198,47 +217,53 @@ __global__ void __launch_bounds__(kThreads) quant_128x128_kernel(const FastParam
     *reinterpret_cast<uint2*>(tile + (8 * c + j) * kTile + 8 * (a ^ c)) = make_uint2(lo, hi);
   }
   __syncthreads();
-  write_transposed(tile, p.qt, p.rows, p.cols, r0, c0);
+  write_transposed<kFull>(tile, p.qt, p.rows, p.cols, r0, c0);
 }
 
-template <template <InType, CodeFormat, Encoder> class Launch>
-cudaError_t dispatch(InType it, CodeFormat f, Encoder e, const FastParams& p, dim3 grid, cudaStream_t stream) {
+template <InType IT, CodeFormat F, Encoder E, bool kStoch>
+__global__ void __launch_bounds__(kThreads, IT == InType::BF16 && F != CodeFormat::INT8 ? 4 : 3) quant_128x128_kernel(const FastParams p) {
+  __shared__ __align__(16) uint8_t tile[kTile * kTile];
+  __shared__ uint32_t warp_max[kThreads / 32];
+  const bool full = (static_cast<int64_t>(blockIdx.y) + 1) * kTile <= p.rows &&
+                    (static_cast<int64_t>(blockIdx.x) + 1) * kTile <= p.cols;
+  if (full) quant_128x128_tile<IT, F, E, kStoch, true>(p, tile, warp_max);
+  else quant_128x128_tile<IT, F, E, kStoch, false>(p, tile, warp_max);
+}
+
+template <template <InType, CodeFormat, Encoder, bool> class Launch, InType IT>
+cudaError_t dispatch_format(CodeFormat f, Encoder e, const FastParams& p, dim3 grid, cudaStream_t stream) {
   const bool hw = e == Encoder::Hardware;
-  if (it == InType::BF16) {
-    switch (f) {
-      case CodeFormat::E4M3:
-        return hw ? Launch<InType::BF16, CodeFormat::E4M3, Encoder::Hardware>::run(p, grid, stream)
-                  : Launch<InType::BF16, CodeFormat::E4M3, Encoder::Software>::run(p, grid, stream);
-      case CodeFormat::E5M2:
-        return hw ? Launch<InType::BF16, CodeFormat::E5M2, Encoder::Hardware>::run(p, grid, stream)
-                  : Launch<InType::BF16, CodeFormat::E5M2, Encoder::Software>::run(p, grid, stream);
-      case CodeFormat::INT8: return Launch<InType::BF16, CodeFormat::INT8, Encoder::Software>::run(p, grid, stream);
-    }
-  } else {
-    switch (f) {
-      case CodeFormat::E4M3:
-        return hw ? Launch<InType::F32, CodeFormat::E4M3, Encoder::Hardware>::run(p, grid, stream)
-                  : Launch<InType::F32, CodeFormat::E4M3, Encoder::Software>::run(p, grid, stream);
-      case CodeFormat::E5M2:
-        return hw ? Launch<InType::F32, CodeFormat::E5M2, Encoder::Hardware>::run(p, grid, stream)
-                  : Launch<InType::F32, CodeFormat::E5M2, Encoder::Software>::run(p, grid, stream);
-      case CodeFormat::INT8: return Launch<InType::F32, CodeFormat::INT8, Encoder::Software>::run(p, grid, stream);
-    }
+  switch (f) {
+    case CodeFormat::E4M3:
+      return hw ? Launch<IT, CodeFormat::E4M3, Encoder::Hardware, false>::run(p, grid, stream)
+                : Launch<IT, CodeFormat::E4M3, Encoder::Software, false>::run(p, grid, stream);
+    case CodeFormat::E5M2:
+      return hw ? Launch<IT, CodeFormat::E5M2, Encoder::Hardware, false>::run(p, grid, stream)
+                : Launch<IT, CodeFormat::E5M2, Encoder::Software, false>::run(p, grid, stream);
+    case CodeFormat::INT8:
+      return p.stochastic ? Launch<IT, CodeFormat::INT8, Encoder::Software, true>::run(p, grid, stream)
+                          : Launch<IT, CodeFormat::INT8, Encoder::Software, false>::run(p, grid, stream);
   }
   return cudaErrorInvalidValue;
 }
 
-template <InType IT, CodeFormat F, Encoder E>
+template <template <InType, CodeFormat, Encoder, bool> class Launch>
+cudaError_t dispatch(InType it, CodeFormat f, Encoder e, const FastParams& p, dim3 grid, cudaStream_t stream) {
+  return it == InType::BF16 ? dispatch_format<Launch, InType::BF16>(f, e, p, grid, stream)
+                            : dispatch_format<Launch, InType::F32>(f, e, p, grid, stream);
+}
+
+template <InType IT, CodeFormat F, Encoder E, bool kStoch>
 struct Launch1x128 {
   static cudaError_t run(const FastParams& p, dim3 grid, cudaStream_t stream) {
-    quant_1x128_kernel<IT, F, E><<<grid, kThreads, 0, stream>>>(p);
+    quant_1x128_kernel<IT, F, E, kStoch><<<grid, kThreads, 0, stream>>>(p);
     return cudaGetLastError();
   }
 };
-template <InType IT, CodeFormat F, Encoder E>
+template <InType IT, CodeFormat F, Encoder E, bool kStoch>
 struct Launch128x128 {
   static cudaError_t run(const FastParams& p, dim3 grid, cudaStream_t stream) {
-    quant_128x128_kernel<IT, F, E><<<grid, kThreads, 0, stream>>>(p);
+    quant_128x128_kernel<IT, F, E, kStoch><<<grid, kThreads, 0, stream>>>(p);
     return cudaGetLastError();
   }
 };

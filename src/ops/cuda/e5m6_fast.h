@@ -1,0 +1,35 @@
+// Fast paths of the E5M6 codec (numerics/formats.h) for the CUDA kernels: the normal range is handled with a
+// few integer operations on the float32 bits; zero, subnormals, Inf and NaN fall back to num::e5m6_encode /
+// num::e5m6_decode. Same results as the reference on every input (tests/cuda/encoder_exhaustive_test.cpp
+// checks all 2^32 floats and all 4096 codes). FP8T_HD so the host can check them too.
+#pragma once
+#include <cstdint>
+
+#include "common/hd.h"
+#include "numerics/formats.h"
+
+namespace fp8train::ops::cuda::detail {
+
+// num::e5m6_encode(x, SatFinite).
+FP8T_HD uint16_t e5m6_encode_fast(float x) {
+  const uint32_t bits = num::float_bits(x);
+  const uint32_t abs = bits & 0x7FFFFFFFu;
+  if (abs >= 0x38800000u && abs < 0x7F800000u) {  // |x| >= 2^-14 (E5M6's smallest normal) and finite
+    // Round to nearest even at bit 17 (keep 6 of 23 mantissa bits); a carry moves into the exponent field.
+    const uint32_t rounded = (abs + 0xFFFFu + ((abs >> 17) & 1u)) >> 17;
+    uint32_t mag = rounded - ((127u - 15u) << 6);  // re-bias the exponent from float32's 127 to 15
+    if (mag > num::kE5M6MaxCode) mag = num::kE5M6MaxCode;  // satfinite
+    return static_cast<uint16_t>(((bits >> 20) & 0x800u) | mag);
+  }
+  return num::e5m6_encode(x);
+}
+
+// num::e5m6_decode(code).
+FP8T_HD float e5m6_decode_fast(uint16_t code) {
+  const uint32_t mag = code & 0x7FFu;
+  if (mag >= 0x40u && mag < 0x7C0u)  // normal: exponent field 1..30
+    return num::bits_float((static_cast<uint32_t>(code & 0x800u) << 20) | ((mag << 17) + ((127u - 15u) << 23)));
+  return num::e5m6_decode(code);
+}
+
+}  // namespace fp8train::ops::cuda::detail
