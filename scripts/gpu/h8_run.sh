@@ -72,13 +72,12 @@ fi
 if has profile; then
   echo "=== profile (elapsed ${SECONDS}s)"
   {
-    for cfg in "4096 7168 16384 176 0" "4096 7168 16384 176 2" "4096 7168 16384 128 2" "128 7168 16384 64 1"; do
-      echo "##### $cfg"
-      timeout 120 ncu --clock-control none --launch-skip 2 --launch-count 1 -k regex:fp8_gemm_kernel \
-        --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
-        --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy \
-        $BIN/h8_bench --profile $cfg 2>&1 | grep -vE '^==PROF==|^ *$' | head -150
-    done
+    cfg="${H8_PROFILE_CONFIG:-4096 7168 16384 176 2}"  # M N K block_n multicast (0 none, 1 A, 2 B)
+    echo "##### $cfg"
+    timeout 90 ncu --clock-control none --launch-skip 2 --launch-count 1 -k regex:fp8_gemm_kernel \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+      --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy \
+      $BIN/h8_bench --profile $cfg 2>&1 | grep -vE '^==PROF==|^ *$' | head -150
   } > "$OUT/profile.txt" 2>&1
   grep -E '#####|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|DRAM Throughput|L1/TEX Cache Throughput|Issue Slots Busy|No Eligible' "$OUT/profile.txt" | head -60
 fi
