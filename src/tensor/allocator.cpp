@@ -61,14 +61,54 @@ void Allocator::reset_peaks() {
   stats_.total_peak = stats_.total_current;
 }
 
+namespace {
+constexpr size_t kCpuAlign = 64;
+size_t rounded_size(size_t bytes) { return bytes == 0 ? kCpuAlign : (bytes + kCpuAlign - 1) / kCpuAlign * kCpuAlign; }
+}  // namespace
+
+CpuAllocator::~CpuAllocator() { release_cached(); }
+
 void* CpuAllocator::raw_allocate(size_t bytes) {
-  constexpr size_t kAlign = 64;
-  const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-  void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
+  const size_t size = rounded_size(bytes);
+  {
+    std::lock_guard lock(cache_mutex_);
+    auto it = cache_.find(size);
+    if (it != cache_.end()) {
+      void* p = it->second;
+      cache_.erase(it);
+      cached_ -= size;
+      return p;
+    }
+  }
+  void* p = std::aligned_alloc(kCpuAlign, size);
   FP8T_CHECK(p != nullptr, "out of host memory allocating {} bytes", bytes);
   return p;
 }
 
-void CpuAllocator::raw_deallocate(void* ptr, size_t) { std::free(ptr); }
+void CpuAllocator::raw_deallocate(void* ptr, size_t bytes) {
+  constexpr size_t kMaxCachedBytes = size_t{2} << 30;  // bound what sits idle (sizes that never repeat)
+  const size_t size = rounded_size(bytes);
+  {
+    std::lock_guard lock(cache_mutex_);
+    if (cached_ + size <= kMaxCachedBytes) {
+      cache_.emplace(size, ptr);
+      cached_ += size;
+      return;
+    }
+  }
+  std::free(ptr);
+}
+
+size_t CpuAllocator::cached_bytes() const {
+  std::lock_guard lock(cache_mutex_);
+  return cached_;
+}
+
+void CpuAllocator::release_cached() {
+  std::lock_guard lock(cache_mutex_);
+  for (auto& [size, p] : cache_) std::free(p);
+  cache_.clear();
+  cached_ = 0;
+}
 
 }  // namespace fp8train

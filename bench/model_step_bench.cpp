@@ -1,0 +1,181 @@
+// Training-step speed of the DeepSeek-V3-style model on the CPU backend, against OpenBLAS SGEMM in the same run.
+// Config (issue 4): model::bench_config() — hidden 256, 4 layers (1 dense + 3 MoE), 4 heads (qk 64+32, v 64),
+// q_lora 128, kv_lora 64, dense FFN 1024, 8 routed experts top-2 (FFN 256) + 1 shared, MTP D = 1, vocab 259 —
+// FP32, batch 8 × seq 256 (2048 tokens). A step = forward + backward (model.forward_backward), no optimizer.
+// Baseline: cblas_sgemm 1024³ with OpenBLAS using the same number of threads, timed between model steps so both
+// see the same machine load. Model FLOPs are counted from the config (formula printed): every matmul of the
+// forward (Linears, router, head, attention QKᵀ and PV over the causal pairs only) × 3 for forward + backward;
+// the backward's attention recompute and all elementwise work are not counted.
+// Output: a human summary, then one JSON line.
+//   model_step_bench [--steps=5] [--warmup=2] [--batch=8] [--seq=256] [--threads=N] [--profile]
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/model.h"
+#include "ops/kernels.h"
+
+extern "C" void openblas_set_num_threads(int num_threads);
+
+namespace {
+using namespace fp8train;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+}
+
+// Forward matmul MACs per token, by component (see the header comment).
+struct FlopCount {
+  double linear = 0, attention = 0, router = 0, head = 0;
+  double forward_macs_per_token() const { return linear + attention + router + head; }
+};
+
+FlopCount count_flops(const model::ModelConfig& c, int64_t seq) {
+  FlopCount f;
+  const double d = c.hidden_size, H = c.n_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim,
+               dv = c.v_head_dim, qr = c.q_lora_rank, kr = c.kv_lora_rank;
+  const double mla = d * qr + qr * H * (dn + dr) + d * (kr + dr) + kr * H * (dn + dv) + H * dv * d;
+  const double pairs_per_token = (static_cast<double>(seq) + 1) / 2;  // causal: T(T+1)/2 pairs per sequence
+  const double attn = H * pairs_per_token * ((dn + dr) + dv);
+  const double dense = 3 * d * c.intermediate_size;
+  const double moe = (c.num_experts_per_tok + c.n_shared_experts) * 3 * d * c.moe_intermediate_size;
+  const double router = d * c.n_routed_experts;
+  const int64_t blocks = c.n_layers + c.mtp_depth;
+  for (int64_t l = 0; l < blocks; ++l) {
+    const bool is_moe = l < c.n_layers ? c.is_moe_layer(l) : c.n_dense_layers < c.n_layers;
+    f.linear += mla + (is_moe ? moe : dense);
+    f.attention += attn;
+    if (is_moe) f.router += router;
+  }
+  f.linear += c.mtp_depth * 2 * d * d;                          // eh_proj
+  f.head += static_cast<double>(1 + c.mtp_depth) * d * c.vocab_size;  // shared head for main + each MTP depth
+  return f;
+}
+
+// Wraps the default LinearCompute and times its GEMMs (--profile).
+class TimedLinear final : public model::LinearCompute {
+ public:
+  explicit TimedLinear(std::shared_ptr<model::LinearCompute> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return "timed-" + inner_->name(); }
+  void fprop(const model::LinearSite& s, const Tensor& x, const Tensor& w, const Tensor& y) override {
+    const auto t0 = Clock::now();
+    inner_->fprop(s, x, w, y);
+    seconds += seconds_since(t0);
+  }
+  void dgrad(const model::LinearSite& s, const Tensor& dy, const Tensor& w, const Tensor& dx, bool acc) override {
+    const auto t0 = Clock::now();
+    inner_->dgrad(s, dy, w, dx, acc);
+    seconds += seconds_since(t0);
+  }
+  void wgrad(const model::LinearSite& s, const Tensor& dy, const Tensor& x, const Tensor& dw) override {
+    const auto t0 = Clock::now();
+    inner_->wgrad(s, dy, x, dw);
+    seconds += seconds_since(t0);
+  }
+  double seconds = 0;
+
+ private:
+  std::shared_ptr<model::LinearCompute> inner_;
+};
+
+double sgemm_seconds(int threads, const std::vector<float>& a, const std::vector<float>& b, std::vector<float>& c) {
+  openblas_set_num_threads(threads);
+  const auto t0 = Clock::now();
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 1024, 1024, 1024, 1.0f, a.data(), 1024, b.data(), 1024, 0.0f,
+              c.data(), 1024);
+  const double s = seconds_since(t0);
+  openblas_set_num_threads(1);  // the CPU kernels split GEMMs over OpenMP threads themselves
+  return s;
+}
+
+int64_t flag(int argc, char** argv, const char* name, int64_t fallback) {
+  const std::string prefix = std::string("--") + name + "=";
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) return std::stoll(argv[i] + prefix.size());
+  return fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int64_t steps = flag(argc, argv, "steps", 5), warmup = flag(argc, argv, "warmup", 2);
+  const int64_t batch = flag(argc, argv, "batch", 8), seq = flag(argc, argv, "seq", 256);
+  const int threads = static_cast<int>(flag(argc, argv, "threads", omp_get_max_threads()));
+  bool profile = false;
+  for (int i = 1; i < argc; ++i) profile = profile || std::strcmp(argv[i], "--profile") == 0;
+  try {
+    ops::set_cpu_threads(threads);
+    const model::ModelConfig config = model::bench_config();
+    model::DeepSeekV3Model model(config, {.dtype = DType::F32, .seed = 1});
+    auto timed = std::make_shared<TimedLinear>(model::make_fp32_linear_compute());
+    if (profile) model.set_linear_compute(timed);
+
+    std::mt19937_64 rng(1);
+    const int64_t n = batch * seq;
+    std::vector<int32_t> in(n), tg(n);
+    for (int64_t i = 0; i < n; ++i) in[i] = static_cast<int32_t>(rng() % config.vocab_size);
+    for (int64_t i = 0; i < n; ++i) tg[i] = (i % seq == seq - 1) ? static_cast<int32_t>(rng() % config.vocab_size) : in[i + 1];
+    const Tensor inputs = Tensor::from_vector(in, {n}), targets = Tensor::from_vector(tg, {n});
+
+    std::vector<float> a(1024 * 1024), b(1024 * 1024), c(1024 * 1024);
+    std::normal_distribution<float> normal;
+    for (auto& x : a) x = normal(rng);
+    for (auto& x : b) x = normal(rng);
+    for (int i = 0; i < 3; ++i) sgemm_seconds(threads, a, b, c);
+
+    std::vector<double> step_s, sgemm_s;
+    double loss = 0, linear_s = 0;
+    for (int64_t s = 0; s < warmup + steps; ++s) {
+      for (int i = 0; i < 3; ++i) sgemm_s.push_back(sgemm_seconds(threads, a, b, c));
+      model.zero_grad();
+      timed->seconds = 0;
+      const auto t0 = Clock::now();
+      loss = model.forward_backward(inputs, targets, batch).total;
+      const double dt = seconds_since(t0);
+      if (s >= warmup) {
+        step_s.push_back(dt);
+        linear_s += timed->seconds;
+      }
+    }
+    const FlopCount f = count_flops(config, seq);
+    const double model_flops = 3.0 * 2.0 * f.forward_macs_per_token() * static_cast<double>(n);
+    const double step = median(step_s), sgemm = median(sgemm_s);
+    const double model_rate = model_flops / step / 1e9, sgemm_rate = 2.0 * 1024 * 1024 * 1024 / sgemm / 1e9;
+    std::printf("config: %s\n", config.describe().c_str());
+    std::printf("tokens per step: %lld (batch %lld x seq %lld), threads %d, fp32\n", static_cast<long long>(n),
+                static_cast<long long>(batch), static_cast<long long>(seq), threads);
+    std::printf(
+        "FLOPs per step = 3 (fwd+bwd) x 2 x tokens x [Σ_blocks(MLA linears + FFN/MoE linears + router) + causal "
+        "attention H·(T+1)/2·(d_qk+d_v) per block + eh_proj 2d² + (1+D)·d·V head]\n");
+    std::printf("  forward MACs/token: linears %.0f, attention %.0f, router %.0f, head %.0f -> %.3f GFLOP/step\n",
+                f.linear, f.attention, f.router, f.head, model_flops / 1e9);
+    std::printf("step: median %.1f ms over %lld steps (loss %.4f) -> %.1f GFLOP/s\n", step * 1e3,
+                static_cast<long long>(steps), loss, model_rate);
+    std::printf("OpenBLAS SGEMM 1024^3: median %.2f ms -> %.1f GFLOP/s\n", sgemm * 1e3, sgemm_rate);
+    std::printf("ratio model/SGEMM: %.1f %%\n", 100 * model_rate / sgemm_rate);
+    if (profile) std::printf("profile: Linear GEMMs %.1f ms per step (%.0f %% of the step)\n", linear_s / steps * 1e3,
+                             100 * linear_s / steps / step);
+    nlohmann::json j = {{"bench", "model_step"},      {"batch", batch},          {"seq", seq},
+                        {"threads", threads},          {"steps", steps},          {"step_ms", step * 1e3},
+                        {"model_gflop", model_flops / 1e9}, {"model_gflops", model_rate},
+                        {"sgemm_1024_gflops", sgemm_rate}, {"ratio", model_rate / sgemm_rate}};
+    std::printf("%s\n", j.dump().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "model_step_bench: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
