@@ -116,6 +116,16 @@ std::vector<ExpertLoad> DeepSeekV3Model::expert_loads() const {
   return out;
 }
 
+std::vector<ExpertLoad> DeepSeekV3Model::last_expert_loads() const {
+  std::vector<ExpertLoad> out;
+  auto add = [&](const Block& b) {
+    if (b.is_moe()) out.push_back({b.moe()->name(), b.moe()->last_load()});
+  };
+  for (const auto& b : layers_) add(*b);
+  for (const auto& m : mtp_) add(*m->block);
+  return out;
+}
+
 void DeepSeekV3Model::update_router_biases() {
   for (MoE* m : moe_layers()) m->update_bias(config_.bias_update_speed);
 }

@@ -85,6 +85,8 @@ class DeepSeekV3Model {
   void update_router_biases();
   void clear_expert_loads();
   std::vector<ExpertLoad> expert_loads() const;
+  // The loads of the most recent forward_backward alone (per MoE layer, same order as expert_loads()).
+  std::vector<ExpertLoad> last_expert_loads() const;
   std::vector<MoE*> moe_layers();
 
  private:

@@ -16,7 +16,8 @@ MoE::MoE(ParameterSet& params, const std::string& name, const ModelConfig& c, DT
       hidden_(c.hidden_size),
       router_{c.num_experts_per_tok, c.n_group, c.topk_group, c.routed_scaling_factor},
       alpha_(c.seq_aux_loss_alpha),
-      load_(static_cast<size_t>(c.n_routed_experts), 0) {
+      load_(static_cast<size_t>(c.n_routed_experts), 0),
+      last_load_(static_cast<size_t>(c.n_routed_experts), 0) {
   const int64_t E = n_experts_, F = ffn_, d = hidden_;
   Parameter& gate = params.add(name + ".gate.weight", {E, d}, dtype, Init::Normal);
   gate_weight_ = gate.value;
@@ -50,7 +51,10 @@ Tensor MoE::forward(const StepContext& ctx, const Tensor& u, State* st, double* 
   const ops::RouterOutputs r = ops::router_forward(logits, bias_, router_);
   if (ctx.training) {
     const std::vector<int32_t> counts = r.expert_counts.to_vector<int32_t>();
-    for (int64_t e = 0; e < n_experts_; ++e) load_[e] += counts[e];
+    for (int64_t e = 0; e < n_experts_; ++e) {
+      last_load_[e] = counts[e];
+      load_[e] += counts[e];
+    }
   }
   if (balance_loss && alpha_ > 0) *balance_loss += ops::seq_balance_loss(r.scores, r.selected, ctx.batch, alpha_);
   // dispatch: every (token, choice) pair to its expert's rows — no token dropped

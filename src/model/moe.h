@@ -44,6 +44,8 @@ class MoE {
 
   // Tokens routed to each expert by training forwards since the last update_bias()/clear_load().
   const std::vector<int64_t>& pending_load() const { return load_; }
+  // Tokens per routed expert in the most recent training forward alone (for per-micro-batch logging).
+  const std::vector<int64_t>& last_load() const { return last_load_; }
   void clear_load() { std::fill(load_.begin(), load_.end(), 0); }
   // b_i += γ·sign(mean_load − load_i) over the pending loads, then clears them (γ = 0: only clears).
   void update_bias(double gamma);
@@ -61,7 +63,7 @@ class MoE {
   std::vector<Linear> expert_w13_, expert_w2_;
   bool has_shared_ = false;
   SwigluFFN shared_;
-  std::vector<int64_t> load_;
+  std::vector<int64_t> load_, last_load_;
 };
 
 }  // namespace fp8train::model

@@ -235,12 +235,19 @@ TEST(Model, UpdateRouterBiasesUsesTheTrainingLoads) {
   int64_t total = 0;
   for (int64_t x : loads[0].load) total += x;
   EXPECT_EQ(total, 64 * 2);  // every token's K = 2 choices, none dropped
+  EXPECT_EQ(m.last_expert_loads()[0].load, loads[0].load);
+  m.zero_grad();
+  m.forward_backward(b.inputs, b.targets, b.batch);  // a second micro-batch: pending loads add up
+  EXPECT_EQ(m.last_expert_loads()[0].load, loads[0].load);
+  for (size_t e = 0; e < loads[0].load.size(); ++e) EXPECT_EQ(m.expert_loads()[0].load[e], 2 * loads[0].load[e]);
+  total *= 2;
   m.set_bias_update_speed(0.5);
   m.update_router_biases();
   const std::vector<float> bias = m.parameters().get("layers.1.moe.gate.bias").value.to_vector<float>();
   const double mean = static_cast<double>(total) / 8;
   for (size_t e = 0; e < bias.size(); ++e) {
-    const double expect = loads[0].load[e] < mean ? 0.5 : (loads[0].load[e] > mean ? -0.5 : 0.0);
+    const int64_t load = 2 * loads[0].load[e];
+    const double expect = load < mean ? 0.5 : (load > mean ? -0.5 : 0.0);
     EXPECT_EQ(bias[e], static_cast<float>(expect)) << e;
   }
   for (const ExpertLoad& l : m.expert_loads())
