@@ -55,7 +55,7 @@ fi
 
 if [ "$what" = all ] && command -v compute-sanitizer > /dev/null; then
   echo "=== compute-sanitizer memcheck (quantizer and infrastructure tests)"
-  timeout 240 compute-sanitizer --tool memcheck --print-limit 20 "$carry/bin/test_cuda" --gtest_color=no \
+  timeout 90 compute-sanitizer --tool memcheck --print-limit 20 "$carry/bin/test_cuda" --gtest_color=no \
     --gtest_filter='QuantizeGpu.*:InfraGpu.DeviceAndPinnedBuffersRoundTrip:InfraGpu.TensorsLiveOnTheCudaBackend:GemmGpu.Fp8BlockScaledBf16OutputAndE5M2Activations' \
     > "$out/memcheck.log" 2>&1
   echo "memcheck exit: $?"
