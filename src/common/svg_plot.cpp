@@ -22,6 +22,25 @@ double to_axis(double v, Scale s) { return s == Scale::Linear ? v : std::log10(v
 
 std::string num(double v) { return fmt::format("{:.2f}", v); }
 
+// Category labels may hold '\n' line breaks.
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (true) {
+    const size_t nl = text.find('\n', start);
+    lines.push_back(text.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
+    if (nl == std::string::npos) return lines;
+    start = nl + 1;
+  }
+}
+
+std::string join_lines(const std::string& text) {
+  std::string out = text;
+  for (char& ch : out)
+    if (ch == '\n') ch = ' ';
+  return out;
+}
+
 double text_width(std::string_view text, double font = kFontSize) {
   return static_cast<double>(text.size()) * kCharWidth * font / kFontSize;
 }
@@ -144,6 +163,7 @@ struct Frame {
   std::vector<LegendItem> legend;
   double left = 0, top = 0, width = 0, height = 0;  // plot area
   double category_label_angle = 0;                   // degrees; non-zero when categories are rotated
+  int category_lines = 1;                            // lines of the tallest horizontal category label
   int legend_rows_bottom = 0;
   double legend_width_right = 0;
 
@@ -161,12 +181,21 @@ struct Frame {
     }
     width = std::max(80.0, chart.width - left - right_room);
     if (!categories.empty()) {
-      double longest = 0;
-      for (const auto& cat : categories) longest = std::max(longest, text_width(cat));
+      double longest_line = 0, longest_joined = 0;
+      size_t max_lines = 1;
+      for (const auto& cat : categories) {
+        const auto lines = split_lines(cat);
+        max_lines = std::max(max_lines, lines.size());
+        for (const auto& l : lines) longest_line = std::max(longest_line, text_width(l));
+        longest_joined = std::max(longest_joined, text_width(join_lines(cat)));
+      }
       const double slot = width / static_cast<double>(categories.size());
-      if (longest > slot - 6) {
+      if (longest_line > slot - 6) {
         category_label_angle = -35;
-        bottom_room += longest * 0.6;
+        bottom_room += longest_joined * 0.6;
+      } else {
+        category_lines = static_cast<int>(max_lines);
+        bottom_room += (category_lines - 1) * 14.0;
       }
     }
     if (chart.legend == LegendPlacement::Bottom && !legend.empty()) {
@@ -247,17 +276,19 @@ struct Frame {
                          num(xb), num(top + height));
       }
       if (category_label_angle == 0) {
-        s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", num(x),
-                         num(top + height + 18), escape(categories[c]));
+        const auto lines = split_lines(categories[c]);
+        for (size_t l = 0; l < lines.size(); ++l)
+          s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", num(x),
+                           num(top + height + 18 + 14.0 * static_cast<double>(l)), escape(lines[l]));
       } else {
         const double y = top + height + 14;
         s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\" transform=\"rotate({} {} {})\">{}</text>\n",
-                         num(x), num(y), num(category_label_angle), num(x), num(y), escape(categories[c]));
+                         num(x), num(y), num(category_label_angle), num(x), num(y), escape(join_lines(categories[c])));
       }
     }
     double longest = 0;
-    for (const auto& cat : categories) longest = std::max(longest, text_width(cat));
-    s += x_label_at(category_label_angle == 0 ? 36 : 36 + longest * 0.6);
+    for (const auto& cat : categories) longest = std::max(longest, text_width(join_lines(cat)));
+    s += x_label_at(category_label_angle == 0 ? 36 + 14.0 * (category_lines - 1) : 36 + longest * 0.6);
     return s;
   }
 

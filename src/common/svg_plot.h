@@ -9,7 +9,8 @@
 //   bar_chart        grouped bars over a categorical x axis
 //
 // Every chart has a title, axis labels, tick labels and a legend (one entry per series). All text is
-// HTML-escaped. Non-finite values (and non-positive ones on a log axis) are left out of a plot, never
+// HTML-escaped. Category labels may contain '\n' line breaks (stacked lines; joined with spaces when the
+// labels are too wide and get rotated). Non-finite values (and non-positive ones on a log axis) are left out of a plot, never
 // drawn at a wrong place. Colours default to the Okabe–Ito palette (readable with colour-blindness).
 //
 // Example:
@@ -20,6 +21,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace fp8train::svg {
@@ -37,6 +39,10 @@ enum class Scale {
 };
 
 struct Axis {
+  Axis() = default;
+  Axis(std::string axis_label, Scale axis_scale = Scale::Linear)  // NOLINT: implicit, for c.x = {"K", Log2}
+      : label(std::move(axis_label)), scale(axis_scale) {}
+
   std::string label;
   Scale scale = Scale::Linear;
   // Bounds in data units; NaN = taken from the data (and, on a linear axis, widened to whole ticks).

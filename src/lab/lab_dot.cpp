@@ -10,6 +10,8 @@
 namespace fp8train::lab {
 namespace {
 
+constexpr int64_t kInt8PerTensorGroup = 128;  // quant::kExactBlockK: the reference GEMM's per-tensor groups
+
 void check_group(int64_t k, int64_t group) {
   FP8T_CHECK(k >= 0, "dot product length must be non-negative, got {}", k);
   FP8T_CHECK(group >= 1, "scale group must hold at least one element, got {}", group);
@@ -70,15 +72,19 @@ float fp32_dot_grouped(const Fp8Operand& a, const Fp8Operand& b, int64_t k, int6
 
 float int8_dot_grouped(const Int8Operand& a, const Int8Operand& b, int64_t k, int64_t group) {
   check_group(k, group);
-  if (group >= k) {
-    int64_t partial = 0;
-    for (int64_t i = 0; i < k; ++i) partial += static_cast<int32_t>(a.codes[i]) * static_cast<int32_t>(b.codes[i]);
-    FP8T_CHECK(partial >= INT32_MIN && partial <= INT32_MAX, "INT8 dot product of length {} overflows int32", k);
-    return (a.scales[0] * b.scales[0]) * static_cast<float>(partial);
+  if (group >= k) {  // per-tensor: exact groups of 128 with unit scale, the scales in the epilogue
+    float acc = 0.0f;
+    for (int64_t g0 = 0; g0 < k; g0 += kInt8PerTensorGroup) {
+      int32_t partial = 0;
+      const int64_t end = g0 + kInt8PerTensorGroup < k ? g0 + kInt8PerTensorGroup : k;
+      for (int64_t i = g0; i < end; ++i) partial += static_cast<int32_t>(a.codes[i]) * static_cast<int32_t>(b.codes[i]);
+      acc = std::fma(1.0f, static_cast<float>(partial), acc);
+    }
+    return (a.scales[0] * b.scales[0]) * acc;
   }
   float acc = 0.0f;
   for (int64_t g0 = 0, g = 0; g0 < k; g0 += group, ++g) {
-    int32_t partial = 0;  // at most 128 * 127^2 per group here; exact
+    int64_t partial = 0;  // exact (int32 suffices for groups up to 133k elements)
     const int64_t end = g0 + group < k ? g0 + group : k;
     for (int64_t i = g0; i < end; ++i) partial += static_cast<int32_t>(a.codes[i]) * static_cast<int32_t>(b.codes[i]);
     acc = std::fma(a.scales[g] * b.scales[g], static_cast<float>(partial), acc);

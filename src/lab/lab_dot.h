@@ -25,8 +25,8 @@
 // fp32_dot_grouped: acc = fma(a_value, b_value, acc) over k in order on the dequantized values — a plain FP32
 //   GEMM of dequantized inputs (quant::ref_gemm's Fp32 mode).
 // int8_dot_grouped: each group's integer dot product is exact in int32 (the INT8 tensor-core path), then
-//   acc = fma(s_g, float(partial), acc); per-tensor: one exact partial over all of K, then
-//   (scale_a * scale_b) * float(partial) (quant::ref_gemm's INT8 rule).
+//   acc = fma(s_g, float(partial), acc); per-tensor: exact groups of 128 summed with unit scale, then
+//   (scale_a * scale_b) * acc (quant::ref_gemm's INT8 rule).
 #pragma once
 #include <cstdint>
 

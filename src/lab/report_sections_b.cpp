@@ -12,11 +12,32 @@
 namespace fp8train::lab::report {
 namespace {
 
+std::string superscript(int e) {
+  static const char* const digits[] = {"⁰", "¹", "²", "³", "⁴", "⁵", "⁶", "⁷", "⁸", "⁹"};
+  std::string out = e < 0 ? "⁻" : "";
+  for (char ch : std::to_string(e < 0 ? -e : e)) out += digits[ch - '0'];
+  return out;
+}
+
 std::string factor_label(double f) {
   if (f == 1.0) return "no outliers";
   const int e = static_cast<int>(std::lround(std::log10(f)));
-  if (std::fabs(f - std::pow(10.0, e)) < 1e-9 * f && e >= 3) return fmt::format("10^{}×", e);
+  if (std::fabs(f - std::pow(10.0, e)) < 1e-9 * f && e >= 3) return "10" + superscript(e) + "×";
   return fmt::format("{:g}×", f);
+}
+
+// A recipe's chart label: its name broken into lines at ": " and ", ".
+std::string recipe_label(const std::string& name) {
+  std::string out;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if ((name[i] == ':' || name[i] == ',') && i + 1 < name.size() && name[i + 1] == ' ') {
+      out += '\n';
+      ++i;
+      continue;
+    }
+    out += name[i];
+  }
+  return out;
 }
 
 std::string act_scaling_label(const std::string& s) {
@@ -38,9 +59,10 @@ std::string section_outliers(const std::vector<SnrRow>& rows, int& figure) {
   std::string out =
       "<section id=\"exp4\"><h2>4. Outlier channels</h2>\n"
       "<p>Activations X [128 tokens × 2048] ~ N(0, 1) in which 4 channels (columns) are multiplied by a factor "
-      "(none, 100×, 10³×, 10⁴×, 10⁵×), times a weight row quantized in 128×128 blocks. The activation side is "
+      "(none, 100×, 10³×, 10⁴×, 10⁵×), times weight rows N(0, 1) quantized in 128×128 blocks. The activation side is "
       "scaled per tensor, per 1×128 tile or per 128×128 block; E4M3 uses the Hopper accumulator with N_C = 128, "
-      "INT8 exact int32 accumulation. The outputs are scored twice: with all channels, and with the outlier "
+      "INT8 exact int32 accumulation (both through fp8train's reference GEMM, with every activation scale "
+      "re-expressed as 1×128 tiles). The outputs are scored twice: with all channels, and with the outlier "
       "channels' weights set to zero (“ordinary channels”), which isolates what the outliers' scale does to "
       "every other channel — with the outlier products included they dominate every output.</p>\n";
   auto med = [&](const std::string& data, const std::string& fmt_name, const std::string& sc, double f) {
@@ -94,8 +116,8 @@ std::string section_outliers(const std::vector<SnrRow>& rows, int& figure) {
           db(med("ordinary-channels", "int8", "tensor", 1e3)), db(med("ordinary-channels", "int8", "1x128", 1e4)));
     }
     out += figure_block(++figure, svg::box_chart(c, cats, series),
-                        "Per-sample SNR of the 128 outputs of one weight row whose outlier-channel entries are "
-                        "zero.",
+                        "Per-sample SNR of the outputs (128 tokens × the weight rows) computed with weights whose "
+                        "outlier-channel entries are zero.",
                         reading);
   }
   std::string t = "<table class=\"grid\"><caption>Median SNR (dB) of experiment 4, all channels / ordinary "
@@ -124,13 +146,18 @@ std::string section_formats(const std::vector<SnrRow>& rows, int& figure) {
   if (snr_values(rows, 5, [](const SnrRow&) { return true; }).empty()) return {};
   const std::vector<std::string> dists = {"gaussian", "student-t3", "gradient-like"};
   struct Cfg {
-    std::string label, format, scaling, rounding;
+    std::string label, format, scaling, rounding, color;
   };
+  // One hue per format/rounding, dark for per-vector scales and light for 1×128 tiles.
   const std::vector<Cfg> cfgs = {
-      {"E4M3 per-vector", "e4m3", "tensor", "rne"},           {"E4M3 1×128", "e4m3", "1x128", "rne"},
-      {"E5M2 per-vector", "e5m2", "tensor", "rne"},           {"E5M2 1×128", "e5m2", "1x128", "rne"},
-      {"INT8 per-vector RNE", "int8", "tensor", "rne"},       {"INT8 1×128 RNE", "int8", "1x128", "rne"},
-      {"INT8 per-vector stochastic", "int8", "tensor", "stochastic"}, {"INT8 1×128 stochastic", "int8", "1x128", "stochastic"},
+      {"E4M3 per-vector", "e4m3", "tensor", "rne", "#0072B2"},
+      {"E4M3 1×128", "e4m3", "1x128", "rne", "#56B4E9"},
+      {"E5M2 per-vector", "e5m2", "tensor", "rne", "#007A5A"},
+      {"E5M2 1×128", "e5m2", "1x128", "rne", "#5CC9A7"},
+      {"INT8 per-vector RNE", "int8", "tensor", "rne", "#C04A00"},
+      {"INT8 1×128 RNE", "int8", "1x128", "rne", "#F0A060"},
+      {"INT8 per-vector stochastic", "int8", "tensor", "stochastic", "#8E3B78"},
+      {"INT8 1×128 stochastic", "int8", "1x128", "stochastic", "#D9A0C8"},
   };
   std::string out =
       "<section id=\"exp5\"><h2>5. Formats: E4M3, E5M2, INT8</h2>\n"
@@ -141,7 +168,7 @@ std::string section_formats(const std::vector<SnrRow>& rows, int& figure) {
       "stochastically.</p>\n";
   std::vector<svg::BoxSeries> series;
   for (const auto& cfg : cfgs) {
-    svg::BoxSeries s{cfg.label, {}, ""};
+    svg::BoxSeries s{cfg.label, {}, cfg.color};
     for (const auto& d : dists)
       s.values.push_back(snr_values(rows, 5, [&](const SnrRow& r) {
         return r.data == d && r.format == cfg.format && r.scaling == cfg.scaling && r.rounding == cfg.rounding;
@@ -161,15 +188,17 @@ std::string section_formats(const std::vector<SnrRow>& rows, int& figure) {
   };
   const std::string reading = fmt::format(
       "On Gaussian data E4M3 gives {} dB (1×128) and E5M2 {} dB: one mantissa bit less costs about {} dB. INT8 "
-      "with 1×128 tiles reaches {} dB, more than either FP8 format, because a bounded, well-scaled distribution "
-      "uses its 7 bits evenly; per-vector INT8 gives {} dB. Heavy tails reverse part of this: on Student-t data "
-      "per-vector INT8 drops to {} dB while per-vector E4M3 keeps {} dB. On the gradient-like product E4M3 "
+      "with 1×128 tiles reaches {} dB{}; per-vector INT8 gives {} dB. Heavy tails work against INT8's uniform "
+      "grid: on Student-t data per-vector INT8 gives {} dB and per-vector E4M3 {} dB. On the gradient-like product E4M3 "
       "reads {} / {} dB (per-vector / 1×128), E5M2 {} / {} dB and INT8 {} / {} dB. Stochastic rounding costs INT8 "
       "{} dB (Gaussian, 1×128) in a single product: it removes bias across many steps, not error in one.",
       db(med("gaussian", "e4m3", "1x128", "rne")), db(med("gaussian", "e5m2", "1x128", "rne")),
       db(med("gaussian", "e4m3", "1x128", "rne") - med("gaussian", "e5m2", "1x128", "rne")),
-      db(med("gaussian", "int8", "1x128", "rne")), db(med("gaussian", "int8", "tensor", "rne")),
-      db(med("student-t3", "int8", "tensor", "rne")), db(med("student-t3", "e4m3", "tensor", "rne")),
+      db(med("gaussian", "int8", "1x128", "rne")),
+      med("gaussian", "int8", "1x128", "rne") > med("gaussian", "e4m3", "1x128", "rne")
+          ? ", more than either FP8 format, because a bounded, well-scaled distribution uses its 7 bits evenly"
+          : "",
+      db(med("gaussian", "int8", "tensor", "rne")), db(med("student-t3", "int8", "tensor", "rne")), db(med("student-t3", "e4m3", "tensor", "rne")),
       db(med("gradient-like", "e4m3", "tensor", "rne")), db(med("gradient-like", "e4m3", "1x128", "rne")),
       db(med("gradient-like", "e5m2", "tensor", "rne")), db(med("gradient-like", "e5m2", "1x128", "rne")),
       db(med("gradient-like", "int8", "tensor", "rne")), db(med("gradient-like", "int8", "1x128", "rne")),
@@ -211,7 +240,7 @@ std::string section_gemm(const std::vector<SnrRow>& rows, int& figure) {
   c.x.label = "recipe";
   c.y.label = "median SNR (dB)";
   c.width = 1040;
-  c.height = 520;
+  c.height = 470;
   c.legend = svg::LegendPlacement::Bottom;
   auto med = [&](const std::string& g, const std::string& rc_prefix, bool acc_only = false) {
     return median_snr(
@@ -223,21 +252,38 @@ std::string section_gemm(const std::vector<SnrRow>& rows, int& figure) {
       if (r.experiment == 6 && r.data == g && r.recipe == rc) v.push_back(r.calc_diff);
     return median_of(v);
   };
+  auto cd_prefix = [&](const std::string& g, const std::string& prefix) {
+    std::vector<double> v;
+    for (const SnrRow& r : rows)
+      if (r.experiment == 6 && r.data == g && r.recipe.rfind(prefix, 0) == 0) v.push_back(r.calc_diff);
+    return median_of(v);
+  };
   const std::string reading = fmt::format(
       "On the fprop GEMM the DeepSeek-V3 recipe (E4M3, 1×128 activation tiles, 128×128 weight blocks, N_C = 128) "
-      "reaches {} dB against {} dB for per-tensor E4M3 with the same promotion, {} dB for per-tensor E4M3 "
-      "without promotion (K = {} is short enough that the accumulator costs little here: its own SNR is {} dB), "
-      "{} dB with the A side in E5M2, {} dB for INT8 with the same tiles and {} dB for BF16 inputs. On the "
-      "dgrad-like GEMM the same recipes give {}, {}, {}, {}, {} and {} dB. DeepGEMM's calc_diff of the DeepSeek "
-      "recipe is {:.2e} (fprop) and {:.2e} (dgrad-like); per-tensor E5M2 gives {:.2e} / {:.2e}.",
-      db(med("fprop", "DeepSeek")), db(med("fprop", "per-tensor E4M3, N_C")), db(med("fprop", "per-tensor E4M3, no")),
-      k, db(med("fprop", "per-tensor E4M3, no", true)), db(med("fprop", "per-tensor E5M2")), db(med("fprop", "INT8")),
-      db(med("fprop", "BF16")), db(med("dgrad", "DeepSeek")), db(med("dgrad", "per-tensor E4M3, N_C")),
-      db(med("dgrad", "per-tensor E4M3, no")), db(med("dgrad", "per-tensor E5M2")), db(med("dgrad", "INT8")),
-      db(med("dgrad", "BF16")), cd("fprop", recipes.size() > 1 ? recipes[1] : ""),
-      cd("dgrad", recipes.size() > 1 ? recipes[1] : ""), cd("fprop", recipes.size() > 4 ? recipes[4] : ""),
-      cd("dgrad", recipes.size() > 4 ? recipes[4] : ""));
-  out += figure_block(++figure, svg::bar_chart(c, recipes, series),
+      "reaches {} dB ({} dB with UE8M0 power-of-two scales) against {} dB for per-tensor E4M3 with the same "
+      "promotion, {} dB for per-tensor E4M3 without promotion (K = {} is short enough that the accumulator "
+      "costs little here: its own SNR is {} dB), {} dB with the A side in E5M2, {} dB for INT8 with the same "
+      "tiles and {} dB for BF16 inputs. {}On the dgrad-like GEMM the same recipes give {} ({}), {}, {}, {}, {} "
+      "and {} dB. DeepGEMM's calc_diff of the DeepSeek recipe is {:.2e} (fprop) and {:.2e} (dgrad-like); "
+      "per-tensor E5M2 gives {:.2e} / {:.2e}.",
+      db(med("fprop", "DeepSeek-V3:")), db(med("fprop", "DeepSeek-V3, UE8M0")),
+      db(med("fprop", "per-tensor E4M3, N_C")), db(med("fprop", "per-tensor E4M3, no")), k,
+      db(med("fprop", "per-tensor E4M3, no", true)), db(med("fprop", "per-tensor E5M2")), db(med("fprop", "INT8")),
+      db(med("fprop", "BF16")),
+      std::fabs(med("fprop", "DeepSeek-V3, UE8M0") - med("fprop", "per-tensor E4M3, N_C")) < 1.0 &&
+              med("fprop", "DeepSeek-V3:") > med("fprop", "per-tensor E4M3, N_C") + 1.0
+          ? "The recipe's gain over per-tensor scaling comes from each tile's largest value — here the outlier "
+            "channels that dominate the outputs — being represented exactly by an amax scale: UE8M0 scales "
+            "give that up and land on the per-tensor figure. "
+          : "",
+      db(med("dgrad", "DeepSeek-V3:")), db(med("dgrad", "DeepSeek-V3, UE8M0")),
+      db(med("dgrad", "per-tensor E4M3, N_C")), db(med("dgrad", "per-tensor E4M3, no")),
+      db(med("dgrad", "per-tensor E5M2")), db(med("dgrad", "INT8")), db(med("dgrad", "BF16")),
+      cd_prefix("fprop", "DeepSeek-V3:"), cd_prefix("dgrad", "DeepSeek-V3:"), cd_prefix("fprop", "per-tensor E5M2"),
+      cd_prefix("dgrad", "per-tensor E5M2"));
+  std::vector<std::string> labels;
+  for (const auto& rc : recipes) labels.push_back(recipe_label(rc));
+  out += figure_block(++figure, svg::bar_chart(c, labels, series),
                       "Median SNR of the output sub-blocks for each recipe and GEMM.", reading);
   std::string t = "<table class=\"grid\"><caption>Experiment 6 medians over the output sub-blocks.</caption>\n"
                   "<tr><th>recipe</th><th>GEMM</th><th>SNR (dB)</th><th>accumulation-only SNR (dB)</th>"
@@ -268,8 +314,8 @@ std::string key_findings(const std::vector<SnrRow>& rows) {
   if (!snr_values(rows, 1, [](const SnrRow&) { return true; }).empty())
     out += fmt::format(
         "<li>No promotion: the accumulator's own SNR falls from {} dB (K = 128) to {} dB (K = 16384); with "
-        "N_C = 128 it stays at {} dB (K = 16384). For independent vectors both stay below the E4M3 input "
-        "rounding (≈ {} dB), so the total SNR barely moves.</li>\n",
+        "N_C = 128 it stays at {} dB (K = 16384). For independent vectors both errors stay far below the E4M3 "
+        "input rounding error (total SNR ≈ {} dB), so the total SNR barely moves.</li>\n",
         db(m1(128, 0, true)), db(m1(16384, 0, true)), db(m1(16384, 128, true)), db(m1(16384, 128, false)));
   auto m2 = [&](double rho, int nc) {
     return median_snr(rows, 2, [&](const SnrRow& r) {
@@ -299,7 +345,7 @@ std::string key_findings(const std::vector<SnrRow>& rows) {
     out += fmt::format(
         "<li>GEMM (fprop): DeepSeek-V3 recipe {} dB, per-tensor E4M3 {} dB, per-tensor E5M2 A-side {} dB, INT8 "
         "1×128/128×128 {} dB, BF16 {} dB.</li>\n",
-        db(m6("fprop", "DeepSeek")), db(m6("fprop", "per-tensor E4M3, N_C")), db(m6("fprop", "per-tensor E5M2")),
+        db(m6("fprop", "DeepSeek-V3:")), db(m6("fprop", "per-tensor E4M3, N_C")), db(m6("fprop", "per-tensor E5M2")),
         db(m6("fprop", "INT8")), db(m6("fprop", "BF16")));
   return out;
 }

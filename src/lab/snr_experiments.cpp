@@ -3,6 +3,7 @@
 //   2 correlation ρ × scaling × accumulation   a ~ N(0, 1), b = ρa + √(1−ρ²)z, K = 4096, E4M3
 //   3 promotion interval N_C × K × ρ           per-vector scaled E4M3, Hopper with N_C = 32 .. 1024, never
 //   4 outlier channels × activation scaling    X [128, K] with 4 channels ×factor, W 128×128 blocks; E4M3, INT8
+//                                              (products by quant::ref_gemm, scales re-expressed as 1×128 tiles)
 //   5 formats                                  E4M3 / E5M2 / INT8 (RNE, stochastic), per-vector and 1×128
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "lab/sample_random.h"
 #include "lab/snr_internal.h"
 #include "numerics/hopper_accum.h"
+#include "quant/ref_gemm.h"
 
 namespace fp8train::lab {
 namespace {
@@ -165,24 +167,40 @@ std::vector<SnrRow> run_outlier_experiment(const SnrStudyConfig& c) {
     std::copy(w.begin(), w.begin() + wrows * k, w.begin() + wrows * k);
     for (int64_t j = wrows; j < 2 * wrows; ++j)
       for (int64_t ch : channels) w[j * k + ch] = 0.0f;
+    std::vector<std::pair<int64_t, int64_t>> pairs;  // every (token, weight row): the GEMM's outputs, row-major
+    for (int64_t i = 0; i < tokens; ++i)
+      for (int64_t j = 0; j < 2 * wrows; ++j) pairs.emplace_back(i, j);
+    const std::vector<double> ref = detail::exact_dots(x, w, k, pairs);
     std::vector<SnrRow> out;
-    for (int part = 0; part < 2; ++part) {
-      std::vector<std::pair<int64_t, int64_t>> pairs;
-      for (int64_t i = 0; i < tokens; ++i)
-        for (int64_t j = 0; j < wrows; ++j) pairs.emplace_back(i, part * wrows + j);
-      const std::vector<double> ref = detail::exact_dots(x, w, k, pairs);
-      for (quant::Format f : {quant::Format::E4M3, quant::Format::INT8}) {
-        const LabOperand qw = detail::quantize_operand(w, 2 * wrows, k, f, "128x128", false);
-        const Accumulation acc = f == quant::Format::INT8 ? Accumulation{"int32", -1} : Accumulation{"hopper", 128};
-        for (const std::string scaling : {"tensor", "1x128", "128x128"}) {
-          const LabOperand qx = detail::quantize_operand(x, tokens, k, f, scaling, false);
+    for (quant::Format f : {quant::Format::E4M3, quant::Format::INT8}) {
+      const quant::QuantTensor qw =
+          quant::quantize(w, 2 * wrows, k, {f, quant::Granularity::block_128x128(), quant::ScaleMode::Amax});
+      // Every activation scaling re-expressed as 1×128 tiles (exact: each scale is constant over 128
+      // columns), so the fast reference GEMM computes the products: Hopper N_C = 128 for E4M3 (equal to
+      // num::hopper_dot_scaled per 128-group), exact int32 groups for INT8.
+      const Accumulation acc = f == quant::Format::INT8 ? Accumulation{"int32", -1} : Accumulation{"hopper", 128};
+      quant::GemmConfig g;
+      g.mode = quant::AccumMode::Hopper;
+      g.promote_interval = 128;
+      for (const std::string scaling : {"tensor", "1x128", "128x128"}) {
+        // [tokens, 2 * wrows]; the accumulation-only SNR is not scored here (this experiment is about scaling).
+        const std::vector<float> d =
+            quant::ref_gemm(detail::as_row_tiles(detail::quantize_operand(x, tokens, k, f, scaling, false), 128), qw, g);
+        for (int part = 0; part < 2; ++part) {
+          std::vector<double> ref_part;
+          std::vector<float> test_part;
+          for (size_t p = 0; p < pairs.size(); ++p)
+            if ((pairs[p].second >= wrows) == (part == 1)) {
+              ref_part.push_back(ref[p]);
+              test_part.push_back(d[p]);
+            }
           SnrRow r = base_row(4, s, part == 0 ? "all-channels" : "ordinary-channels", k);
           r.outlier_factor = factors[fi];
           r.format = std::string(quant::format_name(f));
           r.scaling = scaling;
           r.accumulation = acc.name;
           r.promote_interval = acc.promote_interval;
-          detail::score(r, ref, qx, qw, pairs, acc);
+          detail::score(r, ref_part, test_part);
           out.push_back(std::move(r));
         }
       }

@@ -3,22 +3,24 @@
 // FP64 product of the unquantized inputs.
 //   fprop: A = activations N(0, 1) with 4 outlier channels ×100, B = weights N(0, 0.02²)
 //   dgrad: A = gradient-like (see sample_random.h),                B = the same weights
-// Whole tensors are generated (per-tensor scales need the whole tensor's amax); the products are evaluated
+// Whole tensors are generated (per-tensor scales need the whole tensor's amax); the products are computed by
+// fp8train's reference block-scaled GEMM (quant::ref_gemm: bit-faithful Hopper mode, FP32 mode, exact INT8)
 // on `gemm_blocks` random output sub-blocks of gemm_block_m rows of A × gemm_block_n rows of B (whole
 // 128-row weight blocks), each sub-block being one sample. Only the rows a sub-block needs are quantized,
 // with the whole tensor's amax for per-tensor scales, which gives exactly the codes and scales that
-// quantizing the whole tensor would.
+// quantizing the whole tensor would. The accumulation-only SNR uses quant::ref_gemm_fp64 of the same
+// quantized operands.
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
-#include "lab/lab_dot.h"
 #include "lab/sample_random.h"
 #include "lab/snr_internal.h"
 #include "numerics/formats.h"
 #include "numerics/hopper_accum.h"
+#include "quant/ref_gemm.h"
 
 namespace fp8train::lab {
 namespace {
@@ -29,6 +31,7 @@ struct Recipe {
   std::string a_scaling, b_scaling;
   detail::Accumulation acc;
   bool bf16 = false;  // the unquantized baseline: BF16 inputs, FP32 accumulation
+  quant::ScaleMode scale_mode = quant::ScaleMode::Amax;
 };
 
 const std::vector<Recipe>& recipes() {
@@ -36,6 +39,8 @@ const std::vector<Recipe>& recipes() {
   static const std::vector<Recipe> r = {
       {"BF16 (FP32 accumulation)", F::BF16, F::BF16, "none", "none", {"fp32", -1}, true},
       {"DeepSeek-V3: E4M3 1x128 / 128x128, N_C=128", F::E4M3, F::E4M3, "1x128", "128x128", {"hopper", 128}},
+      {"DeepSeek-V3, UE8M0 scales: E4M3 1x128 / 128x128, N_C=128", F::E4M3, F::E4M3, "1x128", "128x128",
+       {"hopper", 128}, false, quant::ScaleMode::PowerOfTwo},
       {"per-tensor E4M3, N_C=128", F::E4M3, F::E4M3, "tensor", "tensor", {"hopper", 128}},
       {"per-tensor E4M3, no promotion", F::E4M3, F::E4M3, "tensor", "tensor", {"hopper", num::kNeverPromote}},
       {"per-tensor E5M2 (A) / E4M3 (B), N_C=128", F::E5M2, F::E4M3, "tensor", "tensor", {"hopper", 128}},
@@ -66,23 +71,15 @@ std::vector<float> generate(const std::string& kind, uint64_t key, int64_t rows,
   return x;
 }
 
-// FP32-accumulated products of BF16-rounded rows (the baseline recipe), and their exact values.
-std::vector<float> bf16_dots(const std::vector<float>& a, const std::vector<float>& b, int64_t k,
-                             const std::vector<std::pair<int64_t, int64_t>>& pairs, std::vector<double>& exact) {
-  std::vector<float> out(pairs.size());
-  exact.assign(pairs.size(), 0.0);
-  std::vector<float> x(static_cast<size_t>(k)), y(static_cast<size_t>(k));
-  for (size_t p = 0; p < pairs.size(); ++p) {
-    for (int64_t i = 0; i < k; ++i) {
-      x[i] = num::bf16_round(a[pairs[p].first * k + i]);
-      y[i] = num::bf16_round(b[pairs[p].second * k + i]);
-    }
-    float acc = 0.0f;
-    for (int64_t i = 0; i < k; ++i) acc = std::fma(x[i], y[i], acc);
-    out[p] = acc;
-    exact[p] = exact_dot(x.data(), y.data(), k);
-  }
-  return out;
+// Quantizes a slice of rows exactly as quantizing the whole tensor would: "tensor" with the whole tensor's
+// amax, tiles and 128x128 blocks row-local (B slices start on a 128-row boundary).
+quant::QuantTensor quantize_rows(const std::vector<float>& slice, int64_t rows, int64_t cols, quant::Format format,
+                                 const std::string& scaling, quant::ScaleMode mode, float tensor_amax) {
+  if (format == quant::Format::BF16)
+    return quant::quantize(slice, rows, cols, {format, quant::Granularity::tensor(), mode});
+  if (scaling == "tensor")
+    return quant::quantize_with_scale(slice.data(), rows, cols, format, quant::block_scale(tensor_amax, format, mode));
+  return quant::quantize(slice, rows, cols, {format, quant::parse_granularity(scaling), mode});
 }
 
 }  // namespace
@@ -93,8 +90,7 @@ std::vector<SnrRow> run_gemm_experiment(const SnrStudyConfig& c) {
   const std::vector<std::string> gemms = {"fprop", "dgrad"};
   const std::vector<float> w = generate("weights", stream_key(c.seed, {6, 0}), n, k, {});
   const float w_amax = quant::amax_of(w.data(), n * k);
-  // Sub-block positions: the same for both GEMMs and every recipe (paired samples). B sub-blocks start on
-  // a 128-row boundary, so quantizing the slice in 128x128 blocks equals quantizing the whole tensor.
+  // Sub-block positions: the same for both GEMMs and every recipe (paired samples).
   std::vector<std::pair<int64_t, int64_t>> origins;
   {
     CounterRng rng(stream_key(c.seed, {6, 1}));
@@ -104,7 +100,7 @@ std::vector<SnrRow> run_gemm_experiment(const SnrStudyConfig& c) {
       origins.emplace_back(i0, j0);
     }
   }
-  std::vector<std::pair<int64_t, int64_t>> pairs;  // local (row of the A slice, row of the B slice)
+  std::vector<std::pair<int64_t, int64_t>> pairs;  // output (i, j) of the sub-block, row-major
   for (int64_t i = 0; i < bm; ++i)
     for (int64_t j = 0; j < bn; ++j) pairs.emplace_back(i, j);
   std::vector<SnrRow> rows;
@@ -120,42 +116,38 @@ std::vector<SnrRow> run_gemm_experiment(const SnrStudyConfig& c) {
     const std::vector<float> a = generate(gemms[gi] == "fprop" ? "activations" : "gradient",
                                           stream_key(c.seed, {6, 3, gi}), m, k, channels);
     const float a_amax = quant::amax_of(a.data(), m * k);
-    // One task per (recipe, sub-block), each writing its own slot.
-    const int nrec = static_cast<int>(recipes().size());
-    std::vector<SnrRow> part = detail::run_tasks(nrec * c.gemm_blocks, [&](int t) {
-      const Recipe& recipe = recipes()[t / c.gemm_blocks];
-      const int b = t % c.gemm_blocks;
+    std::vector<std::vector<SnrRow>> by_recipe(recipes().size());
+    for (int b = 0; b < c.gemm_blocks; ++b) {
       const auto [i0, j0] = origins[b];
       const std::vector<float> as(a.begin() + i0 * k, a.begin() + (i0 + bm) * k);
       const std::vector<float> ws(w.begin() + j0 * k, w.begin() + (j0 + bn) * k);
       const std::vector<double> ref = detail::exact_dots(as, ws, k, pairs);
-      SnrRow r;
-      r.experiment = 6;
-      r.sample = b;
-      r.data = gemms[gi];
-      r.length = k;
-      r.format = recipe.bf16 ? "bf16" : std::string(quant::format_name(recipe.a_format)) + "x" +
-                                           std::string(quant::format_name(recipe.b_format));
-      r.scaling = recipe.a_scaling + "|" + recipe.b_scaling;
-      r.rounding = "rne";
-      r.accumulation = recipe.acc.name;
-      r.promote_interval = recipe.acc.promote_interval;
-      r.recipe = recipe.name;
-      if (recipe.bf16) {
-        std::vector<double> exact;
-        const std::vector<float> test = bf16_dots(as, ws, k, pairs, exact);
+      for (size_t ri = 0; ri < recipes().size(); ++ri) {
+        const Recipe& recipe = recipes()[ri];
+        const quant::QuantTensor qa = quantize_rows(as, bm, k, recipe.a_format, recipe.a_scaling, recipe.scale_mode, a_amax);
+        const quant::QuantTensor qb = quantize_rows(ws, bn, k, recipe.b_format, recipe.b_scaling, recipe.scale_mode, w_amax);
+        quant::GemmConfig g;
+        g.mode = recipe.acc.name == "fp32" ? quant::AccumMode::Fp32 : quant::AccumMode::Hopper;
+        g.promote_interval = recipe.acc.promote_interval < 0 ? 128 : recipe.acc.promote_interval;
+        const std::vector<float> test = quant::ref_gemm(qa, qb, g);  // multi-threaded
+        const std::vector<double> exact = quant::ref_gemm_fp64(qa, qb);
+        SnrRow r;
+        r.experiment = 6;
+        r.sample = b;
+        r.data = gemms[gi];
+        r.length = k;
+        r.format = recipe.bf16 ? "bf16" : std::string(quant::format_name(recipe.a_format)) + "x" +
+                                             std::string(quant::format_name(recipe.b_format));
+        r.scaling = recipe.a_scaling + "|" + recipe.b_scaling;
+        r.rounding = "rne";
+        r.accumulation = recipe.acc.name;
+        r.promote_interval = recipe.acc.promote_interval;
+        r.recipe = recipe.name;
         detail::score(r, ref, test, &exact);
-      } else {
-        const detail::LabOperand qa =
-            detail::quantize_slice(as.data(), bm, k, recipe.a_format, recipe.a_scaling, a_amax);
-        const detail::LabOperand qb =
-            detail::quantize_slice(ws.data(), bn, k, recipe.b_format, recipe.b_scaling, w_amax);
-        detail::score(r, ref, qa, qb, pairs, recipe.acc);
+        by_recipe[ri].push_back(std::move(r));
       }
-      return std::vector<SnrRow>{r};
-    });
-    // Rows ordered by recipe, then sub-block (the task order).
-    rows.insert(rows.end(), part.begin(), part.end());
+    }
+    for (auto& part : by_recipe) rows.insert(rows.end(), part.begin(), part.end());  // recipe, then sub-block
   }
   return rows;
 }

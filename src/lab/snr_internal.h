@@ -40,6 +40,12 @@ LabOperand quantize_operand(const std::vector<float>& x, int64_t rows, int64_t c
 LabOperand quantize_slice(const float* x, int64_t rows, int64_t cols, quant::Format format, const std::string& scaling,
                           float tensor_amax);
 
+// The same codes as a QuantTensor with 1×tile granularity whose scale for (row r, tile g) is op.scale(r, g·tile)
+// — exact whenever op's scale is constant over each 1×tile span (per-tensor, 1×tile, tile×tile, ...). Lets
+// quant::ref_gemm (which pairs 1×G activations with G×G weights) compute products of any of those
+// scalings with the same arithmetic as hopper_dot_grouped / int8_dot_grouped with groups of `tile`.
+quant::QuantTensor as_row_tiles(const LabOperand& op, int64_t tile);
+
 struct Accumulation {
   std::string name;          // hopper, fp32, int32
   int promote_interval = -1; // hopper only (0 = never)

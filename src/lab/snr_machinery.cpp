@@ -87,6 +87,23 @@ LabOperand quantize_slice(const float* x, int64_t rows, int64_t cols, quant::For
   return from_quant(quant::quantize(x, rows, cols, cfg));
 }
 
+quant::QuantTensor as_row_tiles(const LabOperand& op, int64_t tile) {
+  FP8T_CHECK(tile >= 1 && op.cols % tile == 0 && (op.block_cols % tile == 0),
+             "as_row_tiles: {}-column scale blocks cannot be re-expressed as 1x{} tiles of {} columns", op.block_cols,
+             tile, op.cols);
+  quant::QuantTensor q;
+  q.rows = op.rows;
+  q.cols = op.cols;
+  q.format = op.format;
+  q.granularity = quant::Granularity::row_tile(tile);
+  q.codes = op.codes;
+  const int64_t tiles = op.cols / tile;
+  q.scales.resize(static_cast<size_t>(op.rows * tiles));
+  for (int64_t r = 0; r < op.rows; ++r)
+    for (int64_t g = 0; g < tiles; ++g) q.scales[r * tiles + g] = op.scale(r, g * tile);
+  return q;
+}
+
 std::vector<float> quantized_dots(const LabOperand& a, const LabOperand& b,
                                   const std::vector<std::pair<int64_t, int64_t>>& pairs, const Accumulation& acc) {
   FP8T_CHECK(a.cols == b.cols, "inner products need one K, got {} and {}", a.cols, b.cols);

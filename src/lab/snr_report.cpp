@@ -47,6 +47,7 @@ p.reading { background: #f4f7fb; border-left: 4px solid #0072B2; padding: 8px 12
 table.grid { border-collapse: collapse; font-size: 13px; margin: 12px 0; }
 table.grid td, table.grid th { border: 1px solid #ccc; padding: 3px 7px; text-align: right; }
 table.grid th { background: #f0f0f0; }
+table.grid td:first-child { text-align: left; }
 table.grid caption { caption-side: top; text-align: left; font-size: 13px; color: #444; padding-bottom: 4px; }
 nav ol { columns: 2; font-size: 14px; }
 code { background: #f3f3f3; padding: 0 3px; }

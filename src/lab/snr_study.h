@@ -29,11 +29,11 @@ struct SnrStudyConfig {
   int pairs_per_sample = 8;      // inner products per sample in experiments 1, 2, 3, 5
   int outlier_tokens = 128;      // experiment 4: activation rows per sample (one 128×128 block row)
   int64_t outlier_k = 2048;      // experiment 4: K
-  int outlier_weight_rows = 1;   // experiment 4: weight rows per sample
+  int outlier_weight_rows = 4;   // experiment 4: weight rows per sample (x2: as drawn and zeroed)
   int outlier_channels = 4;      // experiment 4: outlier channels per sample
   int64_t gemm_m = 4096, gemm_n = 7168, gemm_k = 2048;  // experiment 6: the GEMM shape
   int gemm_blocks = 8;           // experiment 6: output sub-blocks evaluated (its "samples")
-  int64_t gemm_block_m = 8;      // experiment 6: sub-block rows of A (tokens)
+  int64_t gemm_block_m = 32;     // experiment 6: sub-block rows of A (tokens)
   int64_t gemm_block_n = 128;    // experiment 6: sub-block rows of B (one 128-row weight block)
   bool quick = false;            // recorded in the report; the preset below sets the sizes
 
