@@ -34,7 +34,7 @@ std::string section_correlation(const std::vector<SnrRow>& rows, int& figure);
 std::string section_promotion(const std::vector<SnrRow>& rows, int& figure);
 std::string section_outliers(const std::vector<SnrRow>& rows, int& figure);
 std::string section_formats(const std::vector<SnrRow>& rows, int& figure);
-std::string section_gemm(const std::vector<SnrRow>& rows, int& figure);
+std::string section_gemm(const std::vector<SnrRow>& rows, const SnrStudyConfig& config, int& figure);
 
 // The key findings as <li> items (numbers taken from the rows).
 std::string key_findings(const std::vector<SnrRow>& rows);

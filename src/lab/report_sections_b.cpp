@@ -210,7 +210,7 @@ std::string section_formats(const std::vector<SnrRow>& rows, int& figure) {
 }
 
 // ---- experiment 6 ---------------------------------------------------------------------------------------
-std::string section_gemm(const std::vector<SnrRow>& rows, int& figure) {
+std::string section_gemm(const std::vector<SnrRow>& rows, const SnrStudyConfig& config, int& figure) {
   if (snr_values(rows, 6, [](const SnrRow&) { return true; }).empty()) return {};
   std::vector<std::string> recipes;
   int64_t k = 0;
@@ -221,13 +221,15 @@ std::string section_gemm(const std::vector<SnrRow>& rows, int& figure) {
     }
   std::string out = fmt::format(
       "<section id=\"exp6\"><h2>6. A DeepSeek-V3-shaped GEMM</h2>\n"
-      "<p>D = A·Bᵀ with K = {} (the study's default shape is M × N × K = 4096 × 7168 × 2048), two ways: "
+      "<p>D = A·Bᵀ of shape M × N × K = {} × {} × {}{}, two ways: "
       "<b>fprop</b> — A = activations N(0, 1) with 4 outlier channels ×100, B = weights N(0, 0.02²); "
       "<b>dgrad-like</b> — A = a gradient-like tensor, B = the same weights. Whole tensors are generated and "
       "quantized (per-tensor scales see the whole tensor); products are evaluated on random output sub-blocks, "
       "each one sample. Scored with DeepGEMM's calc_diff = 1 − 2Σxy / Σ(x² + y²) and the SNR, both against the "
-      "FP64 product of the unquantized tensors.</p>\n",
-      k);
+      "FP64 product of the unquantized tensors. Sub-blocks: {} of {} × {} outputs.</p>\n",
+      config.gemm_m, config.gemm_n, k,
+      config.quick ? " (the --quick preset's smaller GEMM; the default is 4096 × 7168 × 2048)" : "",
+      config.gemm_blocks, config.gemm_block_m, config.gemm_block_n);
   std::vector<svg::BarSeries> series;
   for (const std::string g : {"fprop", "dgrad"}) {
     svg::BarSeries s{g == "fprop" ? "fprop (activations)" : "dgrad-like (gradients)", {}, ""};

@@ -276,13 +276,13 @@ std::string report_html(const std::vector<SnrRow>& rows, const SnrStudyConfig& c
   page += report::section_promotion(rows, figure);
   page += report::section_outliers(rows, figure);
   page += report::section_formats(rows, figure);
-  page += report::section_gemm(rows, figure);
+  page += report::section_gemm(rows, config, figure);
   page += methods_section(rows, config);
   page += "</body>\n</html>\n";
   return page;
 }
 
-void write_snr_outputs(const std::string& dir, const std::vector<SnrRow>& rows, const SnrStudyConfig& config) {
+void prepare_output_dir(const std::string& dir) {
   namespace fs = std::filesystem;
   FP8T_CHECK(!dir.empty(), "the output directory name is empty");
   const fs::path out(dir);
@@ -293,6 +293,12 @@ void write_snr_outputs(const std::string& dir, const std::vector<SnrRow>& rows, 
     fs::create_directories(out, ec);
     FP8T_CHECK(!ec, "cannot create the output directory '{}': {}", dir, ec.message());
   }
+}
+
+void write_snr_outputs(const std::string& dir, const std::vector<SnrRow>& rows, const SnrStudyConfig& config) {
+  namespace fs = std::filesystem;
+  prepare_output_dir(dir);
+  const fs::path out(dir);
   write_atomically(out / "results.csv", results_csv(rows));
   write_atomically(out / "report.html", report_html(rows, config));
 }

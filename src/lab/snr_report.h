@@ -26,4 +26,8 @@ std::string report_html(const std::vector<SnrRow>& rows, const SnrStudyConfig& c
 // when DIR exists but is not a directory or a file cannot be written.
 void write_snr_outputs(const std::string& dir, const std::vector<SnrRow>& rows, const SnrStudyConfig& config);
 
+// Creates DIR (and parents) when missing; throws fp8train::Error when it exists but is not a directory or
+// cannot be created. write_snr_outputs calls it; a caller may call it first to fail before a long run.
+void prepare_output_dir(const std::string& dir);
+
 }  // namespace fp8train::lab

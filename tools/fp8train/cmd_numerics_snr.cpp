@@ -29,6 +29,7 @@ void run_snr(const SnrOptions& o) {
   config.seed = o.seed;
   if (o.samples != 0) config.samples = o.samples;
   config.validate();
+  lab::prepare_output_dir(o.out);  // fail before the study runs, not after
   std::printf("numerics snr: seed %llu, %d samples per configuration%s -> %s\n",
               static_cast<unsigned long long>(config.seed), config.samples, config.quick ? " (quick)" : "",
               o.out.c_str());
@@ -51,7 +52,13 @@ void add_numerics_snr(CLI::App& root) {
   static SnrOptions options;
   cmd->add_option("--out", options.out, "Output directory (created if missing)")->capture_default_str();
   cmd->add_option("--seed", options.seed, "Random seed (same seed -> same results.csv, byte for byte)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Validator(  // a uint64 option would otherwise wrap "-1" around to 2^64 - 1
+          [](std::string& text) {
+            return !text.empty() && text[0] == '-' ? std::string("the seed must be a non-negative integer")
+                                                   : std::string();
+          },
+          "UINT", "non-negative"));
   cmd->add_option("--samples", options.samples,
                   fmt::format("Samples per configuration (default {}; {} with --quick)",
                               lab::SnrStudyConfig::defaults().samples, lab::SnrStudyConfig::quick_preset().samples))
