@@ -8,6 +8,7 @@
 
 #include "../ops/gradcheck.h"
 #include "model/model.h"
+#include "ops/kernels.h"
 #include "tensor/backend.h"
 
 namespace fp8train::model {
@@ -337,6 +338,40 @@ TEST(ModelConfig, JsonRoundTripAndValidation) {
   EXPECT_THROW(bad.validate(), Error);
   EXPECT_NO_THROW(bench_config().validate());
   EXPECT_NEAR(c.softmax_scale(), 1 / std::sqrt(static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim)), 1e-15);
+}
+
+}  // namespace
+}  // namespace fp8train::model
+
+namespace fp8train::model {
+namespace {
+
+// Large enough that GEMMs, attention and the elementwise ops take their multi-threaded paths: 1 and 2 threads
+// must give the same bits (GEMMs split by rows/columns only, reductions in fixed chunks).
+TEST(Model, SameBitsWithOneAndTwoThreads) {
+  ModelConfig c = tiny_test_config();
+  c.hidden_size = 64;
+  c.intermediate_size = 128;
+  c.moe_intermediate_size = 32;
+  c.init_std = 0.05;
+  const Batch b = random_batch(8, 128, c.vocab_size, 9);
+  auto run = [&](int threads) {
+    ops::set_cpu_threads(threads);
+    DeepSeekV3Model m(c, {.seed = 3});
+    m.zero_grad();
+    const double loss = m.forward_backward(b.inputs, b.targets, b.batch).total;
+    return std::pair{loss, grads_of(m)};
+  };
+  const int before = ops::cpu_threads();
+  const auto one = run(1), two = run(2);
+  ops::set_cpu_threads(before);
+  EXPECT_EQ(one.first, two.first);
+  DeepSeekV3Model names(c, {.seed = 3});
+  const auto params = names.parameters().trainable();
+  ASSERT_EQ(one.second.size(), two.second.size());
+  for (size_t i = 0; i < one.second.size(); ++i)
+    EXPECT_TRUE(one.second[i] == two.second[i])
+        << params[i]->name << " differs: max rel " << testing::max_rel_diff(one.second[i], two.second[i]);
 }
 
 }  // namespace

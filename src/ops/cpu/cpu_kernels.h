@@ -1,8 +1,8 @@
 // CPU implementations of the ops (tier 1), one file per op stem in ops/cpu/, each a template over the float
 // type (float, double) behind a non-template function that switches on problem.dtype. CpuKernels forwards the
 // Kernels interface (ops/kernels.h) to them. Parallel loops use OpenMP with static partitions; reductions run in
-// a fixed order (chunked partial sums added in chunk order), so results do not depend on the thread count
-// except where OpenBLAS is involved (each GEMM is split over threads by rows, never along K).
+// a fixed order (chunked partial sums added in chunk order), and GEMMs are split into shape-determined chunks
+// (never along K), so results do not depend on the thread count (tests/model checks 1 vs 2 threads bit for bit).
 #pragma once
 #include "ops/kernels.h"
 

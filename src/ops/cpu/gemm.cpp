@@ -1,5 +1,6 @@
-// CPU GEMM: OpenBLAS sgemm/dgemm, split over OpenMP threads along M (or N when N is the larger side), never
-// along K, so each element's sum runs in OpenBLAS's own order whatever the thread count. round_inputs_bf16
+// CPU GEMM: OpenBLAS sgemm/dgemm (pinned to one thread), split into chunks along M (or N when N is the larger
+// side) that OpenMP threads share; never along K. The chunks depend on the shape only, so the result is the same
+// bits whatever the thread count. round_inputs_bf16
 // first rounds copies of A and B to BF16 (numerics/formats.h), so the product is exactly that of BF16 inputs
 // with FP32 accumulation.
 #include <cblas.h>
@@ -39,34 +40,35 @@ std::vector<float> bf16_copy(const float* src, int64_t rows, int64_t cols, int64
   return out;
 }
 
+// The split depends on the shape only — never on the thread count — so one thread and many run the very same
+// sequence of OpenBLAS sub-GEMMs and give the same bits (OpenBLAS picks different micro-kernels, with different
+// summation orders, for different sub-matrix sizes). Threads take whole chunks.
 template <class T>
 void gemm_split(const GemmProblem& p, const T* a, const T* b, T* c) {
   if (p.m == 0 || p.n == 0) return;
   const double flops = 2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k);
-  const int max_threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  // Below ~0.5 MFLOP a thread fork costs more than it saves.
-  const int threads = flops < 5e5 ? 1 : max_threads;
-  if (threads <= 1) {
+  // Below ~0.5 MFLOP a split costs more than it saves.
+  if (flops < 5e5) {
     blas(p, p.m, p.n, a, b, c);
     return;
   }
   const bool split_rows = p.m >= p.n;
   const int64_t extent = split_rows ? p.m : p.n;
-  constexpr int64_t kAlign = 16;  // chunk boundaries on multiples of 16 keep micro-kernel tiles whole
-#pragma omp parallel num_threads(threads)
-  {
-    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const int64_t units = (extent + kAlign - 1) / kAlign;
-    const int64_t begin = std::min(extent, units * t / nt * kAlign);
-    const int64_t end = std::min(extent, units * (t + 1) / nt * kAlign);
-    if (end > begin) {
-      if (split_rows) {
-        const T* a0 = p.trans_a ? a + begin : a + begin * p.lda;
-        blas(p, end - begin, p.n, a0, b, c + begin * p.ldc);
-      } else {
-        const T* b0 = p.trans_b ? b + begin * p.ldb : b + begin;
-        blas(p, p.m, end - begin, a, b0, c + begin);
-      }
+  // up to kChunks chunks of at least kMinChunk, on multiples of 16 (whole micro-kernel tiles)
+  constexpr int64_t kAlign = 16, kChunks = 8, kMinChunk = 64;
+  const int64_t units = (extent + kAlign - 1) / kAlign;
+  const int64_t chunk = std::max(kMinChunk, (units + kChunks - 1) / kChunks * kAlign);
+  const int64_t chunks = (extent + chunk - 1) / chunk;
+  const bool parallel = chunks > 1 && !omp_in_parallel() && omp_get_max_threads() > 1;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t ch = 0; ch < chunks; ++ch) {
+    const int64_t begin = ch * chunk, end = std::min(extent, begin + chunk);
+    if (split_rows) {
+      const T* a0 = p.trans_a ? a + begin : a + begin * p.lda;
+      blas(p, end - begin, p.n, a0, b, c + begin * p.ldc);
+    } else {
+      const T* b0 = p.trans_b ? b + begin * p.ldb : b + begin;
+      blas(p, p.m, end - begin, a, b0, c + begin);
     }
   }
 }
