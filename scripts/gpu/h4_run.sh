@@ -6,7 +6,7 @@
 # carried in .h4carry/ (see scripts/gpu/h4_pack.sh): bin/fp8train, bin/test_cuda and libs.tar.xz with the
 # Debian shared libraries they need (OpenBLAS, fmt, gomp, gfortran, quadmath). CUDA's own libraries
 # (cudart, cuBLASLt) are taken from the device machine.
-# Usage: bash scripts/gpu/h4_run.sh [tests|bench|all] (default all)
+# Usage: bash scripts/gpu/h4_run.sh [tests|bench|quick|all] (default all; quick = tests + bench, 10 repeats)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-all}
@@ -35,20 +35,22 @@ chmod +x "$carry"/bin/*
 } > "$out/env.txt" 2>&1
 cat "$out/env.txt"
 
-if [ "$what" = tests ] || [ "$what" = all ]; then
+repeats=20
+[ "$what" = quick ] && repeats=10
+if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = quick ]; then
   echo "=== gpu tests"
   # cuBLASLt reports the reason for a refused problem at log level 1 (errors only).
   CUBLASLT_LOG_LEVEL=1 timeout 420 "$carry/bin/test_cuda" --gtest_color=no 2>&1 | tee "$out/gpu_tests.log" | grep -E "^\[  (FAILED|PASSED|  OK) |^FINDING|^cuBLASLt plan|Failure|error|^gpu_tests|Expected|Which is|actual|first" | head -150
   echo "test_cuda exit: ${PIPESTATUS[0]}"
 fi
 
-if [ "$what" = bench ] || [ "$what" = all ]; then
+if [ "$what" = bench ] || [ "$what" = all ] || [ "$what" = quick ]; then
   echo "=== bench quant"
-  timeout 240 "$carry/bin/fp8train" bench quant --mib 256 --repeats 20 > "$out/bench_quant.jsonl" 2> "$out/bench_quant.txt"
+  timeout 240 "$carry/bin/fp8train" bench quant --mib 256 --repeats $repeats > "$out/bench_quant.jsonl" 2> "$out/bench_quant.txt"
   echo "bench quant exit: $?"
   cat "$out/bench_quant.txt"
   echo "=== bench gemm"
-  timeout 300 "$carry/bin/fp8train" bench gemm --repeats 20 > "$out/bench_gemm.jsonl" 2> "$out/bench_gemm.txt"
+  timeout 300 "$carry/bin/fp8train" bench gemm --repeats $repeats > "$out/bench_gemm.jsonl" 2> "$out/bench_gemm.txt"
   echo "bench gemm exit: $?"
   cat "$out/bench_gemm.txt"
 fi
