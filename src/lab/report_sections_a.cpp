@@ -66,6 +66,7 @@ std::string section_length(const std::vector<SnrRow>& rows, int& figure) {
     c.title = "SNR of E4M3 inner products vs length (1×128 tiles, σ = 1)";
     c.x.label = "vector length K";
     c.y.label = "SNR (dB), per sample";
+    c.width = 900;
     auto med = [&](int64_t k, int acc_index) {
       const auto& a = accum_choices()[acc_index];
       return median_snr(rows, 1, [&](const SnrRow& r) {
@@ -113,7 +114,7 @@ std::string section_length(const std::vector<SnrRow>& rows, int& figure) {
     c.x = {"vector length K", svg::Scale::Log2};
     c.x.ticks = xs;
     c.y.label = "median accumulation-only SNR (dB)";
-    c.width = 860;
+    c.width = 900;
     auto acc_med = [&](int64_t k, int ai) {
       const auto& a = accum_choices()[ai];
       return median_snr(
@@ -159,6 +160,7 @@ std::string section_length(const std::vector<SnrRow>& rows, int& figure) {
     c.title = "Scaling vs input magnitude (K = 4096, Hopper N_C = 128)";
     c.x.label = "standard deviation of the inputs";
     c.y.label = "SNR (dB), per sample";
+    c.width = 900;
     auto med = [&](const std::string& sc, double sg) {
       return median_snr(rows, 1, [&](const SnrRow& r) {
         return r.length == 4096 && r.scaling == sc && same(r.sigma, sg) && r.accumulation == "hopper" &&
@@ -236,6 +238,7 @@ std::string section_correlation(const std::vector<SnrRow>& rows, int& figure) {
     for (double rho : rhos) cats.push_back(fmt::format("ρ = {:g}", rho));
     svg::Chart c;
     c.title = "SNR vs correlation of the two vectors (K = 4096, 1×128 tiles)";
+    c.width = 900;
     c.x.label = "Pearson correlation ρ of a and b";
     c.y.label = "SNR (dB), per sample";
     double worst_gap = -INFINITY, worst_rho = 0;
@@ -277,7 +280,7 @@ std::string section_correlation(const std::vector<SnrRow>& rows, int& figure) {
     c.title = "Distribution of per-sample SNR at ρ = 0.99 (K = 4096)";
     c.x.label = "SNR (dB)";
     c.y.label = "samples";
-    c.width = 860;
+    c.width = 900;
     const auto never = series[0].values, promoted = series[1].values;
     const double never_max = never.empty() ? NAN : *std::max_element(never.begin(), never.end());
     const double never_min = never.empty() ? NAN : *std::min_element(never.begin(), never.end());

@@ -26,13 +26,18 @@ std::string factor_label(double f) {
   return fmt::format("{:g}×", f);
 }
 
-// A recipe's chart label: its name broken into lines at ": " and ", ".
+// A recipe's chart label: its name broken into lines at ": ", ", " and " / ".
 std::string recipe_label(const std::string& name) {
   std::string out;
   for (size_t i = 0; i < name.size(); ++i) {
     if ((name[i] == ':' || name[i] == ',') && i + 1 < name.size() && name[i + 1] == ' ') {
       out += '\n';
       ++i;
+      continue;
+    }
+    if (name.compare(i, 3, " / ") == 0) {
+      out += '\n';
+      i += 2;
       continue;
     }
     out += name[i];
@@ -86,7 +91,7 @@ std::string section_outliers(const std::vector<SnrRow>& rows, int& figure) {
     c.title = fmt::format("{}: SNR of the ordinary channels vs outlier magnitude", fmt_name == "e4m3" ? "E4M3" : "INT8");
     c.x.label = "magnitude of the 4 outlier channels";
     c.y.label = "SNR (dB), per sample";
-    c.width = 860;
+    c.width = 900;
     std::string reading;
     if (fmt_name == "e4m3") {
       reading = fmt::format(

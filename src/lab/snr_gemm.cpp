@@ -8,8 +8,8 @@
 // on `gemm_blocks` random output sub-blocks of gemm_block_m rows of A × gemm_block_n rows of B (whole
 // 128-row weight blocks), each sub-block being one sample. Only the rows a sub-block needs are quantized,
 // with the whole tensor's amax for per-tensor scales, which gives exactly the codes and scales that
-// quantizing the whole tensor would. The accumulation-only SNR uses quant::ref_gemm_fp64 of the same
-// quantized operands.
+// quantizing the whole tensor would. The accumulation-only SNR uses the exact product of the same quantized
+// operands (detail::dequantized_dots).
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -37,7 +37,7 @@ struct Recipe {
 const std::vector<Recipe>& recipes() {
   using F = quant::Format;
   static const std::vector<Recipe> r = {
-      {"BF16 (FP32 accumulation)", F::BF16, F::BF16, "none", "none", {"fp32", -1}, true},
+      {"BF16, FP32 accumulation", F::BF16, F::BF16, "none", "none", {"fp32", -1}, true},
       {"DeepSeek-V3: E4M3 1x128 / 128x128, N_C=128", F::E4M3, F::E4M3, "1x128", "128x128", {"hopper", 128}},
       {"DeepSeek-V3, UE8M0 scales: E4M3 1x128 / 128x128, N_C=128", F::E4M3, F::E4M3, "1x128", "128x128",
        {"hopper", 128}, false, quant::ScaleMode::PowerOfTwo},
@@ -130,7 +130,14 @@ std::vector<SnrRow> run_gemm_experiment(const SnrStudyConfig& c) {
         g.mode = recipe.acc.name == "fp32" ? quant::AccumMode::Fp32 : quant::AccumMode::Hopper;
         g.promote_interval = recipe.acc.promote_interval < 0 ? 128 : recipe.acc.promote_interval;
         const std::vector<float> test = quant::ref_gemm(qa, qb, g);  // multi-threaded
-        const std::vector<double> exact = quant::ref_gemm_fp64(qa, qb);
+        // The exact product of the quantized operands, summed in a fixed order (thread-count independent).
+        std::vector<double> exact;
+        if (recipe.bf16) {
+          const std::vector<float> av = quant::dequantize(qa), bv = quant::dequantize(qb);  // BF16 values, exact
+          exact = detail::exact_dots(av, bv, k, pairs);
+        } else {
+          exact = detail::dequantized_dots(detail::lab_operand(qa), detail::lab_operand(qb), pairs);
+        }
         SnrRow r;
         r.experiment = 6;
         r.sample = b;

@@ -27,6 +27,9 @@ struct LabOperand {
   float scale(int64_t r, int64_t c) const { return scales[(r / block_rows) * scale_cols + c / block_cols]; }
 };
 
+// The lab's view of a one-byte QuantTensor (E4M3, E5M2, INT8): the same codes and scales.
+LabOperand lab_operand(const quant::QuantTensor& q);
+
 // Scaling names: "none" (scale 1, plain encode: what a kernel without scaling sees), "tensor" (one amax
 // scale for the whole matrix, or for each row when per_row_tensor), "1xG", "GxG" (quant granularities with
 // online amax scales). Quantization itself is quant::quantize / quant::quantize_with_scale.

@@ -21,7 +21,9 @@ num::Fp8Format fp8_format(quant::Format f) {
   return f == quant::Format::E4M3 ? num::Fp8Format::E4M3 : num::Fp8Format::E5M2;
 }
 
-LabOperand from_quant(const quant::QuantTensor& q) {
+}  // namespace
+
+LabOperand lab_operand(const quant::QuantTensor& q) {
   FP8T_CHECK(q.format == quant::Format::E4M3 || q.format == quant::Format::E5M2 || q.format == quant::Format::INT8,
              "the lab works on one-byte formats (e4m3, e5m2, int8), got {}", quant::format_name(q.format));
   LabOperand op;
@@ -35,6 +37,10 @@ LabOperand from_quant(const quant::QuantTensor& q) {
   op.scales = q.scales;
   return op;
 }
+
+namespace {
+
+LabOperand from_quant(const quant::QuantTensor& q) { return lab_operand(q); }
 
 // Scale of every group of `group` elements of row r: ceil(cols / group) values.
 std::vector<float> group_scales(const LabOperand& op, int64_t r, int64_t group) {
@@ -136,6 +142,7 @@ std::vector<float> quantized_dots(const LabOperand& a, const LabOperand& b,
 std::vector<double> exact_dots(const std::vector<float>& a, const std::vector<float>& b, int64_t k,
                                const std::vector<std::pair<int64_t, int64_t>>& pairs) {
   std::vector<double> out(pairs.size());
+#pragma omp parallel for schedule(static) if (pairs.size() * static_cast<size_t>(k) > (1u << 22))
   for (size_t p = 0; p < pairs.size(); ++p)
     out[p] = exact_dot(a.data() + pairs[p].first * k, b.data() + pairs[p].second * k, k);
   return out;
@@ -154,6 +161,8 @@ std::vector<double> dequantized_dots(const LabOperand& a, const LabOperand& b,
   const std::vector<double> ta = table(a.format), tb = table(b.format);
   const int64_t group = std::min(a.block_cols, b.block_cols);
   std::vector<double> out(pairs.size());
+  // Each output is independent and summed in a fixed order: the same bits on any number of threads.
+#pragma omp parallel for schedule(static) if (pairs.size() * static_cast<size_t>(k) > (1u << 22))
   for (size_t p = 0; p < pairs.size(); ++p) {
     const auto [i, j] = pairs[p];
     const uint8_t* ca = a.codes.data() + i * k;
