@@ -151,14 +151,12 @@ std::vector<SnrRow> run_outlier_experiment(const SnrStudyConfig& c) {
   c.validate();
   const auto& factors = study_outlier_factors();
   const int64_t k = c.outlier_k, tokens = c.outlier_tokens, wrows = c.outlier_weight_rows;
-  const int n = static_cast<int>(factors.size()) * c.samples;
-  return detail::run_tasks(n, [&](int t) {
-    const int fi = t / c.samples;
-    const int s = t % c.samples;
-    // The same activations for every factor (only the outlier channels' magnitude changes): paired samples.
+  return detail::run_tasks(c.samples, [&](int s) {
+    // One task per sample: the same activations for every factor (only the outlier channels' magnitude
+    // changes), so the factors are paired.
     CounterRng rng(stream_key(c.seed, {4, static_cast<uint64_t>(s)}));
     std::vector<int64_t> channels;
-    const std::vector<float> x = outlier_activations(rng, tokens, k, c.outlier_channels, factors[fi], &channels);
+    const std::vector<float> x_base = outlier_activations(rng, tokens, k, c.outlier_channels, 1.0, &channels);
     // Weight rows [2 * wrows, k]: rows 0..wrows-1 as drawn ("all channels"); rows wrows.. the same rows with
     // the outlier channels zeroed ("ordinary channels"), whose outputs measure what the outliers' scale does
     // to the ordinary channels alone (with the outlier products in, they dominate every output).
@@ -167,41 +165,51 @@ std::vector<SnrRow> run_outlier_experiment(const SnrStudyConfig& c) {
     std::copy(w.begin(), w.begin() + wrows * k, w.begin() + wrows * k);
     for (int64_t j = wrows; j < 2 * wrows; ++j)
       for (int64_t ch : channels) w[j * k + ch] = 0.0f;
-    std::vector<std::pair<int64_t, int64_t>> pairs;  // every (token, weight row): the GEMM's outputs, row-major
+    // FP64 references: the ordinary-channel products do not depend on the factor; an all-channel product is
+    // the ordinary one plus the outlier channels' terms.
+    std::vector<std::pair<int64_t, int64_t>> ordinary_pairs;
     for (int64_t i = 0; i < tokens; ++i)
-      for (int64_t j = 0; j < 2 * wrows; ++j) pairs.emplace_back(i, j);
-    const std::vector<double> ref = detail::exact_dots(x, w, k, pairs);
+      for (int64_t j = 0; j < wrows; ++j) ordinary_pairs.emplace_back(i, wrows + j);
+    const std::vector<double> ref_ordinary = detail::exact_dots(x_base, w, k, ordinary_pairs);
+    std::vector<quant::QuantTensor> qw;  // E4M3, INT8
+    for (quant::Format f : {quant::Format::E4M3, quant::Format::INT8})
+      qw.push_back(quant::quantize(w, 2 * wrows, k, {f, quant::Granularity::block_128x128(), quant::ScaleMode::Amax}));
     std::vector<SnrRow> out;
-    for (quant::Format f : {quant::Format::E4M3, quant::Format::INT8}) {
-      const quant::QuantTensor qw =
-          quant::quantize(w, 2 * wrows, k, {f, quant::Granularity::block_128x128(), quant::ScaleMode::Amax});
-      // Every activation scaling re-expressed as 1×128 tiles (exact: each scale is constant over 128
-      // columns), so the fast reference GEMM computes the products: Hopper N_C = 128 for E4M3 (equal to
-      // num::hopper_dot_scaled per 128-group), exact int32 groups for INT8.
-      const Accumulation acc = f == quant::Format::INT8 ? Accumulation{"int32", -1} : Accumulation{"hopper", 128};
-      quant::GemmConfig g;
-      g.mode = quant::AccumMode::Hopper;
-      g.promote_interval = 128;
-      for (const std::string scaling : {"tensor", "1x128", "128x128"}) {
-        // [tokens, 2 * wrows]; the accumulation-only SNR is not scored here (this experiment is about scaling).
-        const std::vector<float> d =
-            quant::ref_gemm(detail::as_row_tiles(detail::quantize_operand(x, tokens, k, f, scaling, false), 128), qw, g);
-        for (int part = 0; part < 2; ++part) {
-          std::vector<double> ref_part;
-          std::vector<float> test_part;
-          for (size_t p = 0; p < pairs.size(); ++p)
-            if ((pairs[p].second >= wrows) == (part == 1)) {
-              ref_part.push_back(ref[p]);
-              test_part.push_back(d[p]);
-            }
-          SnrRow r = base_row(4, s, part == 0 ? "all-channels" : "ordinary-channels", k);
-          r.outlier_factor = factors[fi];
-          r.format = std::string(quant::format_name(f));
-          r.scaling = scaling;
-          r.accumulation = acc.name;
-          r.promote_interval = acc.promote_interval;
-          detail::score(r, ref_part, test_part);
-          out.push_back(std::move(r));
+    for (double factor : factors) {
+      std::vector<float> x = x_base;
+      for (int64_t r = 0; r < tokens; ++r)
+        for (int64_t ch : channels) x[r * k + ch] = static_cast<float>(x[r * k + ch] * factor);
+      std::vector<double> ref_all(ref_ordinary);
+      for (int64_t i = 0; i < tokens; ++i)
+        for (int64_t j = 0; j < wrows; ++j)
+          for (int64_t ch : channels)
+            ref_all[i * wrows + j] += static_cast<double>(x[i * k + ch]) * static_cast<double>(w[j * k + ch]);
+      for (size_t fi = 0; fi < qw.size(); ++fi) {
+        const quant::Format f = qw[fi].format;
+        // Every activation scaling re-expressed as 1×128 tiles (exact: each scale is constant over 128
+        // columns), so the fast reference GEMM computes the products: Hopper N_C = 128 for E4M3 (equal to
+        // num::hopper_dot_scaled per 128-group), exact int32 groups for INT8.
+        const Accumulation acc = f == quant::Format::INT8 ? Accumulation{"int32", -1} : Accumulation{"hopper", 128};
+        quant::GemmConfig g;
+        g.mode = quant::AccumMode::Hopper;
+        g.promote_interval = 128;
+        for (const std::string scaling : {"tensor", "1x128", "128x128"}) {
+          // d [tokens, 2 * wrows]; no accumulation-only SNR here (this experiment is about scaling).
+          const std::vector<float> d = quant::ref_gemm(
+              detail::as_row_tiles(detail::quantize_operand(x, tokens, k, f, scaling, false), 128), qw[fi], g);
+          for (int part = 0; part < 2; ++part) {
+            std::vector<float> test_part;
+            for (int64_t i = 0; i < tokens; ++i)
+              for (int64_t j = 0; j < wrows; ++j) test_part.push_back(d[i * 2 * wrows + part * wrows + j]);
+            SnrRow r = base_row(4, s, part == 0 ? "all-channels" : "ordinary-channels", k);
+            r.outlier_factor = factor;
+            r.format = std::string(quant::format_name(f));
+            r.scaling = scaling;
+            r.accumulation = acc.name;
+            r.promote_interval = acc.promote_interval;
+            detail::score(r, part == 0 ? ref_all : ref_ordinary, test_part);
+            out.push_back(std::move(r));
+          }
         }
       }
     }

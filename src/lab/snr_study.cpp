@@ -14,7 +14,7 @@ SnrStudyConfig SnrStudyConfig::defaults() { return SnrStudyConfig{}; }
 
 SnrStudyConfig SnrStudyConfig::quick_preset() {
   SnrStudyConfig c;
-  c.samples = 6;
+  c.samples = 4;
   c.gemm_blocks = 2;
   c.gemm_m = 1024;  // a smaller GEMM: generating the default's 31M inputs alone would take seconds
   c.gemm_n = 1024;

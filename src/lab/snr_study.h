@@ -25,7 +25,7 @@ namespace fp8train::lab {
 
 struct SnrStudyConfig {
   uint64_t seed = 1;
-  int samples = 48;              // samples per configuration in experiments 1–5
+  int samples = 40;              // samples per configuration in experiments 1–5 and 7
   int pairs_per_sample = 8;      // inner products per sample in experiments 1, 2, 3, 5
   int outlier_tokens = 128;      // experiment 4: activation rows per sample (one 128×128 block row)
   int64_t outlier_k = 2048;      // experiment 4: K
