@@ -6,6 +6,9 @@
 //    bit-exactness; every case also asserts DeepGEMM's calc_diff < 1e-3 against the FP64 product of the
 //    dequantized operands. Each case prints one "FINDING" line (mismatch counts, and for block scales how
 //    many elements each candidate promotion formula reproduces) so the answer is on record in the log.
+//    Measured so far (docs/gpu.md): per-tensor FP8 (E4M3xE4M3, E5M2xE4M3, unit and real scales, promoting
+//    and fast) is bit-exact, so it is asserted; the block-scaled cases have not run on a GPU yet (the first
+//    run failed in the heuristic), so their bit-exactness is only asserted with FP8TRAIN_EXPECT_SCALED_BITEXACT=1.
 //  - Fprop (1x128 x 128x128), Wgrad (1x128 x 1x128, accumulate into FP32), per-tensor E4M3xE4M3 and
 //    E5M2xE4M3 (with and without fast accumulation), BF16 x BF16; BF16 and FP32 outputs; both scale layouts;
 //    K not a multiple of 128 (the padded 128x128 scale pitch); the plan cache; and the errors of validate().
@@ -152,7 +155,7 @@ struct Shape {
   int64_t m, n, k;
 };
 
-TEST(GemmGpu, Fp8BlockScaledUnitScalesEqualTheHopperModelBitForBit) {
+TEST(GemmGpu, Fp8BlockScaledUnitScalesAgainstTheHopperModel) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   for (Shape s : {Shape{128, 256, 1024}, Shape{64, 128, 4096}, Shape{132, 68, 384}}) {
@@ -169,7 +172,8 @@ TEST(GemmGpu, Fp8BlockScaledUnitScalesEqualTheHopperModelBitForBit) {
                 "model; calc_diff vs FP64 %.3g\n",
                 static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k),
                 static_cast<long long>(bad), want.size(), calc_diff_vs_fp64(got.f32, a, b));
-    EXPECT_EQ(bad, 0) << first;
+    EXPECT_LT(calc_diff_vs_fp64(got.f32, a, b), 1e-3);
+    if (std::getenv("FP8TRAIN_EXPECT_SCALED_BITEXACT")) { EXPECT_EQ(bad, 0) << first; }
   }
 }
 
@@ -273,7 +277,9 @@ TEST(GemmGpu, PerTensorFp8WithAndWithoutFastAccumulation) {
                     unit ? "unit" : "real", static_cast<long long>(m), static_cast<long long>(n),
                     static_cast<long long>(k), static_cast<long long>(bad), want.size(), cd);
         EXPECT_LT(cd, fast ? 1e-2 : 1e-3);
-        if (unit) { EXPECT_EQ(bad, 0); }
+        // Measured on the H200 (2026-11-21, bench/h4_runs/run1_gpu_tests.log): 0 mismatches in all eight
+        // per-tensor cases, unit and real scales, promoting and fast — so bit-exactness is asserted.
+        EXPECT_EQ(bad, 0);
       }
 }
 
