@@ -77,6 +77,27 @@ MicroBatchResult DeepSeekTrainable::forward_backward(const Token* inputs, const 
   return r;
 }
 
+void DeepSeekTrainable::begin_step(int64_t step, bool sample_health) {
+  hooks_.context->begin_step(step, sample_health);
+}
+
+// Per-GEMM numerics health since begin_step: one object per (Linear, GEMM) with the counters of both operands.
+nlohmann::json DeepSeekTrainable::take_health() {
+  const std::vector<recipe::GemmHealth> records = hooks_.context->take_health();
+  if (records.empty()) return nullptr;
+  auto operand = [](const recipe::OperandHealth& h) {
+    return nlohmann::json{{"elements", h.elements}, {"nonzero", h.nonzero},     {"saturated", h.saturated},
+                          {"underflow", h.underflow}, {"scale_min", h.scale_min}, {"scale_max", h.scale_max}};
+  };
+  nlohmann::json out = nlohmann::json::array();
+  for (const recipe::GemmHealth& g : records)
+    out.push_back({{"linear", g.linear}, {"gemm", recipe::gemm_kind_name(g.kind)}, {"calls", g.calls},
+                   {"a", operand(g.a)}, {"b", operand(g.b)}});
+  return out;
+}
+
+int64_t DeepSeekTrainable::compute_weight_bytes() { return hooks_.linear->weight_operand_bytes(); }
+
 void DeepSeekTrainable::after_step() { model_->update_router_biases(); }
 
 void DeepSeekTrainable::discard_step() { model_->clear_expert_loads(); }

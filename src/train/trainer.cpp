@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
+#include "tensor/backend.h"
 #include "train/atomic_file.h"
 #include "train/metrics.h"
 #include "train/progress.h"
@@ -32,6 +33,29 @@ optim::ParamList decay_marked(TrainableModel& model) {
   FP8T_CHECK(shapes.size() == params.size(), "model lists {} parameters but {} shapes", params.size(), shapes.size());
   for (size_t i = 0; i < params.size(); ++i) params[i].weight_decay = shapes[i].shape.size() >= 2;
   return params;
+}
+
+// Memory accounting (issue 6), measured from the allocations: the allocator's bytes per category (master
+// weights, gradients, and this step's peak of cached activations and workspace) and AdamW's moment buffers.
+nlohmann::ordered_json memory_json(TrainableModel& model, const optim::AdamW& optimizer) {
+  const MemoryStats s = backend(default_device()).allocator().stats();
+  int64_t moments = 0;
+  for (const optim::MomentState& st : optimizer.state())
+    moments += static_cast<int64_t>((st.m_f32.size() + st.v_f32.size()) * sizeof(float) +
+                                    (st.m_bf16.size() + st.v_bf16.size()) * sizeof(uint16_t));
+  nlohmann::ordered_json j;
+  j["master_weights_bytes"] = s.current_of(MemCategory::Weights);
+  j["compute_weights_bytes"] = model.compute_weight_bytes();
+  j["gradient_bytes"] = s.current_of(MemCategory::Gradients);
+  j["optimizer_state_bytes"] = moments;
+  j["activation_cache_peak_bytes"] = s.peak_of(MemCategory::ActivationCache);
+  j["workspace_peak_bytes"] = s.peak_of(MemCategory::Workspace);
+  return j;
+}
+
+void max_into(nlohmann::ordered_json& acc, const nlohmann::ordered_json& x) {
+  for (const auto& [key, value] : x.items())
+    if (!acc.contains(key) || acc[key].get<int64_t>() < value.get<int64_t>()) acc[key] = value;
 }
 
 void add_into(std::vector<std::vector<double>>& acc, const std::vector<std::vector<double>>& x) {
@@ -152,6 +176,9 @@ TrainResult run_training(const TrainConfig& config, TrainableModel& model, const
   std::string stop_reason;
   for (int64_t step = state.step; step < config.steps; ++step) {
     const auto step_start = Clock::now();
+    const bool sample_health = config.health_every > 0 && (step + 1) % config.health_every == 0;
+    model.begin_step(step, sample_health);
+    backend(default_device()).allocator().reset_peaks();  // this step's peaks (memory_json)
     const double lr = lr_schedule.at(step);
     const int64_t batch = batch_schedule.at(step);
     optim::zero_grads(params);
@@ -207,7 +234,15 @@ TrainResult run_training(const TrainConfig& config, TrainableModel& model, const
     m.tokens_per_s = tps;
     m.grad_norm = grad_norm;
     m.max_expert_load_ratio = max_expert_load_ratio(expert_tokens);
-    metrics_log.write(step_metrics_json(m));
+    nlohmann::ordered_json row = step_metrics_json(m);
+    const nlohmann::ordered_json memory = memory_json(model, optimizer);
+    max_into(result.memory, memory);
+    if (sample_health) {  // issue 6: numerics health and memory, every health_every steps
+      row["memory"] = memory;
+      const nlohmann::json health = model.take_health();
+      if (!health.is_null()) row["health"] = health;
+    }
+    metrics_log.write(row);
     if (!expert_tokens.empty() && (state.step % config.log_every == 0 || state.step == config.steps || step == first_step))
       load_log.write({{"step", state.step}, {"load", load_fractions(expert_tokens)}});
 
@@ -247,6 +282,14 @@ TrainResult run_training(const TrainConfig& config, TrainableModel& model, const
     for (const auto& p : params) n += p.size;
     return n;
   }();
+  summary["memory (bytes, max over steps)"] = result.memory;
+  progress.message(fmt::format("memory (max over steps): master weights {} B, compute weights {} B, gradients {} B, "
+                               "optimizer state {} B, peak cached activations {} B",
+                               result.memory.value("master_weights_bytes", int64_t{0}),
+                               result.memory.value("compute_weights_bytes", int64_t{0}),
+                               result.memory.value("gradient_bytes", int64_t{0}),
+                               result.memory.value("optimizer_state_bytes", int64_t{0}),
+                               result.memory.value("activation_cache_peak_bytes", int64_t{0})));
   write_file_atomic((run / "summary.json").string(), summary.dump(2) + "\n");
   if (options.write_report) result.report_path = write_report(options.run_dir);
   return result;

@@ -35,6 +35,7 @@ struct TrainResult {
   int64_t skipped_steps = 0;
   double seconds = 0;
   std::string report_path;
+  nlohmann::ordered_json memory;  // bytes per category, the maximum over the run's steps (trainer.cpp memory_json)
 };
 
 // Mean held-out loss over the given windows (batched by `batch`), forward only, nats per token.

@@ -1,0 +1,394 @@
+// `fp8train compare`: the same model, data, seed and batches trained once per precision recipe, then compared.
+//   fp8train compare --recipes bf16,fp8-deepseek,fp8-tensorwise,int8-blockwise [--baseline bf16] [--out DIR]
+//                    [--preset P] [--config FILE] [any `train` flag, e.g. --steps 1000 --data FILE]
+//       Trains each recipe into DIR/<recipe>/ (a run directory like `train` makes; a recipe whose run already
+//       finished — DIR/<recipe>/summary.json with the requested steps — is reused, not retrained), then writes
+//       DIR/compare.json and DIR/compare.html. The AdamW moment dtype follows each recipe (fp32 moments for the
+//       baselines, bf16 for fp8-deepseek) unless --moment-dtype or the config file sets it.
+//   fp8train compare --analyze-only --recipes A,B --run-dirs DIR_A,DIR_B --out DIR
+//       Only the comparison, from finished run directories (e.g. runs made elsewhere).
+// compare.json, per recipe: final train loss (mean of the last 10 steps), final held-out loss, the relative loss
+// error vs the baseline = mean over the last 10 % of steps of |L − L_base| / L_base (L = the step's total training
+// loss, same step, same batch), the same on the main loss, the error by tenth of the run, the memory table (bytes,
+// measured from the allocations by the trainer: summary.json) with ratios to the baseline, tokens/s, wall time.
+// compare.html: overlaid loss curves, relative-error curves, held-out loss, memory bars (self-contained SVG).
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "common/error.h"
+#include "common/svg_plot.h"
+#include "recipe/recipe.h"
+#include "train/atomic_file.h"
+#include "train/config.h"
+#include "train/dataset.h"
+#include "train/metrics.h"
+#include "train/model_adapter.h"
+#include "train/rng.h"
+#include "train/trainer.h"
+
+namespace fp8train::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace fp8train::train;
+
+struct CompareArgs {
+  std::string recipes = "bf16,fp8-deepseek,fp8-tensorwise,int8-blockwise";
+  std::string baseline;  // empty: the first recipe
+  std::string out = "runs/compare";
+  std::string preset = "small";
+  std::string config_file;
+  std::string run_dirs;
+  bool analyze_only = false;
+  std::map<std::string, std::string> flag_values;
+};
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+// A directory name for a recipe spec ("fp8-deepseek:promote=never" -> "fp8-deepseek_promote-never").
+std::string run_name(const std::string& spec) {
+  std::string s = spec;
+  for (char& c : s)
+    if (c == ':') c = '_';
+    else if (c == '=') c = '-';
+  return s;
+}
+
+// One finished run, read back from its directory.
+struct RunData {
+  std::string recipe, dir;
+  std::vector<double> steps, loss, loss_main, tokens_per_s;
+  std::vector<double> eval_steps, eval_loss;
+  nlohmann::json summary;
+};
+
+RunData read_run(const std::string& recipe, const std::string& dir) {
+  RunData r;
+  r.recipe = recipe;
+  r.dir = dir;
+  const std::vector<nlohmann::json> rows = read_jsonl((fs::path(dir) / "metrics.jsonl").string());
+  FP8T_CHECK(!rows.empty(), "compare: run directory '{}' has no metrics.jsonl rows", dir);
+  for (const nlohmann::json& m : rows) {
+    if (!m["loss"].is_number()) continue;  // a skipped (non-finite) step
+    r.steps.push_back(m["step"].get<double>());
+    r.loss.push_back(m["loss"].get<double>());
+    r.loss_main.push_back(m["loss_main"].get<double>());
+    r.tokens_per_s.push_back(m["tokens_per_s"].get<double>());
+  }
+  for (const nlohmann::json& e : read_jsonl((fs::path(dir) / "eval.jsonl").string())) {
+    if (!e["eval_loss"].is_number()) continue;
+    r.eval_steps.push_back(e["step"].get<double>());
+    r.eval_loss.push_back(e["eval_loss"].get<double>());
+  }
+  std::ifstream in(fs::path(dir) / "summary.json");
+  if (in) r.summary = nlohmann::json::parse(in, nullptr, false);
+  if (!r.summary.is_object()) r.summary = nlohmann::json::object();  // an unfinished run has no summary
+  return r;
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? std::nan("") : s / static_cast<double>(v.size());
+}
+
+// |a − b| / b per step shared by both runs (same step = same batch).
+std::vector<std::pair<double, double>> relative_errors(const std::vector<double>& steps, const std::vector<double>& a,
+                                                       const RunData& base, const std::vector<double>& b) {
+  std::map<double, double> by_step;
+  for (size_t i = 0; i < base.steps.size(); ++i) by_step[base.steps[i]] = b[i];
+  std::vector<std::pair<double, double>> out;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const auto it = by_step.find(steps[i]);
+    if (it != by_step.end() && it->second != 0) out.emplace_back(steps[i], std::fabs(a[i] - it->second) / it->second);
+  }
+  return out;
+}
+
+double mean_after(const std::vector<std::pair<double, double>>& errs, double from_step) {
+  std::vector<double> v;
+  for (const auto& [s, e] : errs)
+    if (s > from_step) v.push_back(e);
+  return mean(v);
+}
+
+std::vector<double> moving_average(const std::vector<double>& v, size_t window) {
+  std::vector<double> out(v.size());
+  double sum = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    sum += v[i];
+    if (i >= window) sum -= v[i - window];
+    out[i] = sum / static_cast<double>(std::min(i + 1, window));
+  }
+  return out;
+}
+
+nlohmann::json finite(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
+
+const char* const kMemoryKeys[] = {"master_weights_bytes", "compute_weights_bytes", "gradient_bytes",
+                                   "optimizer_state_bytes", "activation_cache_peak_bytes"};
+
+void write_comparison(const std::vector<RunData>& runs, size_t baseline, const std::string& out_dir) {
+  const RunData& base = runs[baseline];
+  const double total_steps = base.steps.empty() ? 0 : base.steps.back();
+  const double last_tenth_from = std::floor(0.9 * total_steps);
+  nlohmann::ordered_json doc;
+  doc["baseline"] = base.recipe;
+  doc["relative_error_definition"] =
+      "mean over steps > 0.9*steps of |L - L_baseline| / L_baseline, L = the step's total training loss (same batch)";
+  nlohmann::ordered_json recipes = nlohmann::ordered_json::array();
+  const nlohmann::json base_memory = base.summary.value("memory (bytes, max over steps)", nlohmann::json::object());
+  for (const RunData& r : runs) {
+    nlohmann::ordered_json j;
+    j["recipe"] = r.recipe;
+    j["run_dir"] = r.dir;
+    j["steps"] = r.steps.empty() ? 0 : r.steps.back();
+    std::vector<double> tail(r.loss.end() - std::min<ptrdiff_t>(10, static_cast<ptrdiff_t>(r.loss.size())), r.loss.end());
+    j["final_train_loss"] = finite(mean(tail));
+    j["final_eval_loss"] = r.eval_loss.empty() ? nlohmann::json(nullptr) : finite(r.eval_loss.back());
+    const auto errs = relative_errors(r.steps, r.loss, base, base.loss);
+    const auto errs_main = relative_errors(r.steps, r.loss_main, base, base.loss_main);
+    j["relative_loss_error_vs_baseline"] = finite(mean_after(errs, last_tenth_from));
+    j["relative_main_loss_error_vs_baseline"] = finite(mean_after(errs_main, last_tenth_from));
+    nlohmann::json by_tenth = nlohmann::json::array();
+    for (int t = 0; t < 10; ++t) {
+      std::vector<double> v;
+      for (const auto& [s, e] : errs)
+        if (s > t * total_steps / 10 && s <= (t + 1) * total_steps / 10) v.push_back(e);
+      by_tenth.push_back(finite(mean(v)));
+    }
+    j["relative_loss_error_by_tenth"] = by_tenth;
+    j["tokens_per_s"] = finite(mean(r.tokens_per_s));
+    j["wall_seconds"] = r.summary.value("wall time this session (s)", nlohmann::json(nullptr));
+    const nlohmann::json memory = r.summary.value("memory (bytes, max over steps)", nlohmann::json::object());
+    j["memory_bytes"] = memory;
+    nlohmann::ordered_json ratios;
+    for (const char* k : kMemoryKeys)
+      if (memory.contains(k) && base_memory.contains(k) && base_memory[k].get<double>() > 0)
+        ratios[k] = memory[k].get<double>() / base_memory[k].get<double>();
+    j["memory_ratio_vs_baseline"] = ratios;
+    recipes.push_back(j);
+  }
+  doc["recipes"] = recipes;
+  write_file_atomic((fs::path(out_dir) / "compare.json").string(), doc.dump(2) + "\n");
+
+  // ---- compare.html ----
+  std::vector<svg::LineSeries> loss_series, err_series, eval_series;
+  for (const RunData& r : runs) {
+    loss_series.push_back({r.recipe, r.steps, moving_average(r.loss, 20), "", false, false});
+    if (!r.eval_steps.empty()) eval_series.push_back({r.recipe, r.eval_steps, r.eval_loss, "", false, true});
+    if (&r == &base) continue;
+    const auto errs = relative_errors(r.steps, r.loss, base, base.loss);
+    std::vector<double> xs, ys;
+    for (const auto& [s, e] : errs) {
+      xs.push_back(s);
+      ys.push_back(100.0 * e);
+    }
+    err_series.push_back({r.recipe, xs, moving_average(ys, 50), "", false, false});
+  }
+  svg::Chart lc;
+  lc.title = "Training loss (moving average of 20 steps)";
+  lc.x = {"step"};
+  lc.y = {"total loss (nats/token)"};
+  svg::Chart ec;
+  ec.title = fmt::format("Relative loss error vs {} (moving average of 50 steps)", base.recipe);
+  ec.x = {"step"};
+  ec.y = {"|L - L_base| / L_base (%)"};
+  svg::Chart vc;
+  vc.title = "Held-out loss";
+  vc.x = {"step"};
+  vc.y = {"loss (nats/token)"};
+  std::vector<std::string> categories = {"master weights", "compute weights", "gradients", "optimizer state",
+                                         "peak cached activations"};
+  std::vector<svg::BarSeries> bars;
+  for (const RunData& r : runs) {
+    const nlohmann::json memory = r.summary.value("memory (bytes, max over steps)", nlohmann::json::object());
+    svg::BarSeries b{r.recipe, {}, ""};
+    for (const char* k : kMemoryKeys)
+      b.values.push_back(memory.contains(k) ? memory[k].get<double>() / (1024.0 * 1024.0) : std::nan(""));
+    bars.push_back(b);
+  }
+  svg::Chart mc;
+  mc.title = "Memory per recipe (measured from the allocations; max over steps)";
+  mc.y = {"MiB"};
+  mc.x = {"category"};
+
+  std::string html = "<!doctype html><html><head><meta charset=\"utf-8\"><title>fp8train compare</title>"
+                     "<style>body{font-family:sans-serif;margin:24px;max-width:1100px}table{border-collapse:collapse}"
+                     "td,th{border:1px solid #bbb;padding:4px 8px;text-align:right}th{background:#eee}"
+                     "td:first-child{text-align:left}pre{background:#f6f6f6;padding:8px}</style></head><body>";
+  html += "<h1>fp8train compare</h1><p>Same model, data, seed and batches under each precision recipe. Relative "
+          "loss error = mean over the last 10&nbsp;% of steps of |L &minus; L<sub>" +
+          svg::escape(base.recipe) + "</sub>| / L<sub>" + svg::escape(base.recipe) + "</sub>.</p>";
+  html += "<table><tr><th>recipe</th><th>steps</th><th>final train loss</th><th>final held-out loss</th>"
+          "<th>rel. loss error (last 10%)</th><th>tokens/s</th><th>peak cached activations</th>"
+          "<th>optimizer state</th></tr>";
+  for (const auto& j : doc["recipes"]) {
+    auto num = [](const nlohmann::json& v, const char* f) { return v.is_number() ? fmt::format(fmt::runtime(f), v.get<double>()) : std::string("–"); };
+    const auto& ratio = j["memory_ratio_vs_baseline"];
+    auto mem = [&](const char* k) {
+      if (!j["memory_bytes"].contains(k)) return std::string("–");
+      std::string s = fmt::format("{:.2f} MiB", j["memory_bytes"][k].get<double>() / 1048576.0);
+      if (ratio.contains(k)) s += fmt::format(" ({:.1f}%)", 100.0 * ratio[k].get<double>());
+      return s;
+    };
+    html += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                        svg::escape(j["recipe"].get<std::string>()), num(j["steps"], "{:.0f}"),
+                        num(j["final_train_loss"], "{:.4f}"), num(j["final_eval_loss"], "{:.4f}"),
+                        j["relative_loss_error_vs_baseline"].is_number()
+                            ? fmt::format("{:.3f}%", 100.0 * j["relative_loss_error_vs_baseline"].get<double>())
+                            : std::string("–"),
+                        num(j["tokens_per_s"], "{:.0f}"), mem("activation_cache_peak_bytes"), mem("optimizer_state_bytes"));
+  }
+  html += "</table>";
+  html += svg::line_chart(lc, loss_series);
+  if (!err_series.empty()) html += svg::line_chart(ec, err_series);
+  if (!eval_series.empty()) html += svg::line_chart(vc, eval_series);
+  html += svg::bar_chart(mc, categories, bars);
+  html += "<h2>Recipes</h2>";
+  for (const RunData& r : runs) {
+    std::string desc;
+    try {
+      desc = recipe::describe_recipe(recipe::parse_recipe(r.recipe));
+    } catch (const Error&) {
+      desc = r.recipe + " (not a recipe spec)\n";
+    }
+    html += "<pre>" + svg::escape(desc) + "</pre>";
+  }
+  html += "</body></html>\n";
+  write_file_atomic((fs::path(out_dir) / "compare.html").string(), html);
+}
+
+void run_compare(const CompareArgs& args) {
+  const std::vector<std::string> specs = split_list(args.recipes);
+  FP8T_CHECK(!specs.empty(), "compare: --recipes lists no recipe");
+  for (const std::string& s : specs) (void)recipe::parse_recipe(s);  // a bad spec fails before any training
+  const std::string baseline = args.baseline.empty() ? specs.front() : args.baseline;
+  const auto bit = std::find(specs.begin(), specs.end(), baseline);
+  FP8T_CHECK(bit != specs.end(), "compare: the baseline '{}' is not among --recipes", baseline);
+  fs::create_directories(args.out);
+
+  std::vector<std::string> dirs;
+  if (args.analyze_only) {
+    dirs = split_list(args.run_dirs);
+    FP8T_CHECK(dirs.size() == specs.size(), "compare: --run-dirs lists {} directories for {} recipes", dirs.size(),
+               specs.size());
+  } else {
+    FP8T_CHECK(args.run_dirs.empty(), "compare: --run-dirs needs --analyze-only");
+    nlohmann::json file_json;
+    if (!args.config_file.empty()) file_json = read_config_file(args.config_file);
+    std::string preset = args.preset;
+    if (file_json.is_object() && file_json.contains("preset") && file_json["preset"].is_string())
+      preset = file_json["preset"].get<std::string>();
+    TrainConfig common = preset_config(preset);
+    ConfigSources sources;
+    if (!args.config_file.empty())
+      apply_config_json(common, file_json, fmt::format("config file '{}'", args.config_file), &sources);
+    for (const auto& [flag, text] : args.flag_values) apply_config_flag(common, flag, text, &sources);
+    const bool moments_given = sources.count("optim.moment_dtype") > 0;
+    validate_config(common);
+    const TokenData data = common.data_path.empty()
+                               ? embedded_corpus_data(static_cast<uint64_t>(common.seed),
+                                                      static_cast<size_t>(common.corpus_bytes))
+                               : load_token_data(common.data_path);
+    if (common.threads > 0) omp_set_num_threads(static_cast<int>(common.threads));
+    for (const std::string& spec : specs) {
+      TrainConfig c = common;
+      c.recipe = spec;
+      if (!moments_given) c.moment_dtype = recipe::parse_recipe(spec).moment_dtype;
+      c.out = (fs::path(args.out) / run_name(spec)).string();
+      validate_config(c);
+      dirs.push_back(c.out);
+      const fs::path summary = fs::path(c.out) / "summary.json";
+      if (fs::exists(summary)) {
+        std::ifstream in(summary);
+        const nlohmann::json s = nlohmann::json::parse(in, nullptr, false);
+        if (s.is_object() && s.value("steps", int64_t{-1}) == c.steps) {
+          std::printf("compare: %s already finished in %s; reusing it\n", spec.c_str(), c.out.c_str());
+          continue;
+        }
+      }
+      FP8T_CHECK(!fs::exists(fs::path(c.out) / "metrics.jsonl"),
+                 "compare: '{}' holds an unfinished or different run; remove it or choose another --out", c.out);
+      fs::create_directories(c.out);
+      std::printf("compare: training %s (%lld steps, moments %s) into %s\n", spec.c_str(),
+                  static_cast<long long>(c.steps), c.moment_dtype.c_str(), c.out.c_str());
+      std::fflush(stdout);
+      DeepSeekTrainable model(c.model, derive_seed(static_cast<uint64_t>(c.seed), 0), c.recipe);
+      TrainOptions options;
+      options.run_dir = c.out;
+      options.out = stdout;
+      options.terminal = ::isatty(::fileno(stdout)) != 0;
+      run_training(c, model, data, options);
+    }
+  }
+  std::vector<RunData> runs;
+  for (size_t i = 0; i < specs.size(); ++i) runs.push_back(read_run(specs[i], dirs[i]));
+  const size_t base_index = static_cast<size_t>(std::find(specs.begin(), specs.end(), baseline) - specs.begin());
+  write_comparison(runs, base_index, args.out);
+  const nlohmann::json doc = [&] {
+    std::ifstream in(fs::path(args.out) / "compare.json");
+    return nlohmann::json::parse(in);
+  }();
+  for (const auto& j : doc["recipes"]) {
+    const auto& e = j["relative_loss_error_vs_baseline"];
+    std::printf("%-34s final train loss %s  held-out %s  rel. error vs %s (last 10%%) %s\n",
+                j["recipe"].get<std::string>().c_str(), j["final_train_loss"].dump().c_str(),
+                j["final_eval_loss"].dump().c_str(), baseline.c_str(),
+                e.is_number() ? fmt::format("{:.3f}%", 100.0 * e.get<double>()).c_str() : "n/a");
+  }
+  std::printf("compare: %s/compare.json, %s/compare.html\n", args.out.c_str(), args.out.c_str());
+}
+
+void add_compare(CLI::App& root) {
+  static CompareArgs args;
+  static std::map<std::string, std::string> flag_storage;
+  auto* cmd = root.add_subcommand("compare", "Train one model under several precision recipes and compare them");
+  cmd->add_option("--recipes", args.recipes, "comma-separated recipe specs (name[:key=value...], src/recipe/recipe.h)");
+  cmd->add_option("--baseline", args.baseline, "the recipe the others are compared with (default: the first)");
+  cmd->add_option("--out", args.out, "directory for the runs, compare.json and compare.html");
+  cmd->add_option("--preset", args.preset, "tiny | small (default) | base");
+  cmd->add_option("--config", args.config_file, "JSON config file (layout: src/train/config.h)");
+  cmd->add_flag("--analyze-only", args.analyze_only, "only compare finished runs given by --run-dirs");
+  cmd->add_option("--run-dirs", args.run_dirs, "comma-separated run directories, one per recipe (--analyze-only)");
+  std::vector<std::pair<std::string, CLI::Option*>> options;
+  for (const ConfigFlag& f : config_flags()) {
+    if (f.flag == "recipe" || f.flag == "out") continue;  // set per recipe by compare
+    CLI::Option* o = cmd->add_option("--" + f.flag, flag_storage[f.flag], f.help)->group("Training options");
+    options.emplace_back(f.flag, o);
+  }
+  cmd->callback([options] {
+    for (const auto& [flag, option] : options)
+      if (option->count() > 0) args.flag_values[flag] = flag_storage[flag];
+    run_compare(args);
+  });
+}
+
+const bool registered = register_command("compare", 20, &add_compare);
+
+}  // namespace
+}  // namespace fp8train::cli
