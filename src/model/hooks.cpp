@@ -1,6 +1,9 @@
 // Default LinearCompute (GEMMs through ops::gemm) and ActivationCache (keep the tensor, book its bytes).
 #include "model/hooks.h"
 
+#include <algorithm>
+#include <exception>
+
 #include "ops/gemm.h"
 
 namespace fp8train::model {
@@ -60,6 +63,58 @@ void GemmLinearCompute::dgrad(const LinearSite&, const Tensor& dy, const Tensor&
 
 void GemmLinearCompute::wgrad(const LinearSite&, const Tensor& dy, const Tensor& x, const Tensor& dw) {
   ops::gemm(dy, true, x, false, dw, {.alpha = 1.0, .beta = 1.0, .round_inputs_bf16 = bf16_});
+}
+
+void LinearCompute::grouped_fprop(const std::vector<LinearGroupItem>& items) {
+  for (const LinearGroupItem& it : items) fprop(*it.site, it.x, it.w, it.y);
+}
+
+void LinearCompute::grouped_backward(const std::vector<LinearGroupItem>& items) {
+  for (const LinearGroupItem& it : items) {
+    wgrad(*it.site, it.dy, it.x, it.dw);
+    dgrad(*it.site, it.dy, it.w, it.dx, false);
+  }
+}
+
+namespace {
+// Item indices, largest row count first (a longest-processing-time order for the dynamic schedule).
+std::vector<size_t> largest_first(const std::vector<LinearGroupItem>& items) {
+  std::vector<size_t> order(items.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return items[a].x.size(0) > items[b].x.size(0); });
+  return order;
+}
+
+// Runs body(item) for every item across the OpenMP threads; an exception (bad input) is carried out of the
+// parallel region and rethrown on the calling thread.
+template <class Body>
+void for_each_item(const std::vector<LinearGroupItem>& items, Body&& body) {
+  const std::vector<size_t> order = largest_first(items);
+  const int64_t n = static_cast<int64_t>(order.size());
+  std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
+  for (int64_t i = 0; i < n; ++i) {
+    try {
+      body(items[order[i]]);
+    } catch (...) {
+#pragma omp critical(fp8t_grouped_error)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+}  // namespace
+
+void GemmLinearCompute::grouped_fprop(const std::vector<LinearGroupItem>& items) {
+  for_each_item(items, [&](const LinearGroupItem& it) { fprop(*it.site, it.x, it.w, it.y); });
+}
+
+void GemmLinearCompute::grouped_backward(const std::vector<LinearGroupItem>& items) {
+  for_each_item(items, [&](const LinearGroupItem& it) {
+    wgrad(*it.site, it.dy, it.x, it.dw);
+    dgrad(*it.site, it.dy, it.w, it.dx, false);
+  });
 }
 
 std::shared_ptr<LinearCompute> make_fp32_linear_compute() { return std::make_shared<GemmLinearCompute>(false); }

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tensor/tensor.h"
 
@@ -81,6 +82,15 @@ struct LinearSite {
   int layer = -1;
 };
 
+// One member of a grouped GEMM (the routed experts of a MoE layer): a Linear's site, weight and weight gradient,
+// and its row block of the expert-ordered activations (forward: x, y; backward: x, dy, dx).
+struct LinearGroupItem {
+  const LinearSite* site = nullptr;
+  Tensor w, dw;
+  Tensor x, y;
+  Tensor dy, dx;
+};
+
 class LinearCompute {
  public:
   virtual ~LinearCompute() = default;
@@ -88,6 +98,11 @@ class LinearCompute {
   virtual void fprop(const LinearSite& site, const Tensor& x, const Tensor& w, const Tensor& y) = 0;
   virtual void dgrad(const LinearSite& site, const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumulate) = 0;
   virtual void wgrad(const LinearSite& site, const Tensor& dy, const Tensor& x, const Tensor& dw) = 0;
+  // Grouped forms for the routed experts: every item's fprop (y = x·Wᵀ), or wgrad (dW += dyᵀ·x) then dgrad
+  // (dx = dy·W). The defaults run the items one after another; an implementation may run them concurrently
+  // (items never share outputs) or as one grouped kernel.
+  virtual void grouped_fprop(const std::vector<LinearGroupItem>& items);
+  virtual void grouped_backward(const std::vector<LinearGroupItem>& items);
 };
 
 // FP32 (or FP64 for f64 models) GEMMs via ops::gemm, optionally with BF16-rounded inputs.
@@ -98,6 +113,10 @@ class GemmLinearCompute : public LinearCompute {
   void fprop(const LinearSite& site, const Tensor& x, const Tensor& w, const Tensor& y) override;
   void dgrad(const LinearSite& site, const Tensor& dy, const Tensor& w, const Tensor& dx, bool accumulate) override;
   void wgrad(const LinearSite& site, const Tensor& dy, const Tensor& x, const Tensor& dw) override;
+  // The experts run concurrently on the CPU threads, each expert's GEMMs on one thread (largest first).
+  // Each item's arithmetic is the same as fprop/wgrad/dgrad alone, so results do not change.
+  void grouped_fprop(const std::vector<LinearGroupItem>& items) override;
+  void grouped_backward(const std::vector<LinearGroupItem>& items) override;
 
  private:
   bool bf16_;

@@ -33,6 +33,7 @@ class Linear {
   int64_t in_features() const { return weight_.size(1); }
   int64_t out_features() const { return weight_.size(0); }
   const Tensor& weight() const { return weight_; }
+  const Tensor& grad() const { return grad_; }
   const LinearSite& site() const { return site_; }
 
   void forward(const StepContext& ctx, const Tensor& x, const Tensor& y) const;  // y = x·Wᵀ (fprop)

@@ -42,6 +42,23 @@ MoE::MoE(ParameterSet& params, const std::string& name, const ModelConfig& c, DT
   }
 }
 
+namespace {
+// The grouped-GEMM items of one expert Linear per expert with rows: row blocks [offsets[e], offsets[e+1]) of the
+// expert-ordered matrices (any of x, y, dy, dx may be undefined when the call does not use it).
+std::vector<LinearGroupItem> expert_items(const std::vector<Linear>& linears, const ops::MoePlan& plan,
+                                          const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  std::vector<LinearGroupItem> items;
+  auto block = [](const Tensor& t, int64_t b, int64_t e) { return t.defined() ? t.rows(b, e) : Tensor(); };
+  for (size_t e = 0; e < linears.size(); ++e) {
+    const int64_t b = plan.offsets[e], end = plan.offsets[e + 1];
+    if (end == b) continue;  // no token chose this expert: nothing to compute, no gradient
+    items.push_back({&linears[e].site(), linears[e].weight(), linears[e].grad(), block(x, b, end), block(y, b, end),
+                     block(dy, b, end), block(dx, b, end)});
+  }
+  return items;
+}
+}  // namespace
+
 Tensor MoE::forward(const StepContext& ctx, const Tensor& u, State* st, double* balance_loss) {
   const int64_t n = u.size(0), K = router_.top_k, F = ffn_;
   const DType dt = u.dtype();
@@ -63,17 +80,11 @@ Tensor MoE::forward(const StepContext& ctx, const Tensor& u, State* st, double* 
   ops::moe_permute(u, plan, xp);
   // routed experts: FFN_i(x) = W2_i·(silu(W1_i·x) ∘ (W3_i·x)) on each expert's rows
   const Tensor gate_up = Tensor::empty({n * K, 2 * F}, dt, MemCategory::Workspace, dev);
-  for (int64_t e = 0; e < n_experts_; ++e) {
-    const int64_t b = plan.offsets[e], end = plan.offsets[e + 1];
-    if (end > b) expert_w13_[e].forward(ctx, xp.rows(b, end), gate_up.rows(b, end));
-  }
+  ctx.linear->grouped_fprop(expert_items(expert_w13_, plan, xp, gate_up, Tensor(), Tensor()));
   const Tensor act = Tensor::empty({n * K, F}, dt, MemCategory::Workspace, dev);
   ops::swiglu_forward(gate_up, act);
   const Tensor yp = Tensor::empty({n * K, hidden_}, dt, MemCategory::Workspace, dev);
-  for (int64_t e = 0; e < n_experts_; ++e) {
-    const int64_t b = plan.offsets[e], end = plan.offsets[e + 1];
-    if (end > b) expert_w2_[e].forward(ctx, act.rows(b, end), yp.rows(b, end));
-  }
+  ctx.linear->grouped_fprop(expert_items(expert_w2_, plan, act, yp, Tensor(), Tensor()));
   // combine: h' = Σ shared FFN(u) + Σ_selected g_i·FFN_i(u)
   Tensor y;
   if (has_shared_) {
@@ -124,17 +135,11 @@ void MoE::backward(const StepContext& ctx, const State& st, const Tensor& dy, co
     ops::swiglu_forward(gate_up, act);
   }
   const Tensor dact = Tensor::empty({n * K, F}, dt, MemCategory::Workspace, dev);
-  for (int64_t e = 0; e < n_experts_; ++e) {
-    const int64_t b = plan.offsets[e], end = plan.offsets[e + 1];
-    if (end > b) expert_w2_[e].backward(ctx, dyp.rows(b, end), act.rows(b, end), dact.rows(b, end), false);
-  }
+  ctx.linear->grouped_backward(expert_items(expert_w2_, plan, act, Tensor(), dyp, dact));
   const Tensor dgate_up = Tensor::empty({n * K, 2 * F}, dt, MemCategory::Workspace, dev);
   ops::swiglu_backward(gate_up, dact, dgate_up);
   const Tensor dxp = Tensor::empty({n * K, hidden_}, dt, MemCategory::Workspace, dev);
-  for (int64_t e = 0; e < n_experts_; ++e) {
-    const int64_t b = plan.offsets[e], end = plan.offsets[e + 1];
-    if (end > b) expert_w13_[e].backward(ctx, dgate_up.rows(b, end), xp.rows(b, end), dxp.rows(b, end), false);
-  }
+  ctx.linear->grouped_backward(expert_items(expert_w13_, plan, xp, Tensor(), dgate_up, dxp));
   ops::moe_permute_backward(dxp, plan, du, true);
   // router: gates and (through the balance loss) scores depend on the logits u·e_i
   Tensor dscores;

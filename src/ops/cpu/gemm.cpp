@@ -59,9 +59,7 @@ void gemm_split(const GemmProblem& p, const T* a, const T* b, T* c) {
   const int64_t units = (extent + kAlign - 1) / kAlign;
   const int64_t chunk = std::max(kMinChunk, (units + kChunks - 1) / kChunks * kAlign);
   const int64_t chunks = (extent + chunk - 1) / chunk;
-  const bool parallel = chunks > 1 && !omp_in_parallel() && omp_get_max_threads() > 1;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t ch = 0; ch < chunks; ++ch) {
+  auto run_chunk = [&](int64_t ch) {
     const int64_t begin = ch * chunk, end = std::min(extent, begin + chunk);
     if (split_rows) {
       const T* a0 = p.trans_a ? a + begin : a + begin * p.lda;
@@ -70,7 +68,13 @@ void gemm_split(const GemmProblem& p, const T* a, const T* b, T* c) {
       const T* b0 = p.trans_b ? b + begin * p.ldb : b + begin;
       blas(p, p.m, end - begin, a, b0, c + begin);
     }
+  };
+  if (chunks == 1 || omp_in_parallel() || omp_get_max_threads() == 1) {
+    for (int64_t ch = 0; ch < chunks; ++ch) run_chunk(ch);  // the same chunks, in order
+    return;
   }
+#pragma omp parallel for schedule(static)
+  for (int64_t ch = 0; ch < chunks; ++ch) run_chunk(ch);
 }
 
 }  // namespace
