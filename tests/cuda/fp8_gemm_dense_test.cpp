@@ -181,10 +181,21 @@ TEST(Fp8GemmDense, HeuristicPicksBuiltWidthsAndFillsTheMachine) {
       const Fp8GemmConfig c = ops::cuda::fp8_gemm_dense_heuristic(m, nk.first, nk.second, 132);
       EXPECT_NE(std::find(built.begin(), built.end(), c.block_n), built.end()) << c.describe();
     }
-  // One row block of 7168 columns on 132 SMs: 64-wide tiles give 112 CTAs, the widest one wave.
+  // The choices measured fastest in the block_n sweep on the H200 (bench/h8_runs/run1_bench.log):
+  // one row block: the narrowest width whose tiles fit in one wave (64 -> 112 CTAs for N = 7168) ...
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 7168, 16384, 132).block_n, 64);
-  // 32 x 12 tiles of 176 columns (2112 = 12 x 176) fill 3 waves exactly.
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 24576, 1536, 132).block_n, 192);
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 32768, 512, 132).block_n, 128);  // no width fits: 128
+  // ... many row blocks: waves x per-tile cost (2112 = 12 x 176 fills 3 waves exactly).
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 2112, 7168, 132).block_n, 176);
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 7168, 16384, 132).block_n, 176);
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 7168, 2048, 132).block_n, 128);
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 32768, 512, 132).block_n, 128);
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(8192, 8192, 8192, 132).block_n, 192);
+  EXPECT_EQ(ops::cuda::fp8_gemm_grouped_heuristic(8 * 4096, 4096, 7168, 132).block_n, 128);
+  EXPECT_EQ(ops::cuda::fp8_gemm_wgrad_heuristic(7168, 2048, 16384, 1, 132).block_n, 128);
+  // Multicast is opt-in until it has run on hardware.
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 7168, 16384, 132).multicast, ops::cuda::Fp8GemmMulticast::None);
 }
 
 TEST(Fp8GemmDense, RejectsBadArguments) {

@@ -11,7 +11,8 @@
 // e * N + n0 .. through a tensor map over the [E * N, K] weight stack (rows past N of the last column tile
 // belong to the next expert or are zero-filled; their outputs fall outside N and are not stored), and the B
 // scales come from the expert's 128x128 scale grid. Tiles are ordered in bands of row blocks, so the CTAs
-// running together read the same expert's weights.
+// running together read the same expert's weights. Multicast (opt-in, not yet measured on hardware) shares A
+// only: a pair of column tiles of one row block always belongs to one expert, a pair of row blocks may not.
 #include "ops/cuda/fp8_gemm_launch.cuh"
 
 namespace fp8train::ops::cuda::fp8gemm {

@@ -6,31 +6,37 @@
 //   A: [M, K] E4M3 row-major (K contiguous), B: [N, K] E4M3 row-major (per group for grouped-M),
 //   one FP32 scale of A per (row, 128-wide K block); B's scale per (128-row block or row, K block).
 //
-// CTA = 3 warpgroups (384 threads), one CTA per SM, persistent over output tiles of 128 x BN:
+// CTA = 3 warpgroups (384 threads), one CTA per SM, persistent over "units" (a 128 x BN output tile, or with
+// TMA multicast the pair of neighbouring tiles a 2-CTA cluster computes together):
 //   warpgroup 2 (producer; setmaxnreg 40): warp 8 alone issues, per K block of 128 and stage s,
 //       - 32 lanes: cp.async of the 128 A-scales (and the B-scales: 1, BN/8 or BN values) into the stage,
 //         then cp.async.mbarrier.arrive.noinc on full[s] (so the scales are part of the stage's arrival),
 //       - lane 0: mbarrier.arrive.expect_tx(full[s], 16 KiB + BN*128 B) and two TMA loads (A 128x128,
-//         B BNx128 bytes, 128-byte swizzle, zero fill outside the tensor);
-//     after waiting on empty[s]. full[s] expects 33 arrivals + the TMA bytes; empty[s] expects 8 (one per
-//     math warp).
+//         B BNx128 bytes, 128-byte swizzle, zero fill outside the tensor); with multicast, the shared
+//         operand's half-tile is loaded by each CTA of the pair and multicast into both;
+//     after waiting on empty[s]. full[s] expects 33 arrivals + the TMA bytes; empty[s] expects one arrival per
+//     math warp of every CTA of the cluster (8 or 16).
 //   warpgroups 0 and 1 (math; setmaxnreg 232): warpgroup w owns rows 64w..64w+63 of the tile. Per K block:
 //       wait full[s]; 4 x wgmma m64nBNk32 into `partial` (the first with scale-d = 0, i.e. into zeroed
 //       registers); commit; wait; then PROMOTION in FP32 on the CUDA cores:
 //           acc = fma(scale_a * scale_b, partial, acc)        (__fmul_rn then __fmaf_rn, per element)
-//       then release the stage (empty[s]). While one warpgroup promotes, the other's WGMMAs keep the tensor
-//       cores busy; the producer runs up to kStages K blocks ahead, across tile boundaries.
+//       then release the stage (empty[s], and the partner CTA's empty[s] in a cluster). While one warpgroup
+//       promotes, the other's WGMMAs keep the tensor cores busy; the producer runs up to kStages K blocks
+//       ahead, across tile boundaries.
 //   This is exactly the CPU Hopper model num::hopper_dot_scaled with promote_interval 128: four FP22 blocks
 //   of 32 products chained from zero, then acc = fma(sa*sb, chain, acc) in K order.
 // Register budget (per math thread): BN/2 partial + BN/2 acc FP32 registers (BN = 192: 192) + ~30 for
 // addresses and scales, under the 232 setmaxnreg grants; 128*40 + 256*232 = 64512 <= 65536 registers.
 // Shared memory (dynamic, 1024-aligned): [D staging BM*BN*2 (BF16 TMA-store epilogue only)]
 //   [kStages x A 16 KiB][kStages x B BN*128][kStages x 128 A-scales][kStages x B-scales][barriers];
-//   kStages is the largest count that fits in 227 KiB.
+//   kStages is the largest count that fits in 227 KiB (at most 8).
 // Epilogues: Bf16Tma (each warpgroup writes its 64 x BN BF16 block into swizzled shared memory in atoms of
 //   64/32/16 columns -- 128/64/32-byte swizzle, conflict-free -- fence.proxy.async, then one thread issues
 //   one TMA store per atom; the next tile waits only for the store to finish reading), Bf16Direct and
 //   Fp32Direct (st.global per thread, edges predicated; Fp32Direct optionally adds C: d = c + acc).
+// Measured on the H200 (bench/gemm_notes.md): the Multicast::None variants, bit-exact and sanitizer-clean.
+// Built and tested but not yet run on hardware: Multicast::ShareA/ShareB (clusters of two) and the
+// experiment flags (kFlagDoubleBuffer: two K blocks in flight per warpgroup; kFlagNoPromote; stage caps).
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
