@@ -49,7 +49,7 @@ struct Axis {
   double min = std::numeric_limits<double>::quiet_NaN();
   double max = std::numeric_limits<double>::quiet_NaN();
   // Explicit tick positions (data units) replace the automatic ones when not empty.
-  std::vector<double> ticks;
+  std::vector<double> ticks{};
 };
 
 enum class LegendPlacement { Right, Bottom, None };
@@ -63,20 +63,22 @@ struct Chart {
   LegendPlacement legend = LegendPlacement::Right;
 };
 
+// Every member has a default, so series can be brace-initialised with only the leading fields
+// ({"name", x, y}) without -Wmissing-field-initializers warnings.
 struct LineSeries {
-  std::string name;
-  std::vector<double> x;
-  std::vector<double> y;  // same length as x
-  std::string color;      // empty: palette colour of the series' index
+  std::string name{};
+  std::vector<double> x{};
+  std::vector<double> y{};  // same length as x
+  std::string color{};      // empty: palette colour of the series' index
   bool dashed = false;
   bool markers = true;
 };
 std::string line_chart(const Chart& chart, const std::vector<LineSeries>& series);
 
 struct HistogramSeries {
-  std::string name;
-  std::vector<double> values;  // raw samples; binned over the shared x range
-  std::string color;
+  std::string name{};
+  std::vector<double> values{};  // raw samples; binned over the shared x range
+  std::string color{};
 };
 // `bins` equal-width bins over the x range (on a log x axis: equal width in log space).
 std::string histogram_chart(const Chart& chart, const std::vector<HistogramSeries>& series, int bins = 30);
@@ -93,17 +95,17 @@ BoxSummary summarize_box(std::vector<double> values);
 double quantile(std::vector<double> values, double q);
 
 struct BoxSeries {
-  std::string name;
-  std::vector<std::vector<double>> values;  // values[c] = the samples for category c
-  std::string color;
+  std::string name{};
+  std::vector<std::vector<double>> values{};  // values[c] = the samples for category c
+  std::string color{};
 };
 std::string box_chart(const Chart& chart, const std::vector<std::string>& categories,
                       const std::vector<BoxSeries>& series);
 
 struct BarSeries {
-  std::string name;
-  std::vector<double> values;  // values[c] for category c
-  std::string color;
+  std::string name{};
+  std::vector<double> values{};  // values[c] for category c
+  std::string color{};
 };
 std::string bar_chart(const Chart& chart, const std::vector<std::string>& categories,
                       const std::vector<BarSeries>& series);

@@ -129,3 +129,27 @@ TEST(SnrPhysics, FormatsAndPublishedFlaws) {
                       m7("IEEE-style E4M3 (max 240, ties away)", 4096, 0.0, false)),
             1.0);
 }
+
+TEST(SnrPhysics, GemmRecipesRankAsExpected) {
+  lab::SnrStudyConfig c = small(1);
+  c.gemm_m = 256;
+  c.gemm_n = 256;
+  c.gemm_k = 512;
+  c.gemm_blocks = 2;
+  c.gemm_block_m = 16;
+  const auto rows = lab::run_gemm_experiment(c);
+  ASSERT_EQ(rows.size(), 2u * 7u * 2u);  // 2 GEMMs x 7 recipes x 2 sub-blocks
+  auto med = [&](const std::string& g, const std::string& prefix) {
+    return median_snr(rows, 6, [&](const lab::SnrRow& r) { return r.data == g && r.recipe.rfind(prefix, 0) == 0; });
+  };
+  for (const std::string g : {"fprop", "dgrad"}) {
+    EXPECT_GT(med(g, "BF16"), med(g, "DeepSeek-V3:") + 15.0) << g;
+    EXPECT_GT(med(g, "DeepSeek-V3:"), med(g, "per-tensor E5M2") + 3.0) << g;
+    EXPECT_GT(med(g, "INT8"), med(g, "per-tensor E5M2") + 3.0) << g;
+  }
+  for (const auto& r : rows) {
+    EXPECT_GE(r.calc_diff, 0.0);
+    EXPECT_LT(r.calc_diff, 0.01) << r.recipe;
+    EXPECT_GT(r.accum_snr_db, r.snr_db) << r.recipe;  // the accumulator's own error is the smaller part
+  }
+}
