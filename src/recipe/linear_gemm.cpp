@@ -279,7 +279,11 @@ void LinearGemm::dgrad(const Tensor& dy, const Tensor& w, const Tensor& dx, bool
 void LinearGemm::wgrad(const Tensor& dy, const CachedActivation& x, const Tensor& dw, bool accumulate) {
   FP8T_CHECK(x.defined() && x.rows() == dy.size(0), "linear {}: Wgrad needs the cached input with {} rows", name_,
              dy.size(0));
-  if (x.quantized() && context_->config().quantized_gemms()) {
+  if (!context_->config().quantized_gemms()) {
+    wgrad(dy, x.to_tensor(), dw, accumulate);
+    return;
+  }
+  if (x.quantized()) {
     wgrad_impl(dy, nullptr, &x, x.cols(), dw, accumulate);
     return;
   }
@@ -310,12 +314,7 @@ void LinearGemm::wgrad_impl(const Tensor& dy, const float* xv, const CachedActiv
   const int64_t tokens = dy.size(0), out = dy.size(1);
   FP8T_CHECK(dw.size(0) == out && dw.size(1) == in, "linear {}: dw must be [{}, {}], got {}", name_, out, in,
              dw.str());
-  const RecipeConfig& cfg = context_->config();
-  if (!cfg.quantized_gemms()) {
-    const Tensor xt = xc->to_tensor();
-    wgrad(dy, xt, dw, accumulate);
-    return;
-  }
+  const RecipeConfig& cfg = context_->config();  // a quantized recipe (the callers route fp32 / bf16 to ops::gemm)
   const bool health = context_->sampling_health();
   const GemmOperands g = gemm_operands(cfg, GemmKind::Wgrad);
   HostMatrix dyh(dy);
