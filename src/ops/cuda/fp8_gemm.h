@@ -134,6 +134,14 @@ const char* fp8_gemm_backend_name(Fp8GemmBackend backend);  // "auto", "own", "c
 void fp8_scaled_gemm(const Fp8GemmDenseProblem& p, cudaStream_t stream);
 void fp8_scaled_gemm_wgrad(const Fp8GemmWgradProblem& p, cudaStream_t stream);
 
+// The hook of the Tensor entry point ops::cuda::scaled_gemm (tensor_ops.h): when the backend is Own and the
+// problem is one of our forms — E4M3 x E4M3, A 1x128 with B 128x128 into BF16 (Fprop/Dgrad) or A 1x128 with
+// B 1x128 into FP32 (+= out when accumulate; Wgrad), K % 128 == 0, N % 16 == 0, 16-byte aligned codes — runs
+// it with our kernels on `stream` and returns true; otherwise returns false and the caller uses cuBLASLt.
+struct GpuQuantized;
+bool fp8_gemm_try_own(const GpuQuantized& a, const GpuQuantized& b, void* out, bool out_is_f32, bool accumulate,
+                      bool fast_accum, cudaStream_t stream);
+
 // Host-side check of a group-offset table (values as they will be copied to the device): non-decreasing,
 // multiples of 128, first 0, last == total. Throws fp8train::Error naming the first bad entry.
 void check_group_offsets(const int32_t* host_offsets, int num_groups, int64_t total, const char* what);
