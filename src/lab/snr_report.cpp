@@ -102,8 +102,8 @@ std::string methods_section(const std::vector<SnrRow>& rows, const SnrStudyConfi
       "to zero (“ordinary channels”), because with the outlier products in the outputs those products dominate "
       "and every scaling reads the same SNR. <b>Experiment 6</b> generates and quantizes whole tensors (per-tensor "
       "scales need the whole amax) but evaluates the products — with fp8train's reference GEMM, whose Hopper mode "
-      "is bit-identical to the accumulator model — on random output sub-blocks, which keeps the whole study "
-      "under a minute on two CPU cores. Experiments 1, 2, 3, 5 and 7 call the scalar accumulator model "
+      "is bit-identical to the accumulator model — on random output sub-blocks, which keeps the default study "
+      "to about 20 s of CPU time. Experiments 1, 2, 3, 5 and 7 call the scalar accumulator model "
       "(num::hopper_block) directly, about 30 ns per product.</p>\n";
 
   // The comparison with the published study.
@@ -196,7 +196,7 @@ std::string methods_section(const std::vector<SnrRow>& rows, const SnrStudyConfi
       "the scale, so for FP8 the granularity matters where the range does — underflow without scaling "
       "(experiment 1) and outlier channels (experiment 4), where INT8 needs fine-grained scales far more than "
       "E4M3. And the accumulator's error without promotion is much smaller than an FP8 running sum suggests: "
-      "for independent vectors it stays below the input rounding even at K = 16384.</p>\n",
+      "for independent vectors it stays below the error of the input rounding even at K = 16384.</p>\n",
       db(m2(0.99, "1x128", 0)), db(m2(0.99, "1x128", 128)), db(m2(0.99, "tensor", 128)), db(m1("tensor")),
       db(m1("1x128")), db(m1("1x32")));
   if (have7) {
