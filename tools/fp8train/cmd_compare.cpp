@@ -198,9 +198,11 @@ void write_comparison(const std::vector<RunData>& runs, size_t baseline, const s
 
   // ---- compare.html ----
   std::vector<svg::LineSeries> loss_series, err_series, eval_series;
-  for (const RunData& r : runs) {
-    loss_series.push_back({r.recipe, r.steps, moving_average(r.loss, 20), "", false, false});
-    if (!r.eval_steps.empty()) eval_series.push_back({r.recipe, r.eval_steps, r.eval_loss, "", false, true});
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const RunData& r = runs[i];
+    const std::string color = svg::palette_color(i);  // one colour per recipe in every chart
+    loss_series.push_back({r.recipe, r.steps, moving_average(r.loss, 20), color, false, false});
+    if (!r.eval_steps.empty()) eval_series.push_back({r.recipe, r.eval_steps, r.eval_loss, color, false, true});
     if (&r == &base) continue;
     const auto errs = relative_errors(r.steps, r.loss, base, base.loss);
     std::vector<double> xs, ys;
@@ -208,7 +210,7 @@ void write_comparison(const std::vector<RunData>& runs, size_t baseline, const s
       xs.push_back(s);
       ys.push_back(100.0 * e);
     }
-    err_series.push_back({r.recipe, xs, moving_average(ys, 50), "", false, false});
+    err_series.push_back({r.recipe, xs, moving_average(ys, 50), color, false, false});
   }
   svg::Chart lc;
   lc.title = "Training loss (moving average of 20 steps)";
@@ -225,15 +227,16 @@ void write_comparison(const std::vector<RunData>& runs, size_t baseline, const s
   std::vector<std::string> categories = {"master weights", "compute weights", "gradients", "optimizer state",
                                          "peak cached activations"};
   std::vector<svg::BarSeries> bars;
-  for (const RunData& r : runs) {
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const RunData& r = runs[i];
     const nlohmann::json memory = r.summary.value("memory (bytes, max over steps)", nlohmann::json::object());
-    svg::BarSeries b{r.recipe, {}, ""};
+    svg::BarSeries b{r.recipe, {}, svg::palette_color(i)};
     for (const char* k : kMemoryKeys)
       b.values.push_back(memory.contains(k) ? memory[k].get<double>() / (1024.0 * 1024.0) : std::nan(""));
     bars.push_back(b);
   }
   svg::Chart mc;
-  mc.title = "Memory per recipe (measured from the allocations; max over steps)";
+  mc.title = "Memory per recipe (allocations, max over steps)";
   mc.y = {"MiB"};
   mc.x = {"category"};
 

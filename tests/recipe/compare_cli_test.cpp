@@ -1,0 +1,101 @@
+// `fp8train compare` end to end on a tiny run: two recipes trained on the same batches, compare.json with the
+// documented fields (relative error, memory table with ratios, per-tenth errors), compare.html with its charts,
+// the numerics-health samples and memory in metrics.jsonl; a bad recipe spec is one clear line and exit 1.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+int run(const std::string& args, std::string* output) {
+  const std::string cmd = std::string(FP8TRAIN_CLI) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  std::string out;
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  const int status = pclose(p);
+  if (output) *output = out;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+}  // namespace
+
+TEST(CompareCli, TwoRecipesEndToEnd) {
+  const fs::path dir = fs::temp_directory_path() / ("fp8train_compare_test_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  std::string out;
+  const int rc = run("compare --recipes bf16,fp8-deepseek --preset tiny --steps 3 --batch-size 2 --seq-len 64 "
+                     "--eval-every 0 --eval-batches 1 --health-every 2 --corpus-bytes 20000 --threads 2 --out " +
+                         dir.string(),
+                     &out);
+  ASSERT_EQ(rc, 0) << out;
+  const nlohmann::json doc = nlohmann::json::parse(slurp(dir / "compare.json"));
+  EXPECT_EQ(doc["baseline"], "bf16");
+  ASSERT_EQ(doc["recipes"].size(), 2u);
+  const auto& base = doc["recipes"][0];
+  const auto& fp8 = doc["recipes"][1];
+  EXPECT_EQ(fp8["recipe"], "fp8-deepseek");
+  EXPECT_EQ(fp8["steps"].get<double>(), 3.0);
+  EXPECT_EQ(base["relative_loss_error_vs_baseline"].get<double>(), 0.0);
+  EXPECT_GT(fp8["relative_loss_error_vs_baseline"].get<double>(), 0.0);  // FP8 changes the numbers
+  EXPECT_LT(fp8["relative_loss_error_vs_baseline"].get<double>(), 0.05);
+  EXPECT_EQ(fp8["relative_loss_error_by_tenth"].size(), 10u);
+  for (const char* k : {"master_weights_bytes", "compute_weights_bytes", "gradient_bytes", "optimizer_state_bytes",
+                        "activation_cache_peak_bytes"}) {
+    ASSERT_TRUE(fp8["memory_bytes"].contains(k)) << k;
+    EXPECT_GT(fp8["memory_bytes"][k].get<double>(), 0) << k;
+  }
+  EXPECT_LE(fp8["memory_ratio_vs_baseline"]["activation_cache_peak_bytes"].get<double>(), 0.55);
+  EXPECT_LE(fp8["memory_ratio_vs_baseline"]["optimizer_state_bytes"].get<double>(), 0.75);
+  EXPECT_EQ(fp8["memory_ratio_vs_baseline"]["master_weights_bytes"].get<double>(), 1.0);
+  const std::string html = slurp(dir / "compare.html");
+  EXPECT_NE(html.find("Relative loss error vs bf16"), std::string::npos);
+  EXPECT_NE(html.find("Memory per recipe"), std::string::npos);
+  // Health and memory sampled at step 2 of the fp8 run.
+  std::ifstream metrics(dir / "fp8-deepseek" / "metrics.jsonl");
+  std::string line;
+  int with_health = 0;
+  while (std::getline(metrics, line)) {
+    const nlohmann::json row = nlohmann::json::parse(line);
+    if (!row.contains("health")) continue;
+    ++with_health;
+    EXPECT_EQ(row["step"], 2);
+    EXPECT_TRUE(row.contains("memory"));
+    bool fprop = false, dgrad = false, wgrad = false;
+    for (const auto& g : row["health"]) {
+      fprop |= g["gemm"] == "fprop";
+      dgrad |= g["gemm"] == "dgrad";
+      wgrad |= g["gemm"] == "wgrad";
+      EXPECT_GE(g["a"]["elements"].get<int64_t>(), g["a"]["underflow"].get<int64_t>());
+    }
+    EXPECT_TRUE(fprop && dgrad && wgrad);
+  }
+  EXPECT_EQ(with_health, 1);
+  fs::remove_all(dir);
+}
+
+TEST(CompareCli, BadRecipeIsOneClearLine) {
+  std::string out;
+  EXPECT_EQ(run("compare --recipes bf16,fp8-deepseek:promote=100 --out /tmp/never-created-h7", &out), 1);
+  EXPECT_NE(out.find("promote"), std::string::npos) << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+  EXPECT_FALSE(fs::exists("/tmp/never-created-h7"));
+}
