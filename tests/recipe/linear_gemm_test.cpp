@@ -366,3 +366,38 @@ TEST(LinearGemm, StridedViewsAndBadShapes) {
   EXPECT_THROW(lin.forward(x, w, bad), Error);
   EXPECT_THROW(lin.forward(w, x, y1), Error);
 }
+
+// MoE dispatch in FP8 (fp8-deepseek's dispatch_fp8): a routed expert's W1|W3 Fprop takes the dispatched tokens
+// (E4M3, power-of-two 1×128 scales) and its W2 Dgrad the dispatched gradient (same format); Wgrad of W2 sees the
+// dispatched gradient's values re-tiled 128×1. With dispatch_fp8=off the same Linear uses the plain recipe.
+TEST(LinearGemm, DispatchedExpertOperandsUsePow2Fp8) {
+  using quant::Format;
+  using quant::Granularity;
+  using quant::ScaleMode;
+  const Problem p = make_problem(64, 128, 128, 17);
+  Tensor x = mat(p.x, p.tokens, p.in), w = mat(p.w, p.out, p.in), dy = mat(p.dy, p.tokens, p.out);
+  quant::GemmConfig g;
+  g.mode = quant::AccumMode::Hopper;
+  g.promote_interval = 128;
+  const auto pow2 = qc(Format::E4M3, Granularity::tile_1x128(), ScaleMode::PowerOfTwo);
+  const auto wq = quant::quantize(p.w, p.out, p.in, qc(Format::E4M3, Granularity::block_128x128()));
+  for (const bool on : {true, false}) {
+    SCOPED_TRACE(on ? "dispatch_fp8=on" : "dispatch_fp8=off");
+    RecipeContext ctx(parse_recipe(on ? "fp8-deepseek" : "fp8-deepseek:dispatch_fp8=off"));
+    LinearGemm up(ctx, "layers.1.moe.experts.0.w13", LinearOptions{CacheRole::LinearInput, true, false});
+    LinearGemm down(ctx, "layers.1.moe.experts.0.w2", LinearOptions{CacheRole::LinearInput, false, true});
+    Tensor y = Tensor::empty({p.tokens, p.out}, DType::F32), dx = Tensor::empty({p.tokens, p.in}, DType::F32);
+    Tensor dw = Tensor::zeros({p.out, p.in}, DType::F32);
+    up.forward(x, w, y, false);
+    const auto xa = quant::quantize(p.x, p.tokens, p.in, on ? pow2 : qc(Format::E4M3, Granularity::tile_1x128()));
+    EXPECT_EQ(y.to_vector<float>(), quant::ref_gemm(xa, wq, g));
+    down.dgrad(dy, w, dx, false);
+    const auto da = quant::quantize(p.dy, p.tokens, p.out, on ? pow2 : qc(Format::E4M3, Granularity::tile_1x128()));
+    EXPECT_EQ(dx.to_vector<float>(), quant::ref_gemm(da, quant::transpose(wq), g));
+    down.wgrad(dy, x, dw, false);
+    const std::vector<float> dvals = on ? quant::dequantize(quant::quantize(p.dy, p.tokens, p.out, pow2)) : p.dy;
+    const auto dt = quant::quantize(dvals, p.tokens, p.out, qc(Format::E4M3, Granularity::tile_128x1()));
+    const auto xt = quant::quantize(p.x, p.tokens, p.in, qc(Format::E4M3, Granularity::tile_128x1()));
+    EXPECT_EQ(dw.to_vector<float>(), quant::ref_gemm(quant::transpose(dt), quant::transpose(xt), g));
+  }
+}
