@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <exception>
 
+#include <omp.h>
+
 #include "ops/gemm.h"
 
 namespace fp8train::model {
@@ -92,8 +94,15 @@ template <class Body>
 void for_each_item(const std::vector<LinearGroupItem>& items, Body&& body) {
   const std::vector<size_t> order = largest_first(items);
   const int64_t n = static_cast<int64_t>(order.size());
+  double flops = 0;  // of one pass; below ~2 MFLOP in all, threads cost more than they save
+  for (const LinearGroupItem& it : items)
+    flops += 2.0 * static_cast<double>(it.x.size(0)) * static_cast<double>(it.w.numel());
+  if (n <= 1 || flops < 2e6 || omp_in_parallel() || omp_get_max_threads() == 1) {
+    for (size_t i : order) body(items[i]);
+    return;
+  }
   std::exception_ptr error;
-#pragma omp parallel for schedule(dynamic, 1) if (n > 1)
+#pragma omp parallel for schedule(dynamic, 1)
   for (int64_t i = 0; i < n; ++i) {
     try {
       body(items[order[i]]);

@@ -184,3 +184,38 @@ TEST(ModelGradCheck, TinyModelEveryParameterF64) {
 
 }  // namespace
 }  // namespace fp8train::model
+
+namespace fp8train::model {
+namespace {
+
+// The other branches of the model: tied embeddings (head = embedding table), no shared expert, ungrouped
+// routing, MTP depth 2 (module 2 chains on module 1's output) and the recompute-everything cache.
+TEST(ModelGradCheck, TiedNoSharedExpertMtpDepth2RecomputingF64) {
+  ModelConfig c = tiny_test_config();
+  c.init_std = 0.3;
+  c.tie_embeddings = true;
+  c.n_shared_experts = 0;
+  c.n_group = 1;
+  c.topk_group = 1;
+  c.mtp_depth = 2;
+  DeepSeekV3Model model(c, {.dtype = DType::F64, .seed = 13});
+  model.set_activation_cache(std::make_shared<RecomputingCache>());
+  const int64_t batch = 2, seq = 7, n = batch * seq;
+  std::mt19937_64 rng(6);
+  std::vector<int32_t> in(n), tg(n);
+  for (int64_t i = 0; i < n; ++i) in[i] = static_cast<int32_t>(rng() % c.vocab_size);
+  for (int64_t i = 0; i < n; ++i) tg[i] = (i % seq == seq - 1) ? static_cast<int32_t>(rng() % c.vocab_size) : in[i + 1];
+  const Tensor inputs = Tensor::from_vector(in, {n}), targets = Tensor::from_vector(tg, {n});
+  model.zero_grad();
+  const LossBreakdown lb = model.forward_backward(inputs, targets, batch);
+  ASSERT_EQ(lb.mtp_per_depth.size(), 2u);
+  EXPECT_NEAR(lb.mtp, c.mtp_lambda / 2 * (lb.mtp_per_depth[0] + lb.mtp_per_depth[1]), 1e-14);
+  EXPECT_EQ(model.parameters().find("head.weight"), nullptr);
+  EXPECT_EQ(model.parameters().find("layers.1.moe.shared_experts.w1.weight"), nullptr);
+  auto loss = [&] { return model.forward(inputs, targets, batch, true).total; };
+  for (Parameter* p : model.parameters().trainable())
+    EXPECT_LT(testing::grad_check_error(loss, p->value, p->grad.to_vector<double>(), 1e-6, 24), kTolerance) << p->name;
+}
+
+}  // namespace
+}  // namespace fp8train::model
