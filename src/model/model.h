@@ -20,7 +20,8 @@
 // backward) — see model/hooks.h. Schedulable knobs: set_mtp_lambda, set_bias_update_speed,
 // set_seq_aux_loss_alpha. After each optimizer step call update_router_biases(): each MoE layer moves its bias
 // by b_i += γ·sign(mean_load − load_i) using the loads of the training forwards since the previous call.
-// Determinism: for a fixed seed and thread count every result is bit-for-bit reproducible (no racy reductions).
+// Determinism: for a fixed seed every result is bit-for-bit reproducible — no racy reductions, and on the CPU
+// the same bits for any thread count (GEMMs split into shape-determined chunks; tests/model checks 1 vs 2).
 #pragma once
 #include <memory>
 #include <string>
