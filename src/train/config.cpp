@@ -257,7 +257,15 @@ std::string config_table(const TrainConfig& config, const ConfigSources& sources
 std::vector<ConfigFlag> config_flags() {
   std::vector<ConfigFlag> flags;
   for (const ConfigKey& k : config_keys())
-    flags.push_back({k.flag, k.key, fmt::format("{} [{}; {}]", k.help, k.key, range_text(k))});
+  {
+    static TrainConfig probe;
+    const ValueRef ref = k.ref(probe);
+    const char* type = std::holds_alternative<double*>(ref)        ? "NUMBER"
+                       : std::holds_alternative<std::string*>(ref) ? "TEXT"
+                       : std::holds_alternative<bool*>(ref)        ? "BOOL"
+                                                                   : "INT";
+    flags.push_back({k.flag, k.key, fmt::format("{} [{}; {}]", k.help, k.key, range_text(k)), type});
+  }
   return flags;
 }
 

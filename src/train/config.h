@@ -101,6 +101,7 @@ std::string config_table(const TrainConfig& config, const ConfigSources& sources
 // Flag descriptions for the CLI: flag name (without "--"), dotted key, help text with range/choices.
 struct ConfigFlag {
   std::string flag, key, help;
+  std::string type_name;  // INT, NUMBER, TEXT or BOOL (for --help)
 };
 std::vector<ConfigFlag> config_flags();
 

@@ -56,12 +56,13 @@ svg::Chart chart(const std::string& title, const std::string& y_label, svg::Scal
   c.x.label = "optimizer step";
   c.y.label = y_label;
   c.y.scale = y_scale;
-  c.width = 660;
+  c.width = 640;
   c.height = 360;
   c.legend = svg::LegendPlacement::Bottom;
   return c;
 }
 
+// Table text of a JSON value: numbers compact, empty strings "(none)".
 std::string format_value(const nlohmann::json& v) {
   if (v.is_string()) return v.get<std::string>().empty() ? "(none)" : v.get<std::string>();
   if (v.is_number_float()) return fmt::format("{:g}", v.get<double>());
@@ -76,9 +77,10 @@ std::string write_report(const std::string& run_dir) {
   const auto evals = read_jsonl((dir / "eval.jsonl").string());
   const auto loads = read_jsonl((dir / "expert_load.jsonl").string());
   const auto events = read_jsonl((dir / "events.jsonl").string());
-  nlohmann::json config, summary;
+  nlohmann::json config;
+  nlohmann::ordered_json summary;
   if (fs::exists(dir / "config.json")) config = nlohmann::json::parse(read_file((dir / "config.json").string()), nullptr, false);
-  if (fs::exists(dir / "summary.json")) summary = nlohmann::json::parse(read_file((dir / "summary.json").string()), nullptr, false);
+  if (fs::exists(dir / "summary.json")) summary = nlohmann::ordered_json::parse(read_file((dir / "summary.json").string()), nullptr, false);
 
   std::string body;
   // ---- summary ----------------------------------------------------------------------------------------
@@ -88,7 +90,7 @@ std::string write_report(const std::string& run_dir) {
     body += "<tr><th>" + svg::escape(k) + "</th><td>" + svg::escape(v) + "</td></tr>\n";
   };
   if (summary.is_object())
-    for (auto it = summary.begin(); it != summary.end(); ++it) row(it.key(), format_value(it.value()));
+    for (auto it = summary.begin(); it != summary.end(); ++it) row(it.key(), format_value(nlohmann::json(it.value())));
   row("steps logged", std::to_string(metrics.size()));
   int skipped = 0;
   for (const auto& e : events)
@@ -96,6 +98,7 @@ std::string write_report(const std::string& run_dir) {
   row("non-finite steps skipped", std::to_string(skipped));
   body += "</table>\n";
 
+  body += "<div class=\"figs\">\n";
   // ---- losses -----------------------------------------------------------------------------------------
   const Column loss = column(metrics, "loss"), main = column(metrics, "loss_main"), mtp = column(metrics, "loss_mtp"),
                balance = column(metrics, "loss_balance");
@@ -184,6 +187,7 @@ std::string write_report(const std::string& run_dir) {
                                  l, experts));
     }
   }
+  body += "</div>\n";
   // ---- config -----------------------------------------------------------------------------------------
   if (config.is_object()) {
     body += "<h2>Configuration</h2>\n<table class=\"config\">\n";
@@ -203,7 +207,8 @@ std::string write_report(const std::string& run_dir) {
                            "body{font-family:sans-serif;margin:24px;color:#222;max-width:1400px}\n"
                            "h1{font-size:22px;margin-bottom:4px}h2{font-size:18px;margin-top:28px}\n"
                            ".dir{color:#666;margin-top:0}\n"
-                           "figure{display:inline-block;margin:8px 12px 16px 0;vertical-align:top;width:660px}\n"
+                           ".figs{display:flex;flex-wrap:wrap;gap:8px 24px}\n"
+                           "figure{margin:8px 0 16px 0;width:640px}\n"
                            "figcaption{font-size:13px;color:#444;margin-top:4px}\n"
                            "table{border-collapse:collapse;font-size:13px}th,td{padding:2px 10px;text-align:left;"
                            "border-bottom:1px solid #e4e4e4}th{font-weight:600}\n"

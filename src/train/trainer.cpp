@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <filesystem>
 #include <numbers>
@@ -23,6 +24,7 @@ namespace fs = std::filesystem;
 namespace {
 
 using Clock = std::chrono::steady_clock;
+volatile std::sig_atomic_t g_stop = 0;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -80,6 +82,9 @@ nlohmann::ordered_json load_fractions(const std::vector<std::vector<double>>& to
 }
 
 }  // namespace
+
+void request_stop() { g_stop = 1; }
+bool stop_requested() { return g_stop != 0; }
 
 double evaluate_loss(TrainableModel& model, const std::vector<Token>& tokens, const std::vector<int64_t>& starts,
                      int64_t seq_len, int64_t batch) {
@@ -258,6 +263,15 @@ TrainResult run_training(const TrainConfig& config, TrainableModel& model, const
     const bool last = state.step == config.steps;
     if (last || (config.eval_every > 0 && state.step % config.eval_every == 0)) evaluate();
     if (last || (config.save_every > 0 && state.step % config.save_every == 0)) save(last ? "final" : "periodic");
+    if (!last && stop_requested()) {
+      g_stop = 0;
+      save("interrupt");
+      events_log.write({{"step", state.step}, {"event", "interrupted"}, {"detail", ""}});
+      progress.finish();
+      if (options.write_report) write_report(options.run_dir);
+      FP8T_FAIL("interrupted at step {} of {}; checkpoint saved, continue with: fp8train train --resume {}",
+                state.step, config.steps, options.run_dir);
+    }
   }
   progress.finish();
 

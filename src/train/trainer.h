@@ -19,6 +19,11 @@
 
 namespace fp8train::train {
 
+// Set (e.g. from a SIGINT handler) to stop a run after the current step: the trainer saves a checkpoint,
+// writes the report and throws Error saying how to continue (--resume). Async-signal-safe to set.
+void request_stop();
+bool stop_requested();
+
 struct TrainOptions {
   std::string run_dir;                    // resolved output directory (must exist)
   const CheckpointMeta* resume = nullptr; // continue from this checkpoint

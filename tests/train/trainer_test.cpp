@@ -286,3 +286,22 @@ TEST(Checkpoint, RefusesAModelOfAnotherShape) {
   const std::string msg = error_of([&] { load_checkpoint(meta, bigger, nullptr); });
   EXPECT_NE(msg.find("has shape [259, 259], the model's is [300, 300]"), std::string::npos) << msg;
 }
+
+TEST(Trainer, AStopRequestCheckpointsAndResumesCleanly) {
+  TempDir dir("stop");
+  TrainConfig c = toy_config();
+  c.steps = 6;
+  BigramModel a(kByteVocabSize);
+  request_stop();  // as if Ctrl-C arrived during the first step
+  const std::string msg = error_of([&] { run_toy(c, a, dir.path); });
+  EXPECT_NE(msg.find("interrupted at step 1 of 6"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--resume"), std::string::npos) << msg;
+  EXPECT_FALSE(stop_requested());
+  const CheckpointMeta meta = read_checkpoint_meta(resolve_checkpoint_dir(dir.path.string()));
+  EXPECT_EQ(meta.state.step, 1);
+  BigramModel b(kByteVocabSize);
+  b.set_step(1);
+  const TrainResult r = run_toy(c, b, dir.path, &meta);
+  EXPECT_EQ(r.steps_done, 6);
+  EXPECT_EQ(read_jsonl((dir.path / "metrics.jsonl").string()).size(), 6u);
+}

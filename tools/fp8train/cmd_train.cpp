@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -107,6 +108,11 @@ void run_train(const TrainArgs& args) {
   std::printf("\n%s\n", config_table(config, sources).c_str());
   std::fflush(stdout);
 
+  // Ctrl-C: finish the step, checkpoint, report, then stop (a second Ctrl-C kills at once).
+  std::signal(SIGINT, [](int) {
+    request_stop();
+    std::signal(SIGINT, SIG_DFL);
+  });
   TrainOptions options;
   options.run_dir = config.out;
   options.resume = resume ? &*resume : nullptr;
@@ -261,7 +267,7 @@ void add_train(CLI::App& root) {
   for (const ConfigFlag& f : config_flags()) {
     const std::string section = f.key.substr(0, f.key.find('.'));
     const char* group = section == "model" ? "Model" : section == "data" ? "Data" : section == "train" ? "Training" : "Optimizer";
-    CLI::Option* o = train->add_option("--" + f.flag, flag_storage[f.flag], f.help)->group(group);
+    CLI::Option* o = train->add_option("--" + f.flag, flag_storage[f.flag], f.help)->group(group)->type_name(f.type_name);
     options.emplace_back(f.flag, o);
   }
   train->callback([train, options] {
