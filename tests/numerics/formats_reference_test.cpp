@@ -146,13 +146,21 @@ uint32_t ref_round_magnitude(const RefFormat& f, Exact ax) {
   return (below & 1u) == 0 ? below : below + 1;
 }
 
-// The full reference encoder. For BF16 the NaN result is not unique (payload kept), so the caller checks
-// NaN inputs of BF16 by property; this returns 0xFFFFFFFF for them.
-uint32_t ref_encode(const RefFormat& f, uint32_t bits, Saturation sat, NanMode nan) {
+// The rounded magnitude of a non-NaN input (max_code + 1 for ±Inf: "past the largest finite value").
+// It does not depend on the modes, so the comparison loop computes it once per format and input.
+uint32_t ref_magnitude(const RefFormat& f, uint32_t bits) {
+  const uint32_t abs_bits = bits & 0x7FFFFFFFu;
+  if (abs_bits >= 0x7F800000u) return f.max_code + 1;  // Inf; for NaN the magnitude is never used
+  return ref_round_magnitude(f, float_magnitude(bits));
+}
+
+// The full reference encoder, given the input and its ref_magnitude. For BF16 the NaN result is not
+// unique (payload kept), so the caller checks NaN inputs of BF16 by property; this returns 0xFFFFFFFF.
+uint32_t ref_encode(const RefFormat& f, uint32_t bits, uint32_t mag, Saturation sat, NanMode nan) {
   const bool negative = (bits >> 31) != 0;
   const uint32_t sign = negative ? f.sign_bit : 0u;
   const uint32_t abs_bits = bits & 0x7FFFFFFFu;
-  const bool is_nan = abs_bits > 0x7F800000u, is_inf = abs_bits == 0x7F800000u;
+  const bool is_nan = abs_bits > 0x7F800000u;
   switch (f.kind) {
     case Kind::E4M3:
       if (is_nan) return nan == NanMode::Nvidia ? 0x7Fu : (0x7Fu | sign);
@@ -167,7 +175,6 @@ uint32_t ref_encode(const RefFormat& f, uint32_t bits, Saturation sat, NanMode n
       if (is_nan) return 0xFFFFFFFFu;
       break;
   }
-  const uint32_t mag = is_inf ? f.max_code + 1 : ref_round_magnitude(f, float_magnitude(bits));
   if (mag <= f.max_code) return sign | mag;
   // Overflow (or Inf).
   switch (f.kind) {
@@ -182,6 +189,10 @@ uint32_t ref_encode(const RefFormat& f, uint32_t bits, Saturation sat, NanMode n
       return sign | (sat == Saturation::SatFinite ? f.max_code : 0x7C0u);
   }
   return 0;
+}
+
+uint32_t ref_encode(const RefFormat& f, uint32_t bits, Saturation sat, NanMode nan) {
+  return ref_encode(f, bits, ref_magnitude(f, bits), sat, nan);
 }
 
 // ---- comparison of reference and fast encoders on one input --------------------------------------
@@ -209,18 +220,21 @@ constexpr NanMode kNanModes[] = {NanMode::Nvidia, NanMode::MlDtypes};
 
 void check_one(uint32_t bits, Mismatches& out) {
   const float x = bits_float(bits);
+  const RefFormat &e4m3 = ref_e4m3(), &e5m2 = ref_e5m2(), &e5m6 = ref_e5m6(), &bf16 = ref_bf16();
+  const uint32_t mag4 = ref_magnitude(e4m3, bits), mag5 = ref_magnitude(e5m2, bits);
+  const uint32_t mag6 = ref_magnitude(e5m6, bits), mag16 = ref_magnitude(bf16, bits);
   for (Saturation sat : kSatModes) {
     for (NanMode nan : kNanModes) {
-      const uint32_t want4 = ref_encode(ref_e4m3(), bits, sat, nan), got4 = e4m3_encode(x, sat, nan);
+      const uint32_t want4 = ref_encode(e4m3, bits, mag4, sat, nan), got4 = e4m3_encode(x, sat, nan);
       if (want4 != got4) out.add(sat == Saturation::SatFinite ? "e4m3 satfinite" : "e4m3 nonsat", bits, want4, got4);
-      const uint32_t want5 = ref_encode(ref_e5m2(), bits, sat, nan), got5 = e5m2_encode(x, sat, nan);
+      const uint32_t want5 = ref_encode(e5m2, bits, mag5, sat, nan), got5 = e5m2_encode(x, sat, nan);
       if (want5 != got5) out.add(sat == Saturation::SatFinite ? "e5m2 satfinite" : "e5m2 nonsat", bits, want5, got5);
     }
-    const uint32_t want6 = ref_encode(ref_e5m6(), bits, sat, NanMode::Nvidia), got6 = e5m6_encode(x, sat);
+    const uint32_t want6 = ref_encode(e5m6, bits, mag6, sat, NanMode::Nvidia), got6 = e5m6_encode(x, sat);
     if (want6 != got6) out.add(sat == Saturation::SatFinite ? "e5m6 satfinite" : "e5m6 nonsat", bits, want6, got6);
   }
   const uint32_t got_bf16 = bf16_encode(x);
-  const uint32_t want_bf16 = ref_encode(ref_bf16(), bits, Saturation::NonSat, NanMode::Nvidia);
+  const uint32_t want_bf16 = ref_encode(bf16, bits, mag16, Saturation::NonSat, NanMode::Nvidia);
   if (want_bf16 == 0xFFFFFFFFu) {
     // NaN: the result must be a NaN with the input's sign and its top payload bits, quiet bit set.
     const bool ok = (got_bf16 & 0x7FFFu) > 0x7F80u && (got_bf16 & ~0x40u) == ((bits >> 16) & ~0x40u) &&
