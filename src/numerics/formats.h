@@ -270,13 +270,14 @@ FP8T_HD uint32_t counter_random_u32(uint64_t seed, uint64_t index) {
 }
 
 // Stochastic rounding: rounds x up with probability equal to its distance above floor(x) (24 random bits),
-// so E[result] = x for |x| <= 127. Clamped to [-127, 127]; NaN maps to 0.
+// so E[result] = x for |x| <= 127 up to the 2^-24 resolution of the random bits (exact when frac(x) is a
+// multiple of 2^-24). Clamped to [-127, 127]; NaN maps to 0.
 FP8T_HD int8_t int8_encode_stochastic(float x, uint32_t random_bits) {
   if (!(x == x)) return 0;
   if (x >= 127.0f) return 127;
   if (x <= -127.0f) return -127;
   const float lo = static_cast<float>(static_cast<int>(x) - (x < static_cast<float>(static_cast<int>(x)) ? 1 : 0));
-  const float frac = x - lo;  // exact: |x| < 128
+  const float frac = x - lo;  // exact for |x| >= 1; for -1 < x < 0 rounded to the 2^-24 grid of [0.5, 1)
   const float u = static_cast<float>(random_bits >> 8) * 5.9604644775390625e-08f;  // [0, 1) in steps of 2^-24
   const float r = lo + (u < frac ? 1.0f : 0.0f);
   return static_cast<int8_t>(static_cast<int>(r));
