@@ -277,7 +277,7 @@ FP8T_HD int8_t int8_encode_stochastic(float x, uint32_t random_bits) {
   if (x >= 127.0f) return 127;
   if (x <= -127.0f) return -127;
   const float lo = static_cast<float>(static_cast<int>(x) - (x < static_cast<float>(static_cast<int>(x)) ? 1 : 0));
-  const float frac = x - lo;  // exact for |x| >= 1; for -1 < x < 0 rounded to the 2^-24 grid of [0.5, 1)
+  const float frac = x - lo;  // exact, except for -0.5 < x < 0: 1 + x rounds to the 2^-24 grid of [0.5, 1)
   const float u = static_cast<float>(random_bits >> 8) * 5.9604644775390625e-08f;  // [0, 1) in steps of 2^-24
   const float r = lo + (u < frac ? 1.0f : 0.0f);
   return static_cast<int8_t>(static_cast<int>(r));
