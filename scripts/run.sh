@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The main job on its embedded default: sets up, builds, and runs it. Extra arguments go to the job.
+# The main job on its embedded default: sets up, builds, and trains a small DeepSeek-V3-style model (MLA +
+# DeepSeekMoE + MTP) on the embedded procedural corpus for a few minutes (`fp8train train`, preset `small`).
+# Extra arguments go to `fp8train train` (e.g. --preset tiny --data FILE --steps N --out DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
-exec ./build/fp8train numerics accum "$@"
+exec ./build/fp8train train "$@"

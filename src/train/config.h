@@ -44,7 +44,7 @@ struct TrainConfig {
   std::string out;                // run directory (empty: runs/<preset>-<date>-<time>)
   int64_t save_every = 0;         // checkpoint every N steps (0: only at the end)
   int64_t eval_every = 100;       // held-out evaluation every N steps (and at the end)
-  int64_t eval_batches = 8;       // batches of held-out windows per evaluation
+  int64_t eval_batches = 8;       // batches of held-out windows per periodic evaluation (the final: all)
   int64_t log_every = 10;         // a plain progress line every N steps when not on a terminal
   int64_t max_bad_steps = 5;      // consecutive non-finite steps before the run stops
   int64_t health_every = 50;      // numerics-health counters and memory sampled into metrics.jsonl every N steps (0: never)

@@ -6,7 +6,8 @@
 //                      (JSON has no NaN), which is how a skipped step shows
 //   eval.jsonl         {"step", "eval_loss", "eval_bpb"} at each evaluation (bits per byte = per token for the
 //                      byte tokenizer; for token files the key is "eval_bits_per_token")
-//   expert_load.jsonl  {"step", "load": [[fraction of routed assignments per expert] per MoE layer]}
+//   expert_load.jsonl  {"step", "layers": [MoE layer names], "load": [[fraction of routed assignments per
+//                      expert] per MoE layer]}, every log_every steps
 //   events.jsonl       {"step", "event", "detail"}: skipped non-finite steps, resumes, checkpoints
 // max_expert_load_ratio = max over MoE layers and experts of load_i / mean_j load_j (1 = perfectly balanced).
 #pragma once

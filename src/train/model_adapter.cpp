@@ -98,6 +98,12 @@ nlohmann::json DeepSeekTrainable::take_health() {
 
 int64_t DeepSeekTrainable::compute_weight_bytes() { return hooks_.linear->weight_operand_bytes(); }
 
+std::vector<std::string> DeepSeekTrainable::moe_layer_names() {
+  std::vector<std::string> names;
+  for (const model::ExpertLoad& l : model_->expert_loads()) names.push_back(l.layer);
+  return names;
+}
+
 void DeepSeekTrainable::after_step() { model_->update_router_biases(); }
 
 void DeepSeekTrainable::discard_step() { model_->clear_expert_loads(); }

@@ -32,6 +32,7 @@ class DeepSeekTrainable : public TrainableModel {
   void discard_step() override;
   double eval_loss_sum(const Token* inputs, const Token* targets, int64_t batch, int64_t seq_len) override;
   std::vector<float> next_token_logits(const Token* inputs, int64_t batch, int64_t seq_len) override;
+  std::vector<std::string> moe_layer_names() override;
   void begin_step(int64_t step, bool sample_health) override;
   nlohmann::json take_health() override;
   int64_t compute_weight_bytes() override;

@@ -181,10 +181,14 @@ std::string write_report(const std::string& run_dir) {
           s[e].y.push_back(rec["load"][l][e].get<double>() * static_cast<double>(experts));
         }
       }
-      body += figure(svg::line_chart(chart(fmt::format("Per-expert load, MoE layer {}", l), "load / balanced share"), s),
-                     fmt::format("Share of routed token assignments each expert of MoE layer {} received, relative to "
-                                 "the balanced share 1/{} (router-bias balancing pulls these toward 1).",
-                                 l, experts));
+      const nlohmann::json& names = loads.front().contains("layers") ? loads.front()["layers"] : nlohmann::json();
+      const std::string layer = names.is_array() && names.size() > l && names[l].is_string()
+                                    ? names[l].get<std::string>()
+                                    : fmt::format("MoE layer {}", l);
+      body += figure(svg::line_chart(chart("Per-expert load: " + layer, "load / balanced share"), s),
+                     fmt::format("Share of routed token assignments each expert of {} received, relative to the "
+                                 "balanced share 1/{} (the auxiliary-loss-free router-bias update pulls these toward 1).",
+                                 layer, experts));
     }
   }
   body += "</div>\n";

@@ -77,6 +77,8 @@ class TrainableModel {
     (void)sample_health;
   }
   virtual nlohmann::json take_health() { return nullptr; }
+  // Names of the MoE layers, in the order of MicroBatchResult::expert_tokens (e.g. "layers.1.moe").
+  virtual std::vector<std::string> moe_layer_names() { return {}; }
   virtual int64_t compute_weight_bytes() { return 0; }
 };
 

@@ -158,8 +158,14 @@ TrainResult run_training(const TrainConfig& config, TrainableModel& model, const
     progress.message(fmt::format("step {}: {} checkpoint saved to {}", state.step, why, dir));
   };
   TrainResult result;
-  auto evaluate = [&]() {
-    const double loss = evaluate_loss(model, split.eval, eval_starts, config.seq_len, config.micro_batch());
+  // The final evaluation covers the whole held-out split (up to kFinalEvalMaxWindows windows), the periodic
+  // ones the first eval_batches × micro_batch windows of it (cheaper, and the same windows every time).
+  constexpr int64_t kFinalEvalMaxWindows = 2048;
+  const std::vector<int64_t> final_eval_starts =
+      eval_window_starts(split.eval.size(), config.seq_len, kFinalEvalMaxWindows);
+  auto evaluate = [&](bool final) {
+    const std::vector<int64_t>& starts = final ? final_eval_starts : eval_starts;
+    const double loss = evaluate_loss(model, split.eval, starts, config.seq_len, config.micro_batch());
     const double bits = loss / std::numbers::ln2;
     nlohmann::ordered_json j;
     j["step"] = state.step;
@@ -167,12 +173,13 @@ TrainResult run_training(const TrainConfig& config, TrainableModel& model, const
     j[data.byte_tokens ? "eval_bpb" : "eval_bits_per_token"] = finite_or_null(bits);
     eval_log.write(j);
     progress.message(fmt::format("step {}: held-out loss {:.4f}, {:.4f} bits per {} ({} windows of {} tokens)",
-                                 state.step, loss, bits, data.byte_tokens ? "byte" : "token", eval_starts.size(),
+                                 state.step, loss, bits, data.byte_tokens ? "byte" : "token", starts.size(),
                                  config.seq_len));
     result.final_eval_loss = loss;
     result.final_eval_bits = bits;
   };
 
+  const std::vector<std::string> moe_names = model.moe_layer_names();
   const auto run_start = Clock::now();
   const int64_t first_step = state.step;
   std::vector<Token> inputs, targets;
@@ -249,7 +256,7 @@ TrainResult run_training(const TrainConfig& config, TrainableModel& model, const
     }
     metrics_log.write(row);
     if (!expert_tokens.empty() && (state.step % config.log_every == 0 || state.step == config.steps || step == first_step))
-      load_log.write({{"step", state.step}, {"load", load_fractions(expert_tokens)}});
+      load_log.write({{"step", state.step}, {"layers", moe_names}, {"load", load_fractions(expert_tokens)}});
 
     if (!stop_reason.empty()) {
       progress.finish();
@@ -261,7 +268,7 @@ TrainResult run_training(const TrainConfig& config, TrainableModel& model, const
                      per_step * static_cast<double>(config.steps - state.step)});
 
     const bool last = state.step == config.steps;
-    if (last || (config.eval_every > 0 && state.step % config.eval_every == 0)) evaluate();
+    if (last || (config.eval_every > 0 && state.step % config.eval_every == 0)) evaluate(last);
     if (last || (config.save_every > 0 && state.step % config.save_every == 0)) save(last ? "final" : "periodic");
     if (!last && stop_requested()) {
       g_stop = 0;

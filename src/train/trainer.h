@@ -35,7 +35,7 @@ struct TrainOptions {
 struct TrainResult {
   int64_t steps_done = 0;
   double final_train_loss = 0;  // mean of the last min(10, steps) applied steps' total loss
-  double final_eval_loss = 0;   // last held-out loss (nats per token)
+  double final_eval_loss = 0;   // held-out loss at the end, over the whole held-out split (nats per token)
   double final_eval_bits = 0;   // ... in bits (per byte for byte tokens)
   int64_t skipped_steps = 0;
   double seconds = 0;

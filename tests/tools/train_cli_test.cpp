@@ -111,7 +111,9 @@ TEST_F(TrainCli, TrainsEvaluatesAndGenerates) {
     EXPECT_TRUE(m["max_expert_load_ratio"].get<double>() >= 1.0);
   }
   EXPECT_EQ(jsonl(work_ / "a" / "eval.jsonl").size(), 2u);
-  EXPECT_TRUE(fs::exists(work_ / "a" / "report.html"));
+  const std::string report = slurp(work_ / "a" / "report.html");
+  EXPECT_NE(report.find("Per-expert load: layers.1.moe"), std::string::npos) << "MoE layers are named in the report";
+  EXPECT_NE(report.find("Per-expert load: mtp.0"), std::string::npos) << "the MTP block's MoE too";
   EXPECT_TRUE(fs::exists(work_ / "a" / "checkpoints" / "step-00000003" / "model.safetensors"));
   EXPECT_EQ(slurp(work_ / "a" / "checkpoints" / "latest"), "step-00000006\n");
 

@@ -110,7 +110,7 @@ TEST(Trainer, LossFallsAndLogsTheDocumentedKeys) {
   EXPECT_NE(html.find("<svg"), std::string::npos);
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org"));  // only the SVG namespace, no fetches
-  for (const char* title : {"Loss", "Learning rate", "Gradient norm", "Per-expert load, MoE layer 0", "Held-out"})
+  for (const char* title : {"Loss", "Learning rate", "Gradient norm", "Per-expert load: MoE layer 0", "Held-out"})
     EXPECT_NE(html.find(title), std::string::npos) << title;
 }
 
