@@ -5,4 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
+# Passive OpenMP waiting: on a shared machine libgomp's default spin-waiting makes each parallel region wait for
+# a descheduled partner thread (measured 1.5x slower training steps at load 4, bench/RESULTS.md).
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 exec ./build/fp8train train "$@"
