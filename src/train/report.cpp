@@ -90,7 +90,19 @@ std::string write_report(const std::string& run_dir) {
     body += "<tr><th>" + svg::escape(k) + "</th><td>" + svg::escape(v) + "</td></tr>\n";
   };
   if (summary.is_object())
-    for (auto it = summary.begin(); it != summary.end(); ++it) row(it.key(), format_value(nlohmann::json(it.value())));
+    for (auto it = summary.begin(); it != summary.end(); ++it) {
+      if (!it.value().is_object()) {
+        row(it.key(), format_value(nlohmann::json(it.value())));
+        continue;
+      }
+      // Nested groups (e.g. memory in bytes): one row per entry, byte counts also in MiB.
+      for (auto sub = it.value().begin(); sub != it.value().end(); ++sub) {
+        std::string text = format_value(nlohmann::json(sub.value()));
+        if (sub.key().ends_with("_bytes") && sub.value().is_number())
+          text += fmt::format(" ({:.2f} MiB)", sub.value().template get<double>() / (1024.0 * 1024.0));
+        row(it.key() + ": " + sub.key(), text);
+      }
+    }
   row("steps logged", std::to_string(metrics.size()));
   int skipped = 0;
   for (const auto& e : events)
@@ -214,7 +226,7 @@ std::string write_report(const std::string& run_dir) {
                            ".figs{display:flex;flex-wrap:wrap;gap:8px 24px}\n"
                            "figure{margin:8px 0 16px 0;width:640px}\n"
                            "figcaption{font-size:13px;color:#444;margin-top:4px}\n"
-                           "table{border-collapse:collapse;font-size:13px}th,td{padding:2px 10px;text-align:left;"
+                           "table{border-collapse:collapse;font-size:13px}th{white-space:nowrap}th,td{padding:2px 10px;text-align:left;"
                            "border-bottom:1px solid #e4e4e4}th{font-weight:600}\n"
                            "</style></head><body>\n" +
                            body + "</body></html>\n";
