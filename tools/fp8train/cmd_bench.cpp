@@ -191,7 +191,7 @@ void bench_gemm(const BenchOptions& o) {
     const int64_t M = s.m, N = s.n, K = s.k, kb = (K + 127) / 128, kb4 = (kb + 3) / 4 * 4;
     DeviceBuffer a16(M * K * 2, ctx.stream), b16(N * K * 2, ctx.stream), a8(M * K, ctx.stream), b8(N * K, ctx.stream);
     DeviceBuffer sa(M * kb * 4, ctx.stream), sb_blk(((N + 127) / 128) * kb4 * 4, ctx.stream),
-        sb_tile(N * kb * 4, ctx.stream), st(16, ctx.stream);
+        sb_tile(N * kb * 4, ctx.stream), st(32, ctx.stream);
     DeviceBuffer d16(M * N * 2, ctx.stream), d32(M * N * 4, ctx.stream);
     oc::fill_random_bf16(a16.as<uint16_t>(), M * K, seed++, 1.0f, ctx.stream);
     oc::fill_random_bf16(b16.as<uint16_t>(), N * K, seed++, 1.0f, ctx.stream);
@@ -200,7 +200,7 @@ void bench_gemm(const BenchOptions& o) {
     oc::fill_random_positive(sa.as<float>(), M * kb, seed++, 1e-3f, 2e-3f, ctx.stream);
     oc::fill_random_positive(sb_blk.as<float>(), ((N + 127) / 128) * kb4, seed++, 1e-3f, 2e-3f, ctx.stream);
     oc::fill_random_positive(sb_tile.as<float>(), N * kb, seed++, 1e-3f, 2e-3f, ctx.stream);
-    oc::fill_random_positive(st.as<float>(), 4, seed++, 1e-3f, 2e-3f, ctx.stream);
+    oc::fill_random_positive(st.as<float>(), 8, seed++, 1e-3f, 2e-3f, ctx.stream);
     oc::fill_random_f32(d32.as<float>(), M * N, seed++, 1.0f, ctx.stream);
 
     struct Case {
@@ -233,10 +233,10 @@ void bench_gemm(const BenchOptions& o) {
                      a8.get(), b8.get(), sa.as<float>(), sb_blk.as<float>(), d16.get()});
     cases.push_back({"fp8_tensor",
                      problem(GemmInput::E4M3, OperandScaling::Tensor, OperandScaling::Tensor, GemmOutput::BF16),
-                     a8.get(), b8.get(), st.as<float>(), st.as<float>() + 1, d16.get()});
+                     a8.get(), b8.get(), st.as<float>(), st.as<float>() + 4, d16.get()});
     Case fast{"fp8_tensor_fast",
               problem(GemmInput::E4M3, OperandScaling::Tensor, OperandScaling::Tensor, GemmOutput::BF16), a8.get(),
-              b8.get(), st.as<float>(), st.as<float>() + 1, d16.get()};
+              b8.get(), st.as<float>(), st.as<float>() + 4, d16.get()};
     fast.p.fast_accum = true;
     cases.push_back(fast);
     Case wgrad{"fp8_1x128_1x128_f32_acc",

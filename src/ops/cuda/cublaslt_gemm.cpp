@@ -285,7 +285,12 @@ void CublasLtGemm::run(const ScaledGemmProblem& q, const void* a, const float* a
     if (s == OperandScaling::Tensor) {
       FP8T_CHECK(reinterpret_cast<uintptr_t>(scales) % 4 == 0, "scaled GEMM: {}: a per-tensor scale must be a "
                  "4-byte aligned float", p.describe());
-      return scales;
+      if (reinterpret_cast<uintptr_t>(scales) % 16 == 0) return scales;
+      // cuBLASLt 13.1 on the H200 refuses (CUBLAS_STATUS_NOT_SUPPORTED from cublasLtMatmul, after a successful
+      // heuristic) a per-tensor scale that is not 16-byte aligned: bench/gpu_notes.md run 3. Copy it.
+      buf = DeviceBuffer(16, stream);
+      FP8T_CUDA_CHECK(cudaMemcpyAsync(buf.get(), scales, sizeof(float), cudaMemcpyDeviceToDevice, stream));
+      return buf.as<float>();
     }
     FP8T_CHECK(reinterpret_cast<uintptr_t>(scales) % 16 == 0,
                "scaled GEMM: {}: block-scale pointers must be 16-byte aligned", p.describe());
