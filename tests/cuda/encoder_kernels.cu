@@ -1,6 +1,7 @@
 // Device side of encoder_exhaustive_test.cpp: walks all 2^32 float32 bit patterns and compares the
 // hardware FP8 conversion (cvt.rn.satfinite.{e4m3,e5m2}x2.f32) and the INT8 float->int path used by the
 // kernels with the software encoders of numerics/formats.h that the CPU reference uses.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -40,9 +41,21 @@ __global__ void exhaustive_kernel(unsigned long long* counts, uint32_t* first) {
     if ((i8 & 0xFF) != static_cast<uint8_t>(num::int8_encode_rne(lo))) report(counts, first, 4, u);
     if ((i8 >> 8) != static_cast<uint8_t>(num::int8_encode_rne(hi))) report(counts, first, 5, u);
     if (ops::cuda::detail::e5m6_encode_fast(lo) != num::e5m6_encode(lo)) report(counts, first, 6, u);
-    if (u < 4096 && __float_as_uint(ops::cuda::detail::e5m6_decode_fast(static_cast<uint16_t>(u))) !=
-                        __float_as_uint(num::e5m6_decode(static_cast<uint16_t>(u))))
-      report(counts, first, 7, u);
+    // The group-checked encoder of the E5M6 kernel: in its range it must be the reference too.
+    if (ops::cuda::detail::e5m6_normal_range(lo) && ops::cuda::detail::e5m6_encode_normal(lo) != num::e5m6_encode(lo))
+      report(counts, first, 6, u);
+    if (ops::cuda::detail::e5m6_unsaturated_range(lo) &&
+        ops::cuda::detail::e5m6_encode_unsaturated(lo) != num::e5m6_encode(lo))
+      report(counts, first, 6, u);
+    if (u < 4096) {
+      const uint16_t code = static_cast<uint16_t>(u);
+      const uint32_t want = __float_as_uint(num::e5m6_decode(code));
+      if (__float_as_uint(ops::cuda::detail::e5m6_decode_fast(code)) != want) report(counts, first, 7, u);
+      // The unpack kernel's hardware path (fp16 widening of code << 4) for codes that are not Inf/NaN.
+      if ((code & 0x7C0u) != 0x7C0u &&
+          __float_as_uint(__half2float(__ushort_as_half(static_cast<unsigned short>(code << 4)))) != want)
+        report(counts, first, 7, u);
+    }
     if ((e4_hw & 0xFF) != (e5_sw & 0xFF)) atomicAdd(counts + 8, 1ull);
   }
 }

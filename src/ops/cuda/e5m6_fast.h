@@ -24,6 +24,33 @@ FP8T_HD uint16_t e5m6_encode_fast(float x) {
   return num::e5m6_encode(x);
 }
 
+// The normal-range branch of e5m6_encode_fast alone, for callers that check the range of a whole group first
+// (e5m6_normal_range) and take num::e5m6_encode for the group otherwise: no per-element branch.
+FP8T_HD bool e5m6_normal_range(float x) {
+  const uint32_t abs = num::float_bits(x) & 0x7FFFFFFFu;
+  return abs - 0x38800000u < 0x7F800000u - 0x38800000u;  // 2^-14 <= |x| < Inf (unsigned wrap for smaller)
+}
+FP8T_HD uint16_t e5m6_encode_normal(float x) {
+  const uint32_t bits = num::float_bits(x);
+  const uint32_t abs = bits & 0x7FFFFFFFu;
+  const uint32_t rounded = (abs + 0xFFFFu + ((abs >> 17) & 1u)) >> 17;
+  uint32_t mag = rounded - ((127u - 15u) << 6);
+  mag = mag > num::kE5M6MaxCode ? num::kE5M6MaxCode : mag;
+  return static_cast<uint16_t>(((bits >> 20) & 0x800u) | mag);
+}
+// e5m6_encode_normal without the saturation, for 2^-14 <= |x| <= kE5M6Max (no rounding can pass the largest
+// finite code there); callers check the group's range with e5m6_unsaturated_range.
+FP8T_HD bool e5m6_unsaturated_range(float x) {
+  const uint32_t abs = num::float_bits(x) & 0x7FFFFFFFu;
+  return abs - 0x38800000u <= 0x477E0000u - 0x38800000u;  // 0x477E0000: the bits of kE5M6Max (65024)
+}
+FP8T_HD uint32_t e5m6_encode_unsaturated(float x) {
+  const uint32_t bits = num::float_bits(x);
+  const uint32_t abs = bits & 0x7FFFFFFFu;
+  const uint32_t mag = ((abs + 0xFFFFu + ((abs >> 17) & 1u)) >> 17) - ((127u - 15u) << 6);
+  return ((bits >> 20) & 0x800u) | mag;
+}
+
 // num::e5m6_decode(code).
 FP8T_HD float e5m6_decode_fast(uint16_t code) {
   const uint32_t mag = code & 0x7FFu;
