@@ -45,10 +45,20 @@ FP8T_HD bool e5m6_unsaturated_range(float x) {
   return abs - 0x38800000u <= 0x477E0000u - 0x38800000u;  // 0x477E0000: the bits of kE5M6Max (65024)
 }
 FP8T_HD uint32_t e5m6_encode_unsaturated(float x) {
+  // On the signed bits (the sign cannot be reached by a carry or a borrow in this range): round to nearest
+  // even at bit 17 and re-bias the exponent from 127 to 15 in one three-operand add, shift the 15-bit result
+  // (sign at bit 14, E5M6 magnitude in bits 0-10, bits 11-13 zero) and move the sign from bit 14 to bit 11.
   const uint32_t bits = num::float_bits(x);
-  const uint32_t abs = bits & 0x7FFFFFFFu;
-  const uint32_t mag = ((abs + 0xFFFFu + ((abs >> 17) & 1u)) >> 17) - ((127u - 15u) << 6);
-  return ((bits >> 20) & 0x800u) | mag;
+  const uint32_t u = (bits + (0xFFFFu - ((127u - 15u) << 23)) + ((bits >> 17) & 1u)) >> 17;
+  return u - (u >> 14) * 0x3800u;
+}
+
+// num::e5m6_pack8 for codes already below 4096 (no masking; sums of disjoint bit fields, which the compiler
+// turns into shift-and-add instructions).
+FP8T_HD void e5m6_pack8_12bit(const uint32_t c[8], uint32_t words[3]) {
+  words[0] = c[0] + (c[1] << 12) + (c[2] << 24);
+  words[1] = (c[2] >> 8) + (c[3] << 4) + (c[4] << 16) + (c[5] << 28);
+  words[2] = (c[5] >> 4) + (c[6] << 8) + (c[7] << 20);
 }
 
 // num::e5m6_decode(code).
