@@ -278,6 +278,34 @@ TEST(QuantizeGpu, E5M6PackAndUnpackMatchCpu) {
       }
 }
 
+// ops::cuda::dequantize of q (its block grid, row-major scales) to FP32 and to BF16.
+struct DequantOut {
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16;
+};
+DequantOut gpu_dequantize(const quant::QuantTensor& q, CodeFormat f) {
+  DeviceArray<uint8_t> codes(q.codes);
+  DeviceArray<float> scales(q.scales);
+  ops::cuda::DequantArgs a;
+  a.q = codes.get();
+  a.format = f;
+  a.rows = q.rows;
+  a.cols = q.cols;
+  a.block_rows = q.granularity.block_rows;
+  a.block_cols = q.granularity.block_cols;
+  a.scales = scales.get();
+  a.strides = ops::cuda::row_major_scales(q.scale_cols());
+  DeviceArray<float> out32(q.rows * q.cols);
+  DeviceArray<uint16_t> out16(q.rows * q.cols);
+  a.out = out32.get();
+  a.out_type = InType::F32;
+  ops::cuda::dequantize(a, nullptr);
+  a.out = out16.get();
+  a.out_type = InType::BF16;
+  ops::cuda::dequantize(a, nullptr);
+  return {out32.download(), out16.download()};
+}
+
 TEST(QuantizeGpu, DequantizeMatchesCpu) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -292,35 +320,16 @@ TEST(QuantizeGpu, DequantizeMatchesCpu) {
       const std::vector<float> x = random_matrix(rows, cols, seed + s++);
       ops::cuda::QuantOptions o{f, s % 2 == 0, false, 0, Encoder::Hardware};
       const quant::QuantTensor q = quant::quantize(x, rows, cols, cpu_config(o, g));
-      DeviceArray<uint8_t> codes(q.codes);
-      DeviceArray<float> scales(q.scales);
-      ops::cuda::DequantArgs a;
-      a.q = codes.get();
-      a.format = f;
-      a.rows = rows;
-      a.cols = cols;
-      a.block_rows = g.block_rows;
-      a.block_cols = g.block_cols;
-      a.scales = scales.get();
-      a.strides = ops::cuda::row_major_scales(q.scale_cols());
-      DeviceArray<float> out32(rows * cols);
-      DeviceArray<uint16_t> out16(rows * cols);
-      a.out = out32.get();
-      a.out_type = InType::F32;
-      ops::cuda::dequantize(a, nullptr);
-      a.out = out16.get();
-      a.out_type = InType::BF16;
-      ops::cuda::dequantize(a, nullptr);
+      const DequantOut got = gpu_dequantize(q, f);
       const std::vector<float> want = quant::dequantize(q);
       std::string first;
-      EXPECT_EQ(count_float_mismatches(out32.download(), want, &first), 0) << g.name() << " " << cols << " f32 " << first;
-      EXPECT_EQ(count_mismatches(out16.download(), to_bf16(want), &first), 0) << g.name() << " " << cols << " bf16 "
-                                                                                << first;
+      EXPECT_EQ(count_float_mismatches(got.f32, want, &first), 0) << g.name() << " " << cols << " f32 " << first;
+      EXPECT_EQ(count_mismatches(got.bf16, to_bf16(want), &first), 0) << g.name() << " " << cols << " bf16 " << first;
     }
 }
 
-// Every code of each 1-byte format (NaN, Inf, subnormals, both zeros), through the 16-codes-per-thread path
-// (cols % 16 == 0) and the 8-per-thread path (cols % 16 != 0).
+// Every code of each 1-byte format (NaN, Inf, subnormals, both zeros), through the coalesced path
+// (cols % 16 == 0, with full and partial warp segments) and the 8-per-thread path (cols % 16 != 0).
 TEST(QuantizeGpu, DequantizeEveryCodeMatchesCpu) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -338,32 +347,14 @@ TEST(QuantizeGpu, DequantizeEveryCodeMatchesCpu) {
       for (int64_t i = 0; i < rows * cols; ++i) q.codes[i] = static_cast<uint8_t>((i * 7 + i / cols) & 0xFF);
       q.scales.resize(q.scale_rows() * q.scale_cols());
       for (float& v : q.scales) v = scale(gen);
-      DeviceArray<uint8_t> codes(q.codes);
-      DeviceArray<float> scales(q.scales);
-      ops::cuda::DequantArgs a;
-      a.q = codes.get();
-      a.format = f;
-      a.rows = rows;
-      a.cols = cols;
-      a.block_rows = 1;
-      a.block_cols = 128;
-      a.scales = scales.get();
-      a.strides = ops::cuda::row_major_scales(q.scale_cols());
-      DeviceArray<float> out32(rows * cols);
-      DeviceArray<uint16_t> out16(rows * cols);
-      a.out = out32.get();
-      a.out_type = InType::F32;
-      ops::cuda::dequantize(a, nullptr);
-      a.out = out16.get();
-      a.out_type = InType::BF16;
-      ops::cuda::dequantize(a, nullptr);
+      const DequantOut got = gpu_dequantize(q, f);
       // Bitwise equal except NaN payloads: the GPU's multiply by the scale returns the canonical NaN where the
       // CPU's keeps the code's sign and payload (H200 run 3, bench/gpu_notes.md), so NaN only has to stay NaN.
       const std::vector<float> want = quant::dequantize(q);
       std::string first;
-      EXPECT_EQ(count_float_mismatches(out32.download(), want, &first), 0)
+      EXPECT_EQ(count_float_mismatches(got.f32, want, &first), 0)
           << static_cast<int>(f) << " cols " << cols << " f32 " << first;
-      EXPECT_EQ(count_float_mismatches(from_bf16(out16.download()), from_bf16(to_bf16(want)), &first), 0)
+      EXPECT_EQ(count_float_mismatches(from_bf16(got.bf16), from_bf16(to_bf16(want)), &first), 0)
           << static_cast<int>(f) << " cols " << cols << " bf16 " << first;
     }
 }
