@@ -15,7 +15,9 @@
 //         B BNx128 bytes, 128-byte swizzle, zero fill outside the tensor); with multicast, the shared
 //         operand's half-tile is loaded by each CTA of the pair and multicast into both;
 //     after waiting on empty[s]. full[s] expects 33 arrivals + the TMA bytes; empty[s] expects one arrival per
-//     math warp of every CTA of the cluster (8 or 16).
+//     math thread of every CTA of the cluster (256 or 512): each thread releases its own reads of the stage
+//     (one arrival per warp after __syncwarp drew 536,846 racecheck WAR reports; per thread: 0, speed within
+//     run-to-run noise — bench/h8_runs/run3_*).
 //   warpgroups 0 and 1 (math; setmaxnreg 232): warpgroup w owns rows 64w..64w+63 of the tile. Per K block:
 //       wait full[s]; 4 x wgmma m64nBNk32 into `partial` (the first with scale-d = 0, i.e. into zeroed
 //       registers); commit; wait; then PROMOTION in FP32 on the CUDA cores:
@@ -135,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kOut == Output::Bf16Tma) tma_prefetch_descriptor(&tmap_d);
     for (int s = 0; s < S; ++s) {
       mbar_init(full_bar(s), 1 + 32);  // expect_tx arrival of lane 0 + one cp.async arrival per lane
-      mbar_init(empty_bar(s), kCluster * kMathThreads / 32);  // every math warp of every CTA of the cluster
+      mbar_init(empty_bar(s), kCluster * kMathThreads);  // every math thread of every CTA of the cluster
     }
     fence_barrier_init();
   }
@@ -269,11 +271,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             acc[4 * j + 3] = __fmaf_rn(__fmul_rn(sa1, sb.y), P[4 * j + 3], acc[4 * j + 3]);
           }
         }
-        __syncwarp();
-        if (lane == 0) {
-          mbar_arrive(empty_bar(s));
-          if constexpr (kCluster > 1) mbar_arrive_cluster(peer_bar_base + 8 * (S + s));
-        }
+        // Every thread arrives after its own reads of the stage (scales included), so the release covers them
+        // directly (with one arrival per warp after __syncwarp, racecheck reported WAR hazards: RESULTS.md).
+        mbar_arrive(empty_bar(s));
+        if constexpr (kCluster > 1) mbar_arrive_cluster(peer_bar_base + 8 * (S + s));
       };
       auto wait_full = [&](uint32_t iter) { mbar_wait(full_bar(iter % S), (iter / S) & 1); };
 
@@ -296,11 +297,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           wgmma_wait<0>();
 #pragma unroll
           for (int i = 0; i < kAcc; ++i) fence_register(acc[i]);
-          __syncwarp();
-          if (lane == 0) {
-            mbar_arrive(empty_bar(s));
-            if constexpr (kCluster > 1) mbar_arrive_cluster(peer_bar_base + 8 * (S + s));
-          }
+          mbar_arrive(empty_bar(s));
+          if constexpr (kCluster > 1) mbar_arrive_cluster(peer_bar_base + 8 * (S + s));
         }
       } else if constexpr (kDoubleBuffer) {
         // Two K blocks in flight: block i + 1 is issued into the other register set before block i is waited
