@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "numerics/formats.h"
 #include "quant/quant.h"
+#include "../common/random_data.h"
 
 using namespace fp8train;
 using namespace fp8train::quant;
@@ -22,13 +23,7 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-std::vector<float> randn(int64_t n, uint64_t seed, float sigma = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, sigma);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using fp8train::test_data::randn;
 
 QuantConfig cfg(Format f, Granularity g, ScaleMode m = ScaleMode::Amax) {
   QuantConfig c;

@@ -17,19 +17,14 @@
 #include "quant/quant.h"
 #include "quant/ref_gemm.h"
 #include "quant/ref_gemm_detail.h"
+#include "../common/random_data.h"
 
 using namespace fp8train;
 using namespace fp8train::quant;
 
 namespace {
 
-std::vector<float> randn(int64_t n, uint64_t seed, float sigma = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, sigma);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using fp8train::test_data::randn;
 
 // Random matrix whose rows/blocks have very different magnitudes, so block scales differ.
 std::vector<float> randn_wide(int64_t rows, int64_t cols, uint64_t seed) {

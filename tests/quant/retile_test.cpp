@@ -12,18 +12,13 @@
 #include <vector>
 
 #include "quant/quant.h"
+#include "../common/random_data.h"
 
 using namespace fp8train::quant;
 
 namespace {
 
-std::vector<float> randn(int64_t n, uint64_t seed, float sigma = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, sigma);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using fp8train::test_data::randn;
 
 uint32_t bits(float x) {
   uint32_t u;

@@ -20,20 +20,14 @@
 #include "quant/quant.h"
 #include "quant/ref_gemm.h"
 #include "recipe/linear_gemm.h"
+#include "../common/random_data.h"
 
 using namespace fp8train;
 using namespace fp8train::recipe;
 
 namespace {
 
-std::vector<float> randn(int64_t n, uint64_t seed, float sigma = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, sigma);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = dist(rng);
-  // Rows of very different magnitude make every tile's scale differ.
-  return v;
-}
+using fp8train::test_data::randn;
 
 uint32_t bits(float x) {
   uint32_t u;

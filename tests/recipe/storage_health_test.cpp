@@ -18,18 +18,13 @@
 #include "recipe/cached_activation.h"
 #include "recipe/linear_gemm.h"
 #include "tensor/backend.h"
+#include "../common/random_data.h"
 
 using namespace fp8train;
 using namespace fp8train::recipe;
 
 namespace {
-std::vector<float> randn(int64_t n, uint64_t seed, float sigma = 1.0f) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, sigma);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using fp8train::test_data::randn;
 int64_t cache_bytes_now() {
   return backend(Device::cpu()).allocator().stats().current_of(MemCategory::ActivationCache);
 }
