@@ -1,8 +1,12 @@
 // E5M6 1x128 quantization (12-bit codes packed 8 per 12 bytes), E5M6 unpacking, and dequantization of 1-byte
-// codes with any block grid. Each thread handles 8 consecutive elements in each of kRows = 4 rows, all loads
-// issued before the first use (enough bytes in flight to saturate HBM); a 2-D grid (x: groups of 8 columns,
-// y: groups of 4 rows, grid-stride beyond 65535) so no thread divides a 64-bit flat index. E5M6 uses the
-// fast codec of e5m6_fast.h. Layouts and arithmetic: quantize_cuda.h.
+// codes with any block grid. Three kernel shapes, each with all loads of a thread issued before first use and
+// a 2-D grid (x: column groups, y: groups of kRows = 4 rows, grid-stride beyond 65535):
+//   - quant_e5m6_kernel: 8 consecutive elements per lane, a half-warp per 128-column tile (issue-bound; see
+//     its comment for what keeps it at the bandwidth target);
+//   - dequant_coalesced_kernel (cols % 16 == 0, the common case): warp-contiguous lanes, hardware widening;
+//   - dequant_kernel / dequant_e5m6_kernel: 8 elements per thread, any shape (the fallback).
+// Speeds on the H200: bench/RESULTS.md (issue 7); variants tried: bench/gpu_notes.md. Layouts and arithmetic:
+// quantize_cuda.h.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -34,10 +38,12 @@ __device__ __forceinline__ void store8(void* out, int64_t elem, const float (&v)
 }
 
 // Half-warp per (row, 128-column tile): lane c of the half-warp owns columns 8c..8c+7 of the tile; kRows rows
-// per thread. Issue-bound (runs 4-8: bf16 and f32 input ran at the same ~0.75e12 elements/s whatever the rows
-// per thread or occupancy, ~250 warp instructions per row of 256 elements), so the per-row scale arithmetic
-// (an IEEE division and the UE8M0 rounding, ~100 instructions) is done once for all kRows rows: lane c
-// computes row (c mod kRows)'s scale and the others read it with two shuffles per row.
+// per thread. Issue-bound (H200 runs 4-8: bf16 and f32 input ran at the same ~0.75e12 elements/s whatever the
+// rows per thread or occupancy), so instructions per row are what count: the scale arithmetic (an IEEE
+// division and the UE8M0 rounding, ~100 instructions) is done once for all kRows rows (lane c computes row
+// (c mod kRows)'s scale, the others read it with two shuffles per row), min/max use three-input VIMNMX3, the
+// encoder is 6 integer operations on the signed bits when the group cannot saturate or underflow, and the
+// pack is unmasked shift-and-add. bf16 input: 0.66 -> 0.81 of copy bandwidth.
 template <InType IT>
 __global__ void __launch_bounds__(kThreads) quant_e5m6_kernel(const QuantE5M6Args a) {
   static_assert(kRows <= 16 && 16 % kRows == 0, "one half-warp lane per row computes that row's scale");
