@@ -166,13 +166,17 @@ FP8T_HD float e5m6_decode(uint16_t code) {
 
 // Eight 12-bit E5M6 codes packed little-endian into three 32-bit words: value i occupies bits
 // [12*i, 12*i+12) of the 96-bit little-endian integer words[0] | words[1] << 32 | words[2] << 64.
+// The same for codes already below 4096: no masking, sums of disjoint bit fields (shift-and-add instructions;
+// the CUDA E5M6 quantizer is instruction-bound). Codes 2 and 5 straddle words.
+FP8T_HD void e5m6_pack8_12bit(const uint32_t c[8], uint32_t words[3]) {
+  words[0] = c[0] + (c[1] << 12) + (c[2] << 24);
+  words[1] = (c[2] >> 8) + (c[3] << 4) + (c[4] << 16) + (c[5] << 28);
+  words[2] = (c[5] >> 4) + (c[6] << 8) + (c[7] << 20);
+}
 FP8T_HD void e5m6_pack8(const uint16_t codes[8], uint32_t words[3]) {
   uint32_t c[8];
   for (int i = 0; i < 8; ++i) c[i] = codes[i] & 0xFFFu;
-  // 32-bit operations only (the CUDA E5M6 quantizer is instruction-bound): codes 2 and 5 straddle words.
-  words[0] = c[0] | (c[1] << 12) | (c[2] << 24);
-  words[1] = (c[2] >> 8) | (c[3] << 4) | (c[4] << 16) | (c[5] << 28);
-  words[2] = (c[5] >> 4) | (c[6] << 8) | (c[7] << 20);
+  e5m6_pack8_12bit(c, words);
 }
 
 FP8T_HD void e5m6_unpack8(const uint32_t words[3], uint16_t codes[8]) {

@@ -14,6 +14,7 @@
 
 #include "gpu_test_util.h"
 #include "ops/cuda/quantize_cuda.h"
+#include "ops/cuda/tensor_ops.h"
 #include "quant/quant.h"
 
 namespace fp8train::gputest {
@@ -47,18 +48,9 @@ Input make_input(int64_t rows, int64_t cols, InType type, std::vector<float> val
   return in;
 }
 
-quant::Format to_format(CodeFormat f) {
-  switch (f) {
-    case CodeFormat::E4M3: return quant::Format::E4M3;
-    case CodeFormat::E5M2: return quant::Format::E5M2;
-    case CodeFormat::INT8: return quant::Format::INT8;
-  }
-  return quant::Format::E4M3;
-}
-
 quant::QuantConfig cpu_config(const ops::cuda::QuantOptions& o, quant::Granularity g) {
   quant::QuantConfig c;
-  c.format = to_format(o.format);
+  c.format = ops::cuda::quant_format(o.format);
   c.granularity = g;
   c.scale_mode = o.pow2_scales ? quant::ScaleMode::PowerOfTwo : quant::ScaleMode::Amax;
   c.rounding = o.stochastic ? quant::Rounding::Stochastic : quant::Rounding::Nearest;
@@ -341,7 +333,7 @@ TEST(QuantizeGpu, DequantizeEveryCodeMatchesCpu) {
       quant::QuantTensor q;
       q.rows = rows;
       q.cols = cols;
-      q.format = to_format(f);
+      q.format = ops::cuda::quant_format(f);
       q.granularity = quant::Granularity::tile_1x128();
       q.codes.resize(rows * cols);
       for (int64_t i = 0; i < rows * cols; ++i) q.codes[i] = static_cast<uint8_t>((i * 7 + i / cols) & 0xFF);

@@ -1,6 +1,7 @@
 // The CUDA kernels' fast E5M6 codec (src/ops/cuda/e5m6_fast.h, FP8T_HD so the host can run it) against the
 // reference codec of numerics/formats.h, on the CPU so CI checks it without a GPU: every 61st float32 bit
-// pattern (70 million, all exponents and both signs), the range predicates' edges, and the 12-bit packer.
+// pattern (70 million, all exponents and both signs), the range predicate's edges, and the 12-bit packer
+// against the masking one.
 // The GPU test (tests/cuda/encoder_kernels.cu) checks all 2^32 inputs on the device.
 #include <gtest/gtest.h>
 
@@ -19,33 +20,24 @@ float from_bits(uint32_t u) {
   std::memcpy(&x, &u, 4);
   return x;
 }
-uint64_t check(uint32_t u, int64_t& in_normal, int64_t& in_unsat) {
+uint64_t check(uint32_t u, int64_t& in_unsat) {
   const float x = from_bits(u);
-  const uint16_t want = num::e5m6_encode(x);
-  uint64_t bad = d::e5m6_encode_fast(x) != want;
-  if (d::e5m6_normal_range(x)) {
-    ++in_normal;
-    bad += d::e5m6_encode_normal(x) != want;
-  }
-  if (d::e5m6_unsaturated_range(x)) {
-    ++in_unsat;
-    bad += d::e5m6_encode_unsaturated(x) != want;
-  }
-  return bad;
+  if (!d::e5m6_unsaturated_range(x)) return 0;
+  ++in_unsat;
+  return d::e5m6_encode_unsaturated(x) != num::e5m6_encode(x);
 }
 }  // namespace
 
-TEST(E5M6Fast, EncodersEqualTheReference) {
-  int64_t in_normal = 0, in_unsat = 0;
+TEST(E5M6Fast, EncoderEqualsTheReferenceInItsRange) {
+  int64_t in_unsat = 0;
   uint64_t bad = 0;
-  for (uint64_t i = 0; i < (uint64_t{1} << 32); i += 61) bad += check(static_cast<uint32_t>(i), in_normal, in_unsat);
+  for (uint64_t i = 0; i < (uint64_t{1} << 32); i += 61) bad += check(static_cast<uint32_t>(i), in_unsat);
   // Edges of the ranges: 2^-14 (smallest E5M6 normal), 65024 (largest finite), their neighbours, Inf, NaN.
   for (uint32_t edge : {0x38800000u, 0x477E0000u, 0x477F0000u, 0x477FFFFFu, 0x7F800000u, 0x7FC00000u, 0u})
     for (uint32_t sign : {0u, 0x80000000u})
-      for (int delta = -2; delta <= 2; ++delta) bad += check((edge + delta) | sign, in_normal, in_unsat);
+      for (int delta = -2; delta <= 2; ++delta) bad += check((edge + delta) | sign, in_unsat);
   EXPECT_EQ(bad, 0u);
   EXPECT_GT(in_unsat, 8000000);  // the sweep really exercised the kernel's fast path
-  EXPECT_GE(in_normal, in_unsat);
   EXPECT_FALSE(d::e5m6_unsaturated_range(from_bits(0x477E0001u)));  // just above 65024: may saturate
   EXPECT_TRUE(d::e5m6_unsaturated_range(65024.0f));
   EXPECT_FALSE(d::e5m6_unsaturated_range(0.0f));
@@ -69,7 +61,7 @@ TEST(E5M6Fast, TwelveBitPackerEqualsTheReferencePacker) {
     }
     uint32_t want[3], got[3];
     num::e5m6_pack8(codes, want);
-    d::e5m6_pack8_12bit(codes32, got);
+    num::e5m6_pack8_12bit(codes32, got);
     ASSERT_EQ(got[0], want[0]) << trial;
     ASSERT_EQ(got[1], want[1]) << trial;
     ASSERT_EQ(got[2], want[2]) << trial;

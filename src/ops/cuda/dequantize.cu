@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kThreads) quant_e5m6_kernel(const QuantE5M6Arg
         for (int j = 0; j < 8; ++j) codes[j] = num::e5m6_encode(v[r].get(j) * s.inverse);
       }
       uint32_t words[3];
-      e5m6_pack8_12bit(codes, words);
+      num::e5m6_pack8_12bit(codes, words);
       uint32_t* dst = reinterpret_cast<uint32_t*>(a.packed + (row * a.cols + col) / 8 * 12);
       dst[0] = words[0];
       dst[1] = words[1];

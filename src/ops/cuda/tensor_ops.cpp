@@ -25,15 +25,6 @@ InType input_type(const Tensor& x, const char* what) {
   return x.dtype() == DType::F32 ? InType::F32 : InType::BF16;
 }
 
-quant::Format to_format(CodeFormat f) {
-  switch (f) {
-    case CodeFormat::E4M3: return quant::Format::E4M3;
-    case CodeFormat::E5M2: return quant::Format::E5M2;
-    case CodeFormat::INT8: return quant::Format::INT8;
-  }
-  return quant::Format::E4M3;
-}
-
 // Scale strides of a (srows x scols) grid: row-major, or the GEMM's native layout for 1x128 / 128x128 blocks.
 ScaleStrides strides_for(ScaleOrder order, const quant::Granularity& g, int64_t srows, int64_t scols) {
   if (order == ScaleOrder::RowMajor || g.per_tensor) return row_major_scales(scols);
@@ -64,6 +55,42 @@ GpuQuantized make_output(Device d, int64_t rows, int64_t cols, quant::Format f, 
 
 }  // namespace
 
+quant::Format quant_format(CodeFormat f) {
+  switch (f) {
+    case CodeFormat::E4M3: return quant::Format::E4M3;
+    case CodeFormat::E5M2: return quant::Format::E5M2;
+    case CodeFormat::INT8: return quant::Format::INT8;
+  }
+  return quant::Format::E4M3;
+}
+
+namespace {
+// The part of quantize_activation / quantize_weight that does not depend on the block shape: the launcher
+// arguments (Quant1x128Args or Quant128x128Args) and the outputs, with the transposed copy when asked for.
+template <class Args>
+Args quantizer_args(const Tensor& x, InType type, const QuantOptions& opt, quant::Granularity g, bool with_transposed,
+                    ScaleOrder order, MemCategory category, GpuQuantized& q, GpuQuantized& qt) {
+  const int64_t rows = x.size(0), cols = x.size(1);
+  q = make_output(x.device(), rows, cols, quant_format(opt.format), g, order, opt.pow2_scales, category);
+  Args a;
+  a.x = x.raw();
+  a.x_type = type;
+  a.rows = rows;
+  a.cols = cols;
+  a.opt = opt;
+  a.q = q.codes.data<uint8_t>();
+  a.q_scales = q.scales.data<float>();
+  a.q_strides = q.strides;
+  if (with_transposed) {
+    qt = make_output(x.device(), cols, rows, quant_format(opt.format), g, order, opt.pow2_scales, category);
+    a.qt = qt.codes.data<uint8_t>();
+    a.qt_scales = qt.scales.data<float>();
+    a.qt_strides = qt.strides;
+  }
+  return a;
+}
+}  // namespace
+
 quant::QuantTensor GpuQuantized::to_host() const {
   FP8T_CHECK(defined(), "GpuQuantized::to_host on an undefined tensor");
   quant::QuantTensor h;
@@ -86,26 +113,9 @@ ActivationQuantized quantize_activation(const Tensor& x, const QuantOptions& opt
   const char* what = "quantize_activation";
   check_cuda_matrix(x, what, "x");
   const InType type = input_type(x, what);
-  const int64_t rows = x.size(0), cols = x.size(1);
   ActivationQuantized out;
-  out.q = make_output(x.device(), rows, cols, to_format(opt.format), quant::Granularity::tile_1x128(), order,
-                      opt.pow2_scales, category);
-  Quant1x128Args a;
-  a.x = x.raw();
-  a.x_type = type;
-  a.rows = rows;
-  a.cols = cols;
-  a.opt = opt;
-  a.q = out.q.codes.data<uint8_t>();
-  a.q_scales = out.q.scales.data<float>();
-  a.q_strides = out.q.strides;
-  if (with_transposed) {
-    out.qt = make_output(x.device(), cols, rows, to_format(opt.format), quant::Granularity::tile_1x128(), order,
-                         opt.pow2_scales, category);
-    a.qt = out.qt.codes.data<uint8_t>();
-    a.qt_scales = out.qt.scales.data<float>();
-    a.qt_strides = out.qt.strides;
-  }
+  const Quant1x128Args a = quantizer_args<Quant1x128Args>(x, type, opt, quant::Granularity::tile_1x128(),
+                                                          with_transposed, order, category, out.q, out.qt);
   quantize_1x128(a, fp8train::cuda::compute_stream(x.device()));
   return out;
 }
@@ -115,26 +125,9 @@ WeightQuantized quantize_weight(const Tensor& w, const QuantOptions& opt, bool w
   const char* what = "quantize_weight";
   check_cuda_matrix(w, what, "w");
   const InType type = input_type(w, what);
-  const int64_t rows = w.size(0), cols = w.size(1);
   WeightQuantized out;
-  out.q = make_output(w.device(), rows, cols, to_format(opt.format), quant::Granularity::block_128x128(), order,
-                      opt.pow2_scales, category);
-  Quant128x128Args a;
-  a.x = w.raw();
-  a.x_type = type;
-  a.rows = rows;
-  a.cols = cols;
-  a.opt = opt;
-  a.q = out.q.codes.data<uint8_t>();
-  a.q_scales = out.q.scales.data<float>();
-  a.q_strides = out.q.strides;
-  if (with_transposed) {
-    out.qt = make_output(w.device(), cols, rows, to_format(opt.format), quant::Granularity::block_128x128(), order,
-                         opt.pow2_scales, category);
-    a.qt = out.qt.codes.data<uint8_t>();
-    a.qt_scales = out.qt.scales.data<float>();
-    a.qt_strides = out.qt.strides;
-  }
+  const Quant128x128Args a = quantizer_args<Quant128x128Args>(w, type, opt, quant::Granularity::block_128x128(),
+                                                              with_transposed, order, category, out.q, out.qt);
   quantize_128x128(a, fp8train::cuda::compute_stream(w.device()));
   return out;
 }

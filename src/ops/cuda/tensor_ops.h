@@ -19,6 +19,9 @@ namespace fp8train::ops::cuda {
 
 enum class ScaleOrder : uint8_t { RowMajor, GemmNative };
 
+// The quant layer's format of a CUDA code format (the CPU reference of every quantizer here).
+quant::Format quant_format(CodeFormat f);
+
 // A quantized matrix living on the GPU.
 struct GpuQuantized {
   Tensor codes;
