@@ -376,14 +376,17 @@ void bench_dense(Timing& timing, int64_t m, int64_t n, int64_t k, bool sweep, bo
     using MC = Fp8GemmMulticast;
     std::vector<Exp> exps;
     if (m == 128 && (n == 7168 || n == 2112)) {
-      exps = {{64, MC::ShareA, "double"}, {64, MC::None, "double"}, {64, MC::ShareA, "stages4"}, {128, MC::ShareA, "double"}};
-    } else if (shape == "4096x7168x16384" || shape == "8192x8192x8192" || shape == "4096x7168x2048" ||
-               shape == "4096x32768x512") {
-      for (MC mc : {MC::None, MC::ShareB}) {
-        for (const char* ex : {"nopromote", "double", "stages3", "stages4"}) exps.push_back({128, mc, ex});
-        for (const char* ex : {"nopromote", "stages3"}) exps.push_back({176, mc, ex});
-      }
-      exps.push_back({128, MC::ShareA, "double"});
+      exps = {{64, MC::None, "pingpong"}, {64, MC::ShareA, "pingpong"}, {128, MC::None, "pingpong"}};
+    } else if (m == 128) {
+      exps = {{64, MC::None, "pingpong"}, {64, MC::ShareA, "pingpong"}};
+    } else if (shape != "4096x7168x16384" && shape != "8192x8192x8192") {
+      for (int bn : {128, 176})
+        for (MC mc : {MC::None, MC::ShareA, MC::ShareB}) exps.push_back({bn, mc, "pingpong"});
+    } else {
+      for (int bn : {128, 176})
+        for (const char* ex : {"nopromote", "noscales_nopromote", "noload", "noload_pingpong"}) exps.push_back({bn, MC::None, ex});
+      for (int bn : {64, 128, 176})
+        for (MC mc : {MC::None, MC::ShareA, MC::ShareB}) exps.push_back({bn, mc, "pingpong"});
     }
     for (const Exp& e : exps) {
       Fp8GemmConfig cfg;
@@ -396,7 +399,8 @@ void bench_dense(Timing& timing, int64_t m, int64_t n, int64_t k, bool sweep, bo
         continue;
       }
       hd = download<uint16_t>(d, static_cast<size_t>(m * n));
-      const bool exact_numerics = std::string(e.name) != "nopromote";
+      const bool exact_numerics = std::string(e.name) == "early" || std::string(e.name) == "pingpong" || std::string(e.name) == "double" ||
+                                  std::string(e.name).rfind("stages", 0) == 0;
       Result r{"dense", shape, fmt::format("exp {} bn{} mc{}", e.name, e.bn, mc_name(e.mc))};
       if (exact_numerics) r.note = check_note(check_samples(m, n, k, ha, hb, scale_a, scale_b, got, want, 48, 5));
       else r.note = "experiment: numerics differ by design";
@@ -658,6 +662,65 @@ int profile_dense(const std::vector<long long>& v) {
   return 0;
 }
 
+// cuBLASLt's block-scaled FP8 GEMM, three launches (for `ncu -k regex:'^(?!.*fp8_gemm_kernel)'`): --lt M N K.
+int lt_profile(const std::vector<long long>& v) {
+  const int64_t m = v[0], n = v[1], k = v[2], kb = k / 128, nb = (n + 127) / 128, ld = (kb + 3) / 4 * 4;
+  Buf a(static_cast<size_t>(m * k)), b(static_cast<size_t>(n * k)), sa(static_cast<size_t>(m * kb) * 4),
+      sb(static_cast<size_t>(nb * ld) * 4), d(static_cast<size_t>(m * n) * 2);
+  upload(a, random_e4m3(a.bytes, 1));
+  upload(b, random_e4m3(b.bytes, 2));
+  upload(sa, random_scales(static_cast<size_t>(m * kb), 3));
+  upload(sb, random_scales(static_cast<size_t>(nb * ld), 4));
+  LtCall lt(m, n, k, true, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
+            sa.as<float>(), sb.as<float>(), false, false, a.p, b.p, d.p);
+  if (!lt.error.empty()) {
+    std::printf("cuBLASLt unavailable: %s\n", lt.error.c_str());
+    return 1;
+  }
+  for (int i = 0; i < 3; ++i) lt.run();
+  CK(cudaDeviceSynchronize());
+  std::printf("profiled cuBLASLt %lldx%lldx%lld\n", (long long)m, (long long)n, (long long)k);
+  return 0;
+}
+
+// Multicast diagnosis: one dense shape and block width, each multicast mode with the persistent grid capped at
+// every SM, half of them and one cluster, so the time per unit of work shows whether the clusters run
+// concurrently (--mcdiag M N K BLOCK_N).
+int mcdiag_dense(Timing& timing, const std::vector<long long>& v) {
+  const int64_t m = v[0], n = v[1], k = v[2], kb = k / 128, nb = (n + 127) / 128;
+  Buf a(static_cast<size_t>(m * k)), b(static_cast<size_t>(n * k)), sa(static_cast<size_t>(m * kb) * 4),
+      sb(static_cast<size_t>(nb * kb) * 4), d(static_cast<size_t>(m * n) * 2);
+  upload(a, random_e4m3(a.bytes, 1));
+  upload(b, random_e4m3(b.bytes, 2));
+  upload(sa, random_scales(static_cast<size_t>(m * kb), 3));
+  upload(sb, random_scales(static_cast<size_t>(nb * kb), 4));
+  Fp8GemmDenseProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a = a.as<uint8_t>();
+  p.b = b.as<uint8_t>();
+  p.a_scales = ScaleView{sa.as<float>(), 1, m, 0};
+  p.b_scales = row_major_scale_view(sb.as<float>(), kb);
+  p.d = d.as<uint16_t>();
+  const double flops = 2.0 * m * n * k;
+  for (Fp8GemmEpilogue ep : {Fp8GemmEpilogue::TmaStore, Fp8GemmEpilogue::Direct})
+  for (Fp8GemmMulticast mc : {Fp8GemmMulticast::None, Fp8GemmMulticast::ShareA, Fp8GemmMulticast::ShareB})
+    for (int grid : {0, g_num_sms / 2}) {
+      if (ep == Fp8GemmEpilogue::Direct && mc != Fp8GemmMulticast::None) continue;
+      Fp8GemmConfig cfg;
+      cfg.block_n = static_cast<int>(v[3]);
+      cfg.multicast = mc;
+      cfg.grid = grid;
+      cfg.epilogue = ep;
+      const double ms = timing.ms([&] { fp8_gemm_dense(p, cfg, nullptr); });
+      std::printf("mcdiag %lldx%lldx%lld %-50s %9.4f ms %8.1f TFLOP/s  per-CTA-share %.4f\n", (long long)m, (long long)n,
+                  (long long)k, cfg.describe().c_str(), ms, flops / ms * 1e-9,
+                  ms * (grid == 0 ? g_num_sms : grid) / g_num_sms);
+    }
+  return 0;
+}
+
 void print_table() {
   std::printf("\n%-7s %-28s %-30s %8s %7s %7s  %s\n", "family", "shape", "variant", "ms", "TFLOP/s", "GB/s", "note");
   for (const Result& r : g_results)
@@ -670,6 +733,8 @@ void print_table() {
 int main(int argc, char** argv) {
   bool sweep = false, quick = false, baselines = true;
   std::vector<long long> profile;  // m n k block_n multicast(0 none, 1 A, 2 B)
+  std::vector<long long> mcdiag;   // m n k block_n
+  std::vector<long long> lt;       // m n k
   std::string only;
   int reps = 20;
   for (int i = 1; i < argc; ++i) {
@@ -680,6 +745,14 @@ int main(int argc, char** argv) {
     else if (s == "--only" && i + 1 < argc) only = argv[++i];
     else if (s == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (s == "--experiments") g_experiments = true;
+    else if (s == "--lt" && i + 3 < argc) {
+      lt = {std::atoll(argv[i + 1]), std::atoll(argv[i + 2]), std::atoll(argv[i + 3])};
+      i += 3;
+    }
+    else if (s == "--mcdiag" && i + 4 < argc) {
+      mcdiag = {std::atoll(argv[i + 1]), std::atoll(argv[i + 2]), std::atoll(argv[i + 3]), std::atoll(argv[i + 4])};
+      i += 4;
+    }
     else if (s == "--profile" && i + 5 < argc) {  // one dense shape, one config, a few launches (for ncu)
       profile = {std::atoll(argv[i + 1]), std::atoll(argv[i + 2]), std::atoll(argv[i + 3]), std::atoll(argv[i + 4]),
                  std::atoll(argv[i + 5])};
@@ -688,7 +761,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: h8_bench [--sweep] [--quick] [--no-baselines] [--experiments] [--only dense|grouped|wgrad]"
-                   " [--reps N] [--profile M N K BLOCK_N MC]\n");
+                   " [--reps N] [--profile M N K BLOCK_N MC] [--mcdiag M N K BLOCK_N] [--lt M N K]\n");
       return 2;
     }
   }
@@ -704,8 +777,10 @@ int main(int argc, char** argv) {
     std::printf("device %s, %d SMs, L2 %d MiB, %s\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
                 cublaslt_version().c_str());
     if (!profile.empty()) return profile_dense(profile);
+    if (!lt.empty()) return lt_profile(lt);
     Timing timing;
     timing.reps = reps;
+    if (!mcdiag.empty()) return mcdiag_dense(timing, mcdiag);
     if (only.empty() || only == "dense") {
       std::vector<std::pair<int64_t, int64_t>> nk = {{2112, 7168}, {24576, 1536}, {32768, 512},
                                                      {7168, 16384}, {4096, 7168}, {7168, 2048}};

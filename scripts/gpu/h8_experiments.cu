@@ -4,7 +4,11 @@
 //                pipeline does without the promotion's CUDA-core work; numerically not the recipe),
 //   "stages3" / "stages4": the pipeline capped at 3 / 4 stages (sensitivity to prefetch depth),
 //   "double": two K blocks in flight per math warpgroup (kFlagDoubleBuffer; block_n <= 128; exact numerics),
-// for block_n 64, 128 and 176, multicast none, A and B.
+// for block_n 64, 128 and 176, multicast none, A and B; and, multicast none only,
+//   "early": scales read before the WGMMAs are issued, stage released before the promotion (exact numerics),
+//   "noload", "noload_nopromote", "noload_early": the math side alone on stages filled once (kFlagNoLoad),
+//   "notiles_nopromote", "noscales_nopromote": the K loop without the TMA tile loads / the scale cp.asyncs;
+// and, every multicast mode, "pingpong": the math warpgroups take turns on the tensor cores (kFlagPingPong).
 #include <string>
 
 #include "ops/cuda/fp8_gemm_launch.cuh"
@@ -30,6 +34,36 @@ cudaError_t launch_flags(int flags, const PreparedLaunch& L, cudaStream_t stream
       if constexpr (BN <= 128)
         return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagDoubleBuffer>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
       break;
+    case fg::kFlagEarlyScales:
+      if constexpr (kMc == fg::Multicast::None)
+        return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagEarlyScales>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
+      break;
+    case fg::kFlagNoLoad:
+      if constexpr (kMc == fg::Multicast::None)
+        return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagNoLoad>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
+      break;
+    case fg::kFlagNoLoad | fg::kFlagNoPromote:
+      if constexpr (kMc == fg::Multicast::None)
+        return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagNoLoad | fg::kFlagNoPromote>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
+      break;
+    case fg::kFlagNoTiles | fg::kFlagNoPromote:
+      if constexpr (kMc == fg::Multicast::None)
+        return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagNoTiles | fg::kFlagNoPromote>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
+      break;
+    case fg::kFlagNoScaleLoads | fg::kFlagNoPromote:
+      if constexpr (kMc == fg::Multicast::None)
+        return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagNoScaleLoads | fg::kFlagNoPromote>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
+      break;
+    case fg::kFlagPingPong:
+      return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagPingPong>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
+    case fg::kFlagPingPong | fg::kFlagNoLoad:
+      if constexpr (kMc == fg::Multicast::None)
+        return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagPingPong | fg::kFlagNoLoad>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
+      break;
+    case fg::kFlagNoLoad | fg::kFlagEarlyScales:
+      if constexpr (kMc == fg::Multicast::None)
+        return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagNoLoad | fg::kFlagEarlyScales>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
+      break;
   }
   return cudaErrorInvalidValue;
 }
@@ -49,6 +83,14 @@ cudaError_t h8_launch_experiment(const std::string& name, const PreparedLaunch& 
   else if (name == "stages3") flags = fg::stage_cap_flag(3);
   else if (name == "stages4") flags = fg::stage_cap_flag(4);
   else if (name == "double") flags = fg::kFlagDoubleBuffer;
+  else if (name == "early") flags = fg::kFlagEarlyScales;
+  else if (name == "noload") flags = fg::kFlagNoLoad;
+  else if (name == "noload_nopromote") flags = fg::kFlagNoLoad | fg::kFlagNoPromote;
+  else if (name == "noload_early") flags = fg::kFlagNoLoad | fg::kFlagEarlyScales;
+  else if (name == "pingpong") flags = fg::kFlagPingPong;
+  else if (name == "noload_pingpong") flags = fg::kFlagPingPong | fg::kFlagNoLoad;
+  else if (name == "notiles_nopromote") flags = fg::kFlagNoTiles | fg::kFlagNoPromote;
+  else if (name == "noscales_nopromote") flags = fg::kFlagNoScaleLoads | fg::kFlagNoPromote;
   else return cudaErrorInvalidValue;
   if (L.spec.out != fg::Output::Bf16Tma) return cudaErrorInvalidValue;
   if (L.spec.block_n == 64) return launch_bn<64>(flags, L, stream);

@@ -15,9 +15,10 @@
 //         B BNx128 bytes, 128-byte swizzle, zero fill outside the tensor); with multicast, the shared
 //         operand's half-tile is loaded by each CTA of the pair and multicast into both;
 //     after waiting on empty[s]. full[s] expects 33 arrivals + the TMA bytes; empty[s] expects one arrival per
-//     math thread of every CTA of the cluster (256 or 512): each thread releases its own reads of the stage
-//     (one arrival per warp after __syncwarp drew 536,846 racecheck WAR reports; per thread: 0, speed within
-//     run-to-run noise — bench/h8_runs/run3_*).
+//     math thread of this CTA (each releases its own reads of the stage, scales included: one arrival per warp
+//     after __syncwarp drew 536,846 racecheck WAR reports; per thread: 0, same speed -- bench/h8_runs/run3_*)
+//     plus, in a cluster, one per math warp of the partner CTA, whose reads of the multicast data are WGMMA
+//     reads, complete at wgmma.wait_group (a remote arrival is expensive: see mbar_arrive_cluster).
 //   warpgroups 0 and 1 (math; setmaxnreg 232): warpgroup w owns rows 64w..64w+63 of the tile. Per K block:
 //       wait full[s]; 4 x wgmma m64nBNk32 into `partial` (the first with scale-d = 0, i.e. into zeroed
 //       registers); commit; wait; then PROMOTION in FP32 on the CUDA cores:
@@ -36,9 +37,9 @@
 //   64/32/16 columns -- 128/64/32-byte swizzle, conflict-free -- fence.proxy.async, then one thread issues
 //   one TMA store per atom; the next tile waits only for the store to finish reading), Bf16Direct and
 //   Fp32Direct (st.global per thread, edges predicated; Fp32Direct optionally adds C: d = c + acc).
-// Measured on the H200 (bench/gemm_notes.md): the Multicast::None variants, bit-exact and sanitizer-clean.
-// Built and tested but not yet run on hardware: Multicast::ShareA/ShareB (clusters of two) and the
-// experiment flags (kFlagDoubleBuffer: two K blocks in flight per warpgroup; kFlagNoPromote; stage caps).
+// Measured on the H200 (bench/gemm_notes.md, runs 1-5): every variant here, bit-exact and sanitizer-clean.
+// Experiment flags (fp8_gemm_plan.h; production kernels use 0): kFlagNoPromote, kFlagDoubleBuffer (serialised
+// by ptxas, C7514), kFlagEarlyScales, kFlagNoLoad, kFlagNoTiles, kFlagNoScaleLoads, kFlagPingPong, stage caps.
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -115,6 +116,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kCluster = cluster_size(kMc);
   constexpr bool kPromote = (kFlags & kFlagNoPromote) == 0;
   constexpr bool kDoubleBuffer = (kFlags & kFlagDoubleBuffer) != 0;
+  constexpr bool kEarlyScales = (kFlags & kFlagEarlyScales) != 0;
+  constexpr bool kNoLoad = (kFlags & kFlagNoLoad) != 0;
+  constexpr bool kNoTiles = (kFlags & kFlagNoTiles) != 0;
+  constexpr bool kNoScaleLoads = (kFlags & kFlagNoScaleLoads) != 0;
+  static_assert(!kEarlyScales || kScaleB != ScaleB::PerColumn, "early scale reads: Uniform/PerChunk B scales only");
+  constexpr bool kPingPong = (kFlags & kFlagPingPong) != 0;
   static_assert(!kDoubleBuffer || BN <= 128, "double-buffered partial sums need block_n <= 128 (registers)");
 
   extern __shared__ uint8_t smem_raw[];
@@ -137,7 +144,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kOut == Output::Bf16Tma) tma_prefetch_descriptor(&tmap_d);
     for (int s = 0; s < S; ++s) {
       mbar_init(full_bar(s), 1 + 32);  // expect_tx arrival of lane 0 + one cp.async arrival per lane
-      mbar_init(empty_bar(s), kCluster * kMathThreads);  // every math thread of every CTA of the cluster
+      // Every math thread of this CTA, and one arrival per math warp of the partner CTA (its consumers read
+      // the operands multicast into it only through WGMMA, complete for the whole warp at wgmma.wait_group).
+      mbar_init(empty_bar(s), kMathThreads + (kCluster - 1) * (kMathThreads / 32));
     }
     fence_barrier_init();
   }
@@ -153,15 +162,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int b_row = (kSched == Schedule::GroupedM ? t.group * args.n : 0) + t.n0;
         const float* sfb = args.sfb + (kSched == Schedule::GroupedM ? t.group * args.sfb_group : 0);
         for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
+          if (kNoLoad && it >= static_cast<uint32_t>(S)) continue;
           const uint32_t s = it % S;
           mbar_wait(empty_bar(s), ((it / S) & 1) ^ 1);
           float* sfa_dst = sfa_stage(s);
-          for (int r = lane; r < kBlockM; r += 32) {
+          for (int r = lane; r < (kNoScaleLoads ? 0 : kBlockM); r += 32) {
             const long long row = min(t.m0 + r, args.m - 1);
             cp_async_4(smem_addr(sfa_dst + r), args.sfa + row * args.sfa_row + kb * args.sfa_kb);
           }
           float* sfb_dst = sfb_stage(s);
-          if constexpr (kScaleB == ScaleB::Uniform) {
+          if constexpr (kNoScaleLoads) {
+          } else if constexpr (kScaleB == ScaleB::Uniform) {
             if (lane == 0) cp_async_4(smem_addr(sfb_dst), sfb + (t.n0 / 128) * args.sfb_row + kb * args.sfb_kb);
           } else if constexpr (kScaleB == ScaleB::PerChunk) {
             for (int j = lane; j < BN / 8; j += 32) {
@@ -177,16 +188,18 @@ __global__ void __launch_bounds__(kThreads, 1)
           cp_async_arrive_noinc(full_bar(s));
           if (lane == 0) {
             // Each CTA receives the whole A and B tiles, whoever of the pair loaded which half.
-            mbar_arrive_expect_tx(full_bar(s), Plan::kABytes + Plan::kBBytes);
+            mbar_arrive_expect_tx(full_bar(s), kNoTiles ? 0 : Plan::kABytes + Plan::kBBytes);
             const uint32_t a_dst = smem_base + Plan::kAOffset + s * Plan::kABytes;
             const uint32_t b_dst = smem_base + Plan::kBOffset + s * Plan::kBBytes;
-            if constexpr (kMc == Multicast::ShareA) {
+            if constexpr (kNoTiles) {
+            } else if constexpr (kMc == Multicast::ShareA) {
               tma_load_2d_multicast(a_dst + rank * 64 * kBlockK, &tmap_a, full_bar(s), kb * kBlockK, t.m0 + rank * 64,
                                     0x3);
             } else {
               tma_load_2d(a_dst, &tmap_a, full_bar(s), kb * kBlockK, t.m0);
             }
-            if constexpr (kMc == Multicast::ShareB) {
+            if constexpr (kNoTiles) {
+            } else if constexpr (kMc == Multicast::ShareB) {
               tma_load_2d_multicast(b_dst + rank * (BN / 2) * kBlockK, &tmap_b, full_bar(s), kb * kBlockK,
                                     b_row + rank * (BN / 2), 0x3);
             } else {
@@ -234,6 +247,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       };
       // Promotion of a finished K block held in P: acc = fma(scale_a * scale_b, P, acc), the CPU model's
       // arithmetic; then the stage is released (in a cluster both CTAs' producers write into it, so both hear).
+      // Every thread arrives on its own CTA's barrier after its own reads of the stage (scales included), so the
+      // release covers them directly (one arrival per warp after __syncwarp drew racecheck WAR reports:
+      // RESULTS.md); the partner CTA hears one arrival per warp (its multicast data is read only by WGMMA).
+      auto release = [&](uint32_t s) {
+        if constexpr (kNoLoad) return;
+        mbar_arrive(empty_bar(s));
+        if constexpr (kCluster > 1) {
+          __syncwarp();
+          if (lane == 0) mbar_arrive_cluster(peer_bar_base + 8 * (S + s));
+        }
+      };
       auto promote_release = [&](float (&P)[kAcc], uint32_t s) {
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) fence_register(P[i]);
@@ -271,12 +295,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             acc[4 * j + 3] = __fmaf_rn(__fmul_rn(sa1, sb.y), P[4 * j + 3], acc[4 * j + 3]);
           }
         }
-        // Every thread arrives after its own reads of the stage (scales included), so the release covers them
-        // directly (with one arrival per warp after __syncwarp, racecheck reported WAR hazards: RESULTS.md).
-        mbar_arrive(empty_bar(s));
-        if constexpr (kCluster > 1) mbar_arrive_cluster(peer_bar_base + 8 * (S + s));
+        release(s);
       };
-      auto wait_full = [&](uint32_t iter) { mbar_wait(full_bar(iter % S), (iter / S) & 1); };
+      auto wait_full = [&](uint32_t iter) {
+        if (!kNoLoad || iter < static_cast<uint32_t>(S)) mbar_wait(full_bar(iter % S), (iter / S) & 1);
+      };
 
       if constexpr (!kPromote) {
         // Experiment: one chain over all K straight into acc (no promotion, no scales).
@@ -297,8 +320,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           wgmma_wait<0>();
 #pragma unroll
           for (int i = 0; i < kAcc; ++i) fence_register(acc[i]);
-          mbar_arrive(empty_bar(s));
-          if constexpr (kCluster > 1) mbar_arrive_cluster(peer_bar_base + 8 * (S + s));
+          release(s);
         }
       } else if constexpr (kDoubleBuffer) {
         // Two K blocks in flight: block i + 1 is issued into the other register set before block i is waited
@@ -330,6 +352,47 @@ __global__ void __launch_bounds__(kThreads, 1)
           promote_release(partial2, (base + i + 1) % S);
         }
         it += nkb;
+      } else if constexpr (kEarlyScales) {
+        // The scales go to registers before the WGMMAs are issued; the stage is released right after they
+        // finish; the promotion then needs nothing from shared memory.
+        constexpr int kSb = kScaleB == ScaleB::Uniform ? 1 : kAcc / 4;
+        for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
+          const uint32_t s = it % S;
+          wait_full(it);
+          const float* sfa = sfa_stage(s);
+          const float* sfb = sfb_stage(s);
+          const float sa0 = sfa[wg * 64 + row_in_wg];
+          const float sa1 = sfa[wg * 64 + row_in_wg + 8];
+          float sb[kSb];
+#pragma unroll
+          for (int j = 0; j < kSb; ++j) sb[j] = sfb[j];
+          issue(partial, s);
+          wgmma_wait<0>();
+#pragma unroll
+          for (int i = 0; i < kAcc; ++i) fence_register(partial[i]);
+          release(s);
+#pragma unroll
+          for (int j = 0; j < kAcc / 4; ++j) {
+            const float b = sb[kSb == 1 ? 0 : j];
+            const float p0 = __fmul_rn(sa0, b), p1 = __fmul_rn(sa1, b);
+            acc[4 * j + 0] = __fmaf_rn(p0, partial[4 * j + 0], acc[4 * j + 0]);
+            acc[4 * j + 1] = __fmaf_rn(p0, partial[4 * j + 1], acc[4 * j + 1]);
+            acc[4 * j + 2] = __fmaf_rn(p1, partial[4 * j + 2], acc[4 * j + 2]);
+            acc[4 * j + 3] = __fmaf_rn(p1, partial[4 * j + 3], acc[4 * j + 3]);
+          }
+        }
+      } else if constexpr (kPingPong) {
+        // The two warpgroups take turns on the tensor cores, one K block each: a warpgroup issues its WGMMAs
+        // only after the other's have finished (named barriers 3: "WG0 done", 4: "WG1 done"), so each
+        // warpgroup's promotion runs while the other's MMAs keep the tensor cores busy.
+        for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
+          wait_full(it);
+          if (wg == 1 || it > 0) named_barrier_sync(wg == 0 ? 4 : 3, 256);
+          issue(partial, it % S);
+          wgmma_wait<0>();
+          named_barrier_arrive(wg == 0 ? 3 : 4, 256);
+          promote_release(partial, it % S);
+        }
       } else {
         for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
           wait_full(it);
@@ -394,6 +457,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       }
+    }
+    if constexpr (kPingPong) {
+      if (wg == 0 && it > 0) named_barrier_sync(4, 256);  // WG1's last "done" (keeps the barrier counts paired)
     }
     if constexpr (kOut == Output::Bf16Tma) {
       if (wl == 0) tma_store_wait_all();

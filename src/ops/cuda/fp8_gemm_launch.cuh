@@ -6,6 +6,9 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "ops/cuda/fp8_gemm_kernel.cuh"
 #include "ops/cuda/fp8_gemm_plan.h"
 
@@ -53,6 +56,13 @@ cudaError_t launch_kernel(const CUtensorMap& tmap_a, const CUtensorMap& tmap_b, 
   if (args.num_units < clusters) clusters = args.num_units;
   if (clusters <= 0) return cudaSuccess;
   config.gridDim = dim3(static_cast<unsigned>(clusters * kCluster), 1, 1);
+  static bool described = false;  // FP8TRAIN_FP8_GEMM_VERBOSE=1: the launch geometry, once per instantiation
+  if (!described && std::getenv("FP8TRAIN_FP8_GEMM_VERBOSE") != nullptr) {
+    described = true;
+    std::printf("fp8 gemm kernel: block_n %d, cluster %d, flags %d, %d stages, %d B smem: %d resident clusters, grid %u CTAs, %d units\n",
+                BN, kCluster, kFlags, Plan::kStages, Plan::kDynamicBytes, device < 64 ? resident[device] : -1,
+                config.gridDim.x, args.num_units);
+  }
   err = cudaLaunchKernelEx(&config, kernel, tmap_a, tmap_b, tmap_d, args);
   if (err != cudaSuccess) return err;
   return cudaGetLastError();

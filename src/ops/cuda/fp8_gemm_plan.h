@@ -49,6 +49,20 @@ inline constexpr int kFlagNoPromote = 1;
 // kFlagDoubleBuffer: two sets of partial-sum registers per math warpgroup, so the WGMMAs of K block kb + 1
 // run while block kb is promoted (2 x BN/2 + BN/2 registers: block_n <= 128).
 inline constexpr int kFlagDoubleBuffer = 2;
+// kFlagEarlyScales: a math thread reads its scales from the stage right after the full barrier, before it
+// issues the K block's WGMMAs (their shared-memory latency hides behind the MMAs), and releases the stage as
+// soon as its WGMMAs are done, before the promotion (DeepGEMM's order). Same arithmetic; Uniform/PerChunk only.
+inline constexpr int kFlagEarlyScales = 4;
+// kFlagNoLoad: the producer fills the stages once and stops; the math warpgroups then run the K loop on those
+// stages without waiting (results are garbage). What the math side reaches with no memory system behind it.
+inline constexpr int kFlagNoLoad = 8;
+// kFlagNoTiles / kFlagNoScaleLoads (experiments, garbage results): the producer skips the TMA tile loads / the
+// scale cp.asyncs of every stage, keeping the barrier protocol; splits the cost of the loads between the two.
+inline constexpr int kFlagNoTiles = 16;
+inline constexpr int kFlagNoScaleLoads = 32;
+// kFlagPingPong: the two math warpgroups take turns on the tensor cores, one K block each (a warpgroup issues
+// only after the other's WGMMAs have finished), so one promotes while the other's MMAs run.
+inline constexpr int kFlagPingPong = 64;
 constexpr int stage_cap_flag(int stages) { return stages << 8; }
 
 constexpr int align_up(int x, int a) { return (x + a - 1) / a * a; }

@@ -131,9 +131,13 @@ __device__ __forceinline__ uint32_t map_to_cta(uint32_t addr, uint32_t rank) {
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
   return r;
 }
-// Arrival on a barrier of another CTA of the cluster (address from map_to_cta).
+// Arrival on a barrier of another CTA of the cluster (address from map_to_cta), with the instruction's default
+// (CTA-scope) release. The arrival only says "this warp's WGMMAs have finished reading the stage"; those reads
+// are complete at wgmma.wait_group, and the partner's next write is a TMA (async proxy) issued after its
+// producer observes the barrier. An explicit `.release.cluster` compiles to MEMBAR.ALL.GPU + ERRBAR before the
+// arrive (measured: every multicast variant ran at half speed, bench/gemm_notes.md run 5).
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t remote_bar) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote_bar) : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote_bar) : "memory");
 }
 // All threads of all CTAs of the cluster (release/acquire: shared-memory writes before are visible after).
 __device__ __forceinline__ void cluster_sync() {
@@ -144,6 +148,10 @@ __device__ __forceinline__ void cluster_sync() {
 // Named barrier over `threads` threads (a multiple of 32); id 0 is __syncthreads'.
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+// Arrives on named barrier `id` without waiting (the other side of a producer/consumer pair calls sync).
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 template <int kRegs>
 __device__ __forceinline__ void regs_increase() {
