@@ -8,7 +8,8 @@
 //   "early": scales read before the WGMMAs are issued, stage released before the promotion (exact numerics),
 //   "noload", "noload_nopromote", "noload_early": the math side alone on stages filled once (kFlagNoLoad),
 //   "notiles_nopromote", "noscales_nopromote": the K loop without the TMA tile loads / the scale cp.asyncs;
-// and, every multicast mode, "pingpong": the math warpgroups take turns on the tensor cores (kFlagPingPong).
+// and, every multicast mode, "pingpong": the math warpgroups take turns on the tensor cores (kFlagPingPong),
+// "bulk" / "bulk_pingpong": scales by two bulk copies per stage (kFlagBulkScales; block_n 64 and 128).
 #include <string>
 
 #include "ops/cuda/fp8_gemm_launch.cuh"
@@ -20,7 +21,8 @@ namespace fg = fp8train::ops::cuda::fp8gemm;
 
 template <int BN, fg::Multicast kMc>
 cudaError_t launch_flags(int flags, const PreparedLaunch& L, cudaStream_t stream) {
-  constexpr fg::ScaleB kScaleB = (128 % BN == 0) ? fg::ScaleB::Uniform : fg::ScaleB::PerChunk;
+  constexpr fg::ScaleB kScaleB = fg::block_scale_b(BN);
+  constexpr bool kBulkOk = kScaleB == fg::ScaleB::Uniform || kScaleB == fg::ScaleB::TwoBlocks;
   constexpr auto kSched = fg::Schedule::Dense;
   constexpr auto kOut = fg::Output::Bf16Tma;
   switch (flags) {
@@ -35,7 +37,7 @@ cudaError_t launch_flags(int flags, const PreparedLaunch& L, cudaStream_t stream
         return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagDoubleBuffer>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
       break;
     case fg::kFlagEarlyScales:
-      if constexpr (kMc == fg::Multicast::None)
+      if constexpr (kMc == fg::Multicast::None && kScaleB != fg::ScaleB::TwoBlocks)
         return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagEarlyScales>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
       break;
     case fg::kFlagNoLoad:
@@ -56,12 +58,20 @@ cudaError_t launch_flags(int flags, const PreparedLaunch& L, cudaStream_t stream
       break;
     case fg::kFlagPingPong:
       return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagPingPong>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
+    case fg::kFlagBulkScales:
+      if constexpr (kBulkOk)
+        return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagBulkScales>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
+      break;
+    case fg::kFlagBulkScales | fg::kFlagPingPong:
+      if constexpr (kBulkOk)
+        return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagBulkScales | fg::kFlagPingPong>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
+      break;
     case fg::kFlagPingPong | fg::kFlagNoLoad:
       if constexpr (kMc == fg::Multicast::None)
         return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagPingPong | fg::kFlagNoLoad>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
       break;
     case fg::kFlagNoLoad | fg::kFlagEarlyScales:
-      if constexpr (kMc == fg::Multicast::None)
+      if constexpr (kMc == fg::Multicast::None && kScaleB != fg::ScaleB::TwoBlocks)
         return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagNoLoad | fg::kFlagEarlyScales>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
       break;
   }
@@ -88,13 +98,17 @@ cudaError_t h8_launch_experiment(const std::string& name, const PreparedLaunch& 
   else if (name == "noload_nopromote") flags = fg::kFlagNoLoad | fg::kFlagNoPromote;
   else if (name == "noload_early") flags = fg::kFlagNoLoad | fg::kFlagEarlyScales;
   else if (name == "pingpong") flags = fg::kFlagPingPong;
+  else if (name == "bulk") flags = fg::kFlagBulkScales;
+  else if (name == "bulk_pingpong") flags = fg::kFlagBulkScales | fg::kFlagPingPong;
   else if (name == "noload_pingpong") flags = fg::kFlagPingPong | fg::kFlagNoLoad;
   else if (name == "notiles_nopromote") flags = fg::kFlagNoTiles | fg::kFlagNoPromote;
   else if (name == "noscales_nopromote") flags = fg::kFlagNoScaleLoads | fg::kFlagNoPromote;
   else return cudaErrorInvalidValue;
   if (L.spec.out != fg::Output::Bf16Tma) return cudaErrorInvalidValue;
+  if ((flags & fg::kFlagBulkScales) != 0 && L.args.bulk_scales == 0) return cudaErrorInvalidValue;
   if (L.spec.block_n == 64) return launch_bn<64>(flags, L, stream);
   if (L.spec.block_n == 128) return launch_bn<128>(flags, L, stream);
   if (L.spec.block_n == 176) return launch_bn<176>(flags, L, stream);
+  if (L.spec.block_n == 192) return launch_bn<192>(flags, L, stream);
   return cudaErrorInvalidValue;
 }

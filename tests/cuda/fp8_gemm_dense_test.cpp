@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fp8_gemm_test_util.h"
+#include "ops/cuda/fp8_gemm_plan.h"  // fp8gemm::prepare_dense: which scale path a layout takes
 
 namespace fp8train::gputest {
 namespace {
@@ -27,13 +28,16 @@ struct DenseCase {
   bool pow2 = false;
   bool mn_major_a_scales = false;
   ops::cuda::Fp8GemmMulticast multicast = ops::cuda::Fp8GemmMulticast::Auto;
+  // cuBLASLt-style padded layouts (A scales MN-major, K-block stride padded to 4 rows; B scale rows padded to 4
+  // K blocks), which let the kernel move scales with bulk copies (KernelArgs::bulk_scales).
+  bool bulk_layout = false;
 };
 
 std::string describe(const DenseCase& c) {
   return "m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
          " block_n=" + std::to_string(c.block_n) + (c.epilogue == Fp8GemmEpilogue::Direct ? " direct" : " tma") +
          " grid=" + std::to_string(c.grid) + " raster=" + std::to_string(c.raster) + (c.pow2 ? " pow2" : "") +
-         (c.mn_major_a_scales ? " mn-major" : "") +
+         (c.mn_major_a_scales ? " mn-major" : "") + (c.bulk_layout ? " bulk-layout" : "") +
          " multicast=" + std::to_string(static_cast<int>(c.multicast));
 }
 
@@ -44,9 +48,20 @@ std::string describe(const DenseCase& c) {
   std::vector<uint16_t> want(static_cast<size_t>(c.m * c.n));
   quant::ref_gemm_bf16(a, b, hopper_config(), want.data());
 
-  const int64_t kb = c.k / 128;
+  const int64_t kb = c.k / 128, nb = (c.n + 127) / 128;
+  const int64_t m_pad = (c.m + 3) / 4 * 4, kb_pad = (kb + 3) / 4 * 4;
+  std::vector<float> sa = c.mn_major_a_scales ? transposed(a.scales, c.m, kb) : a.scales;
+  std::vector<float> sb = b.scales;
+  if (c.bulk_layout) {  // pad with a value the reference never sees (rows >= m, K blocks >= kb)
+    sa.assign(static_cast<size_t>(kb * m_pad), 1e30f);
+    for (int64_t r = 0; r < c.m; ++r)
+      for (int64_t g = 0; g < kb; ++g) sa[g * m_pad + r] = a.scales[r * kb + g];
+    sb.assign(static_cast<size_t>(nb * kb_pad), 1e30f);
+    for (int64_t j = 0; j < nb; ++j)
+      for (int64_t g = 0; g < kb; ++g) sb[j * kb_pad + g] = b.scales[j * kb + g];
+  }
   DeviceArray<uint8_t> da(a.codes), db(b.codes);
-  DeviceArray<float> dsa(c.mn_major_a_scales ? transposed(a.scales, c.m, kb) : a.scales), dsb(b.scales);
+  DeviceArray<float> dsa(sa), dsb(sb);
   DeviceArray<uint16_t> dd(static_cast<size_t>(c.m * c.n));
   Fp8GemmDenseProblem p;
   p.m = c.m;
@@ -54,9 +69,10 @@ std::string describe(const DenseCase& c) {
   p.k = c.k;
   p.a = da.get();
   p.b = db.get();
-  p.a_scales = c.mn_major_a_scales ? ops::cuda::ScaleView{dsa.get(), 1, c.m, 0}
-                                   : ops::cuda::row_major_scale_view(dsa.get(), kb);
-  p.b_scales = ops::cuda::row_major_scale_view(dsb.get(), kb);
+  p.a_scales = c.bulk_layout         ? ops::cuda::ScaleView{dsa.get(), 1, m_pad, 0}
+               : c.mn_major_a_scales ? ops::cuda::ScaleView{dsa.get(), 1, c.m, 0}
+                                     : ops::cuda::row_major_scale_view(dsa.get(), kb);
+  p.b_scales = ops::cuda::row_major_scale_view(dsb.get(), c.bulk_layout ? kb_pad : kb);
   p.d = dd.get();
   Fp8GemmConfig config;
   config.block_n = c.block_n;
@@ -64,6 +80,9 @@ std::string describe(const DenseCase& c) {
   config.grid = c.grid;
   config.raster_group_m = c.raster;
   config.multicast = c.multicast;
+  // The layout decides the scale path; make sure the case tests the one it means to.
+  const bool bulk = ops::cuda::fp8gemm::prepare_dense(p, config).args.bulk_scales != 0;
+  if (bulk != c.bulk_layout) return ::testing::AssertionFailure() << "bulk scale path " << bulk << " for this layout";
   ops::cuda::fp8_gemm_dense(p, config, nullptr);
   return same_bits_bf16(dd.download(), want, c.n);
 }
@@ -171,6 +190,34 @@ TEST(Fp8GemmDense, MulticastClustersBitExact) {
   EXPECT_TRUE(run_dense_case(single_tile, seed + 8)) << describe(single_tile);
 }
 
+// Padded (cuBLASLt-native) scale layouts: the stage's scales arrive by bulk copy (block widths with one or two B
+// blocks per tile: 64, 128, 192; the others keep cp.async). Ragged M (not a multiple of 4: the copy reads the
+// padding rows) and N (the last tile's second B block is clamped), K blocks not a multiple of 4, multicast pairs
+// with a member outside the matrix, a persistent grid that wraps the stage ring, the direct epilogue.
+TEST(Fp8GemmDense, BulkScaleCopiesBitExact) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  using MC = ops::cuda::Fp8GemmMulticast;
+  for (MC mc : {MC::None, MC::ShareA, MC::ShareB})
+    for (int block_n : {64, 128, 192}) {
+      DenseCase c{3 * 128 + 17, 5 * block_n - 16, 640, block_n};
+      c.multicast = mc;
+      c.grid = 6;
+      c.bulk_layout = true;
+      SCOPED_TRACE(describe(c));
+      EXPECT_TRUE(run_dense_case(c, seed + block_n + 1000 * static_cast<int>(mc)));
+    }
+  DenseCase direct{258, 448, 1024, 192, Fp8GemmEpilogue::Direct};
+  direct.bulk_layout = true;
+  EXPECT_TRUE(run_dense_case(direct, seed + 5)) << describe(direct);
+  DenseCase tiny{2, 64, 128, 64};
+  tiny.bulk_layout = true;
+  EXPECT_TRUE(run_dense_case(tiny, seed + 6)) << describe(tiny);
+  DenseCase large_k{256, 400, 16384, 192};
+  large_k.bulk_layout = true;
+  EXPECT_TRUE(run_dense_case(large_k, seed + 7)) << describe(large_k);
+}
+
 TEST(Fp8GemmDense, HeuristicPicksBuiltWidthsAndFillsTheMachine) {
   int count = 0;
   const int* block_ns = ops::cuda::fp8_gemm_dense_block_ns(&count);
@@ -181,18 +228,20 @@ TEST(Fp8GemmDense, HeuristicPicksBuiltWidthsAndFillsTheMachine) {
       const Fp8GemmConfig c = ops::cuda::fp8_gemm_dense_heuristic(m, nk.first, nk.second, 132);
       EXPECT_NE(std::find(built.begin(), built.end(), c.block_n), built.end()) << c.describe();
     }
-  // The choices measured fastest in the block_n sweep on the H200 (bench/h8_runs/run1_bench.log):
+  // The choices measured fastest on the H200 (block_n sweep bench/h8_runs/run1_bench.log; BN 192 with bulk
+  // scale copies and the two-block promotion: bench/h8_runs/run5_*):
   // one row block: the narrowest width whose tiles fit in one wave (64 -> 112 CTAs for N = 7168) ...
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 7168, 16384, 132).block_n, 64);
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 24576, 1536, 132).block_n, 192);
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 32768, 512, 132).block_n, 128);  // no width fits: 128
-  // ... many row blocks: waves x per-tile cost (2112 = 12 x 176 fills 3 waves exactly).
-  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 2112, 7168, 132).block_n, 176);
-  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 7168, 16384, 132).block_n, 176);
-  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 7168, 2048, 132).block_n, 128);
-  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 32768, 512, 132).block_n, 128);
+  // ... many row blocks: waves x per-tile cost.
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 2112, 7168, 132).block_n, 192);
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 7168, 16384, 132).block_n, 192);
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 7168, 2048, 132).block_n, 192);
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 32768, 512, 132).block_n, 192);
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 4096, 7168, 132).block_n, 128);
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(8192, 8192, 8192, 132).block_n, 192);
-  EXPECT_EQ(ops::cuda::fp8_gemm_grouped_heuristic(8 * 4096, 4096, 7168, 132).block_n, 128);
+  EXPECT_EQ(ops::cuda::fp8_gemm_grouped_heuristic(8 * 4096, 4096, 7168, 132).block_n, 192);
   EXPECT_EQ(ops::cuda::fp8_gemm_wgrad_heuristic(7168, 2048, 16384, 1, 132).block_n, 128);
   // Multicast is opt-in until it has run on hardware.
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 7168, 16384, 132).multicast, ops::cuda::Fp8GemmMulticast::None);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "fp8_gemm_test_util.h"
+#include "ops/cuda/fp8_gemm_plan.h"  // fp8gemm::prepare_grouped: which scale path a layout takes
 
 namespace fp8train::gputest {
 namespace {
@@ -20,7 +21,7 @@ using ops::cuda::Fp8GemmGroupedProblem;
 ::testing::AssertionResult run_grouped_case(const std::vector<int>& tokens, int64_t n, int64_t k, int block_n,
                                             ops::cuda::Fp8GemmEpilogue epilogue, uint64_t seed,
                                             ops::cuda::Fp8GemmMulticast multicast = ops::cuda::Fp8GemmMulticast::Auto,
-                                            int grid = 0) {
+                                            int grid = 0, bool bulk_layout = false) {
   const int groups = static_cast<int>(tokens.size());
   std::vector<int32_t> offsets(groups + 1, 0);
   for (int e = 0; e < groups; ++e) offsets[e + 1] = offsets[e] + (tokens[e] + 127) / 128 * 128;
@@ -48,8 +49,17 @@ using ops::cuda::Fp8GemmGroupedProblem;
     quant::ref_gemm_bf16(a_e, b, hopper_config(), want.data() + offsets[e] * n);
   }
 
+  // bulk_layout: cuBLASLt-style padded scales (A MN-major; B rows padded to 4 K blocks): bulk scale copies.
+  const int64_t kb_pad = (kb + 3) / 4 * 4;
+  std::vector<float> sa = a.scales, sb = b_scales;
+  if (bulk_layout) {
+    sa = transposed(a.scales, m_total, kb);
+    sb.assign(static_cast<size_t>(groups * nb * kb_pad), 1e30f);
+    for (int64_t r = 0; r < groups * nb; ++r)
+      for (int64_t g = 0; g < kb; ++g) sb[r * kb_pad + g] = b_scales[r * kb + g];
+  }
   DeviceArray<uint8_t> da(a.codes), db(b_codes);
-  DeviceArray<float> dsa(a.scales), dsb(b_scales);
+  DeviceArray<float> dsa(sa), dsb(sb);
   DeviceArray<int32_t> doff(offsets);
   DeviceArray<uint16_t> dd(static_cast<size_t>(m_total * n));
   Fp8GemmGroupedProblem p;
@@ -59,15 +69,19 @@ using ops::cuda::Fp8GemmGroupedProblem;
   p.num_groups = groups;
   p.row_offsets = doff.get();
   p.a = da.get();
-  p.a_scales = ops::cuda::row_major_scale_view(dsa.get(), kb);
+  p.a_scales = bulk_layout ? ops::cuda::ScaleView{dsa.get(), 1, m_total, 0}
+                          : ops::cuda::row_major_scale_view(dsa.get(), kb);
   p.b = db.get();
-  p.b_scales = ops::cuda::row_major_scale_view(dsb.get(), kb, nb * kb);
+  p.b_scales = bulk_layout ? ops::cuda::row_major_scale_view(dsb.get(), kb_pad, nb * kb_pad)
+                           : ops::cuda::row_major_scale_view(dsb.get(), kb, nb * kb);
   p.d = dd.get();
   Fp8GemmConfig config;
   config.block_n = block_n;
   config.epilogue = epilogue;
   config.multicast = multicast;
   config.grid = grid;
+  const bool bulk = ops::cuda::fp8gemm::prepare_grouped(p, config).args.bulk_scales != 0;
+  if (bulk != bulk_layout) return ::testing::AssertionFailure() << "bulk scale path " << bulk << " for this layout";
   ops::cuda::fp8_gemm_grouped(p, config, nullptr);
   return same_bits_bf16(dd.download(), want, n);
 }
@@ -98,10 +112,23 @@ TEST(Fp8GemmGrouped, MulticastOfABitExact) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   using MC = ops::cuda::Fp8GemmMulticast;
   for (MC mc : {MC::ShareA, MC::None})
-    for (int block_n : {64, 128, 160, 176}) {
+    for (int block_n : {64, 128, 160, 176, 192}) {
       SCOPED_TRACE("block_n " + std::to_string(block_n) + " multicast " + std::to_string(static_cast<int>(mc)));
       EXPECT_TRUE(run_grouped_case({130, 0, 256, 7}, 3 * block_n + 16, 256, block_n,
                                    ops::cuda::Fp8GemmEpilogue::TmaStore, seed + block_n, mc, 4));
+    }
+}
+
+// Padded scale layouts (bulk scale copies) with empty experts, ragged N and K blocks not a multiple of 4.
+TEST(Fp8GemmGrouped, BulkScaleCopiesBitExact) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  using MC = ops::cuda::Fp8GemmMulticast;
+  for (MC mc : {MC::None, MC::ShareA})
+    for (int block_n : {64, 128, 192}) {
+      SCOPED_TRACE("block_n " + std::to_string(block_n) + " multicast " + std::to_string(static_cast<int>(mc)));
+      EXPECT_TRUE(run_grouped_case({130, 0, 256, 7}, 3 * block_n + 16, 640, block_n,
+                                   ops::cuda::Fp8GemmEpilogue::TmaStore, seed + block_n, mc, 5, true));
     }
 }
 

@@ -24,24 +24,39 @@
 namespace fp8train::ops::cuda::fp8gemm {
 namespace {
 
-template <int BN>
-cudaError_t launch_dense(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
-                         const KernelArgs& args, cudaStream_t stream) {
-  constexpr ScaleB kScaleB = (128 % BN == 0) ? ScaleB::Uniform : ScaleB::PerChunk;
+template <int BN, int kFlags>
+cudaError_t launch_dense_flags(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
+                               const KernelArgs& args, cudaStream_t stream) {
+  constexpr ScaleB kScaleB = block_scale_b(BN);
   constexpr Schedule kSched = Schedule::Dense;
   if (spec.out == Output::Bf16Direct) {  // the plain fallback epilogue: no multicast variants
     if (spec.multicast != Multicast::None) return cudaErrorInvalidValue;
-    return launch_kernel<BN, kScaleB, kSched, Output::Bf16Direct, Multicast::None>(a, b, d, args, spec.max_ctas, stream);
+    return launch_kernel<BN, kScaleB, kSched, Output::Bf16Direct, Multicast::None, kFlags>(a, b, d, args, spec.max_ctas,
+                                                                                           stream);
   }
   switch (spec.multicast) {
     case Multicast::None:
-      return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::None>(a, b, d, args, spec.max_ctas, stream);
+      return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::None, kFlags>(a, b, d, args, spec.max_ctas,
+                                                                                          stream);
     case Multicast::ShareA:
-      return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::ShareA>(a, b, d, args, spec.max_ctas, stream);
+      return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::ShareA, kFlags>(a, b, d, args,
+                                                                                            spec.max_ctas, stream);
     case Multicast::ShareB:
-      return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::ShareB>(a, b, d, args, spec.max_ctas, stream);
+      return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::ShareB, kFlags>(a, b, d, args,
+                                                                                            spec.max_ctas, stream);
   }
   return cudaErrorInvalidValue;
+}
+
+// Bulk scale copies when the layout allows them (KernelArgs::bulk_scales) and the width has one or two B blocks
+// per tile; 4-byte cp.async otherwise.
+template <int BN>
+cudaError_t launch_dense(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
+                         const KernelArgs& args, cudaStream_t stream) {
+  if constexpr (block_scale_b(BN) != ScaleB::PerChunk) {
+    if (args.bulk_scales) return launch_dense_flags<BN, kFlagBulkScales>(spec, a, b, d, args, stream);
+  }
+  return launch_dense_flags<BN, 0>(spec, a, b, d, args, stream);
 }
 
 }  // namespace

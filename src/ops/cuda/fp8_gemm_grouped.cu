@@ -18,20 +18,33 @@
 namespace fp8train::ops::cuda::fp8gemm {
 namespace {
 
-template <int BN>
-cudaError_t launch_grouped(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
-                           const KernelArgs& args, cudaStream_t stream) {
-  constexpr ScaleB kScaleB = (128 % BN == 0) ? ScaleB::Uniform : ScaleB::PerChunk;
+template <int BN, int kFlags>
+cudaError_t launch_grouped_flags(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b,
+                                 const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream) {
+  constexpr ScaleB kScaleB = block_scale_b(BN);
   constexpr Schedule kSched = Schedule::GroupedM;
   // Pairs along M could straddle two experts (different weights), so only A is ever shared.
   if (spec.multicast == Multicast::ShareB) return cudaErrorInvalidValue;
   if (spec.out == Output::Bf16Direct) {
     if (spec.multicast != Multicast::None) return cudaErrorInvalidValue;
-    return launch_kernel<BN, kScaleB, kSched, Output::Bf16Direct, Multicast::None>(a, b, d, args, spec.max_ctas, stream);
+    return launch_kernel<BN, kScaleB, kSched, Output::Bf16Direct, Multicast::None, kFlags>(a, b, d, args, spec.max_ctas,
+                                                                                           stream);
   }
   if (spec.multicast == Multicast::ShareA)
-    return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::ShareA>(a, b, d, args, spec.max_ctas, stream);
-  return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::None>(a, b, d, args, spec.max_ctas, stream);
+    return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::ShareA, kFlags>(a, b, d, args, spec.max_ctas,
+                                                                                          stream);
+  return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::None, kFlags>(a, b, d, args, spec.max_ctas,
+                                                                                      stream);
+}
+
+// Bulk scale copies when the layout allows them and the width has one or two B blocks per tile.
+template <int BN>
+cudaError_t launch_grouped(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
+                           const KernelArgs& args, cudaStream_t stream) {
+  if constexpr (block_scale_b(BN) != ScaleB::PerChunk) {
+    if (args.bulk_scales) return launch_grouped_flags<BN, kFlagBulkScales>(spec, a, b, d, args, stream);
+  }
+  return launch_grouped_flags<BN, 0>(spec, a, b, d, args, stream);
 }
 
 }  // namespace
@@ -43,6 +56,7 @@ cudaError_t launch_grouped_kernel(const LaunchSpec& spec, const CUtensorMap& a, 
     case 128: return launch_grouped<128>(spec, a, b, d, args, stream);
     case 160: return launch_grouped<160>(spec, a, b, d, args, stream);
     case 176: return launch_grouped<176>(spec, a, b, d, args, stream);
+    case 192: return launch_grouped<192>(spec, a, b, d, args, stream);
     default: return cudaErrorInvalidValue;
   }
 }

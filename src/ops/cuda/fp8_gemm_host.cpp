@@ -112,10 +112,12 @@ int choose_block_n(int64_t m_blocks, int64_t n, int64_t k, int64_t groups, int n
     if (bn < 128 && built(128)) continue;
     const int64_t tiles = m_blocks * ((n + bn - 1) / bn) * groups;
     const int64_t per_cta = (tiles + num_sms - 1) / num_sms;
-    const double q = (128 % bn == 0) ? 0.0 : 8.0;
+    // Per K block: bn + 48 (fixed cost per block, fitted) + 48 more when every 8-column chunk has its own B scale
+    // (no bulk scale copies, heavier promotion); per tile: the epilogue, r x bn by store-atom width.
+    const double q = (128 % bn == 0 || bn == 192) ? 0.0 : 48.0;
     const int atom = atom_cols_for(bn);
-    const double r = bn == 192 ? 1.7 : (atom == 64 ? 1.0 : (atom == 32 ? 1.5 : 2.5));
-    const double cost = static_cast<double>(per_cta) * (static_cast<double>(kb) * (bn + 32 + q) + r * bn);
+    const double r = atom == 64 ? 1.0 : (atom == 32 ? 1.5 : 2.5);
+    const double cost = static_cast<double>(per_cta) * (static_cast<double>(kb) * (bn + 48 + q) + r * bn);
     if (best == 0 || cost < best_cost) {
       best = bn;
       best_cost = cost;
@@ -181,7 +183,24 @@ void fill_units(KernelArgs& args, LaunchSpec& spec, const Fp8GemmConfig& config,
   args.raster_group_m = band > 0 ? band : 1;
 }
 
+// Whether the stage's scales can move as bulk copies (kFlagBulkScales; the kernel uses them for block widths
+// with one or two B blocks per tile): the A scales of a tile's rows are one 16-byte-aligned run, readable up to
+// the next multiple of 4 rows (MN-major A scales, K-block stride padded to 4 rows), and the aligned group of
+// four B scales around any (row block, K block) lies inside the array (B rows padded to a multiple of four K
+// blocks, or, MN-major, the row-block count padded to four). cuBLASLt's native layouts qualify when padded;
+// QuantTensor's row-major A scales do not (those stages use 4-byte cp.async).
+bool bulk_scales_ok(const ScaleView& a, const ScaleView& b, int64_t m, int64_t n_blocks, int64_t k_blocks) {
+  const auto aligned16 = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool a_ok = a.row_stride == 1 && a.kblock_stride % 4 == 0 && a.kblock_stride >= (m + 3) / 4 * 4 &&
+                    aligned16(a.data);
+  const bool b_kmajor = b.kblock_stride == 1 && b.row_stride % 4 == 0 && b.row_stride >= (k_blocks + 3) / 4 * 4;
+  const bool b_mnmajor = b.row_stride == 1 && b.kblock_stride % 4 == 0 && b.kblock_stride >= (n_blocks + 3) / 4 * 4;
+  return a_ok && (b_kmajor || b_mnmajor) && b.group_stride % 4 == 0 && aligned16(b.data);
+}
+
 void fill_scales(KernelArgs& args, const ScaleView& a, const ScaleView& b) {
+  args.bulk_scales = bulk_scales_ok(a, b, args.m, (args.n + 127) / 128, args.k / 128) ? 1 : 0;
+  args.sfb_group4_along_kb = b.kblock_stride == 1 ? 1 : 0;
   args.sfa = a.data;
   args.sfa_row = a.row_stride;
   args.sfa_kb = a.kblock_stride;
@@ -192,7 +211,7 @@ void fill_scales(KernelArgs& args, const ScaleView& a, const ScaleView& b) {
 }
 
 constexpr int kDenseBlockNs[] = {64, 96, 128, 160, 176, 192};
-constexpr int kGroupedBlockNs[] = {64, 128, 160, 176};
+constexpr int kGroupedBlockNs[] = {64, 128, 160, 176, 192};
 constexpr int kWgradBlockNs[] = {64, 96, 128};
 constexpr int kNumDense = sizeof(kDenseBlockNs) / sizeof(int);
 constexpr int kNumGrouped = sizeof(kGroupedBlockNs) / sizeof(int);
@@ -437,6 +456,7 @@ PreparedLaunch prepare_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& 
   args.n_blocks = static_cast<int>((p.n + config.block_n - 1) / config.block_n);
   fill_units(args, L.spec, config, p.num_groups);
   fill_scales(args, p.a_scales, p.b_scales);
+  args.bulk_scales = 0;  // per-column B scales: the Wgrad kernels load them with cp.async
   args.d = p.d;
   args.c = p.c;
   L.spec.block_n = config.block_n;

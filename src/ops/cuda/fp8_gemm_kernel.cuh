@@ -122,6 +122,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kNoScaleLoads = (kFlags & kFlagNoScaleLoads) != 0;
   static_assert(!kEarlyScales || kScaleB != ScaleB::PerColumn, "early scale reads: Uniform/PerChunk B scales only");
   constexpr bool kPingPong = (kFlags & kFlagPingPong) != 0;
+  constexpr bool kBulkScales = (kFlags & kFlagBulkScales) != 0;
+  static_assert(!kBulkScales || kScaleB == ScaleB::Uniform || kScaleB == ScaleB::TwoBlocks,
+                "bulk scale copies: one or two B blocks per tile only");
+  static_assert(kScaleB != ScaleB::TwoBlocks || BN == 192, "ScaleB::TwoBlocks is the BN = 192 split");
+  static_assert(!kEarlyScales || kScaleB != ScaleB::TwoBlocks, "early scale reads: Uniform/PerChunk only");
+  static_assert(!kBulkScales || !kEarlyScales, "bulk scale copies and early scale reads are separate experiments");
   static_assert(!kDoubleBuffer || BN <= 128, "double-buffered partial sums need block_n <= 128 (registers)");
 
   extern __shared__ uint8_t smem_raw[];
@@ -143,7 +149,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     tma_prefetch_descriptor(&tmap_b);
     if constexpr (kOut == Output::Bf16Tma) tma_prefetch_descriptor(&tmap_d);
     for (int s = 0; s < S; ++s) {
-      mbar_init(full_bar(s), 1 + 32);  // expect_tx arrival of lane 0 + one cp.async arrival per lane
+      mbar_init(full_bar(s), kBulkScales ? 1 : 1 + 32);  // expect_tx arrival of lane 0 (+ one per cp.async lane)
       // Every math thread of this CTA, and one arrival per math warp of the partner CTA (its consumers read
       // the operands multicast into it only through WGMMA, complete for the whole warp at wgmma.wait_group).
       mbar_init(empty_bar(s), kMathThreads + (kCluster - 1) * (kMathThreads / 32));
@@ -166,14 +172,19 @@ __global__ void __launch_bounds__(kThreads, 1)
           const uint32_t s = it % S;
           mbar_wait(empty_bar(s), ((it / S) & 1) ^ 1);
           float* sfa_dst = sfa_stage(s);
-          for (int r = lane; r < (kNoScaleLoads ? 0 : kBlockM); r += 32) {
+          for (int r = lane; r < (kNoScaleLoads || kBulkScales ? 0 : kBlockM); r += 32) {
             const long long row = min(t.m0 + r, args.m - 1);
             cp_async_4(smem_addr(sfa_dst + r), args.sfa + row * args.sfa_row + kb * args.sfa_kb);
           }
           float* sfb_dst = sfb_stage(s);
-          if constexpr (kNoScaleLoads) {
+          if constexpr (kNoScaleLoads || kBulkScales) {
           } else if constexpr (kScaleB == ScaleB::Uniform) {
             if (lane == 0) cp_async_4(smem_addr(sfb_dst), sfb + (t.n0 / 128) * args.sfb_row + kb * args.sfb_kb);
+          } else if constexpr (kScaleB == ScaleB::TwoBlocks) {
+            if (lane < 2) {
+              const long long block = min(t.n0 / 128 + lane, (args.n - 1) / 128);
+              cp_async_4(smem_addr(sfb_dst + 4 * lane), sfb + block * args.sfb_row + kb * args.sfb_kb);
+            }
           } else if constexpr (kScaleB == ScaleB::PerChunk) {
             for (int j = lane; j < BN / 8; j += 32) {
               const long long block = min(t.n0 + 8 * j, args.n - 1) / 128;
@@ -185,10 +196,30 @@ __global__ void __launch_bounds__(kThreads, 1)
               cp_async_4(smem_addr(sfb_dst + j), sfb + col * args.sfb_row + kb * args.sfb_kb);
             }
           }
-          cp_async_arrive_noinc(full_bar(s));
+          if constexpr (!kBulkScales) cp_async_arrive_noinc(full_bar(s));
           if (lane == 0) {
             // Each CTA receives the whole A and B tiles, whoever of the pair loaded which half.
-            mbar_arrive_expect_tx(full_bar(s), kNoTiles ? 0 : Plan::kABytes + Plan::kBBytes);
+            // Bulk scales: the tile's rows inside A rounded up to 4 (the host checked the padding; none for a
+            // pair member past the last row block), and 16 bytes per B block.
+            const uint32_t a_scale_bytes =
+                kBulkScales ? 16u * static_cast<uint32_t>((max(0, min(kBlockM, args.m - t.m0)) + 3) / 4) : 0u;
+            constexpr uint32_t kBScaleBytes = kScaleB == ScaleB::TwoBlocks ? 32u : 16u;
+            mbar_arrive_expect_tx(full_bar(s), (kNoTiles ? 0 : Plan::kABytes + Plan::kBBytes) +
+                                                   (kBulkScales ? a_scale_bytes + kBScaleBytes : 0u));
+            if constexpr (kBulkScales) {
+              if (a_scale_bytes > 0)
+                bulk_copy_g2s(smem_addr(sfa_dst), args.sfa + t.m0 + static_cast<long long>(kb) * args.sfa_kb,
+                              a_scale_bytes, full_bar(s));
+              constexpr int kGroups = kScaleB == ScaleB::TwoBlocks ? 2 : 1;
+#pragma unroll
+              for (int q = 0; q < kGroups; ++q) {
+                const long long blk = min(t.n0 / 128 + q, (args.n - 1) / 128);
+                const float* group4 = args.sfb_group4_along_kb
+                                          ? sfb + blk * args.sfb_row + (kb & ~3)
+                                          : sfb + (blk & ~3LL) * args.sfb_row + static_cast<long long>(kb) * args.sfb_kb;
+                bulk_copy_g2s(smem_addr(sfb_dst + 4 * q), group4, 16u, full_bar(s));
+              }
+            }
             const uint32_t a_dst = smem_base + Plan::kAOffset + s * Plan::kABytes;
             const uint32_t b_dst = smem_base + Plan::kBOffset + s * Plan::kBBytes;
             if constexpr (kNoTiles) {
@@ -258,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (lane == 0) mbar_arrive_cluster(peer_bar_base + 8 * (S + s));
         }
       };
-      auto promote_release = [&](float (&P)[kAcc], uint32_t s) {
+      auto promote_release = [&](float (&P)[kAcc], uint32_t s, int kb) {
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) fence_register(P[i]);
         const float* sfa = sfa_stage(s);
@@ -266,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const float sa0 = sfa[wg * 64 + row_in_wg];
         const float sa1 = sfa[wg * 64 + row_in_wg + 8];
         if constexpr (kScaleB == ScaleB::Uniform) {
-          const float sb = sfb[0];
+          const float sb = kBulkScales ? sfb[args.sfb_group4_along_kb ? (kb & 3) : ((t.n0 / 128) & 3)] : sfb[0];
           const float p0 = __fmul_rn(sa0, sb), p1 = __fmul_rn(sa1, sb);
 #pragma unroll
           for (int j = 0; j < kAcc / 4; ++j) {
@@ -275,6 +306,29 @@ __global__ void __launch_bounds__(kThreads, 1)
             acc[4 * j + 2] = __fmaf_rn(p1, P[4 * j + 2], acc[4 * j + 2]);
             acc[4 * j + 3] = __fmaf_rn(p1, P[4 * j + 3], acc[4 * j + 3]);
           }
+        } else if constexpr (kScaleB == ScaleB::TwoBlocks) {
+          // Slot of this K block's value in each group of four (bulk copies), or slot 0 (cp.async).
+          auto slot = [&](int q) {
+            if constexpr (!kBulkScales) return 0;
+            const int blk = min(t.n0 / 128 + q, (args.n - 1) / 128);
+            return args.sfb_group4_along_kb ? (kb & 3) : (blk & 3);
+          };
+          const float sb0 = sfb[slot(0)], sb1 = sfb[4 + slot(1)];
+          const float p00 = __fmul_rn(sa0, sb0), p10 = __fmul_rn(sa1, sb0);
+          const float p01 = __fmul_rn(sa0, sb1), p11 = __fmul_rn(sa1, sb1);
+          // Chunks [0, kSplit) lie in block n0/128, the rest in the next one (kSplit = 16 or 8 for BN = 192).
+          auto fma_all = [&]<int kSplit>() {
+#pragma unroll
+            for (int j = 0; j < kAcc / 4; ++j) {
+              const float q0 = j < kSplit ? p00 : p01, q1 = j < kSplit ? p10 : p11;
+              acc[4 * j + 0] = __fmaf_rn(q0, P[4 * j + 0], acc[4 * j + 0]);
+              acc[4 * j + 1] = __fmaf_rn(q0, P[4 * j + 1], acc[4 * j + 1]);
+              acc[4 * j + 2] = __fmaf_rn(q1, P[4 * j + 2], acc[4 * j + 2]);
+              acc[4 * j + 3] = __fmaf_rn(q1, P[4 * j + 3], acc[4 * j + 3]);
+            }
+          };
+          if ((t.n0 & 127) == 0) fma_all.template operator()<16>();
+          else fma_all.template operator()<8>();
         } else if constexpr (kScaleB == ScaleB::PerChunk) {
 #pragma unroll
           for (int j = 0; j < kAcc / 4; ++j) {
@@ -340,7 +394,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           } else {
             wgmma_wait<0>();
           }
-          promote_release(partial, (base + i) % S);
+          promote_release(partial, (base + i) % S, t.kb_begin + i);
           if (i + 1 >= nkb) break;
           if (i + 2 < nkb) {
             wait_full(base + i + 2);
@@ -349,7 +403,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           } else {
             wgmma_wait<0>();
           }
-          promote_release(partial2, (base + i + 1) % S);
+          promote_release(partial2, (base + i + 1) % S, t.kb_begin + i + 1);
         }
         it += nkb;
       } else if constexpr (kEarlyScales) {
@@ -391,14 +445,14 @@ __global__ void __launch_bounds__(kThreads, 1)
           issue(partial, it % S);
           wgmma_wait<0>();
           named_barrier_arrive(wg == 0 ? 3 : 4, 256);
-          promote_release(partial, it % S);
+          promote_release(partial, it % S, kb);
         }
       } else {
         for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
           wait_full(it);
           issue(partial, it % S);
           wgmma_wait<0>();
-          promote_release(partial, it % S);
+          promote_release(partial, it % S, kb);
         }
       }
 

@@ -25,6 +25,8 @@ inline constexpr int kSmemLimit = 232448;  // sm_90 opt-in dynamic shared memory
 enum class ScaleB : int {
   Uniform,    // 128x128 blocks and BN divides 128: one value per tile and K block
   PerChunk,   // 128x128 blocks, any BN: one value per 8-column chunk (a chunk never straddles a block)
+  TwoBlocks,  // 128x128 blocks, BN = 192: tiles start at column 0 or 64 of a block, so the first 16 or 8 chunks
+              // use block n0/128 and the rest the next one; two values per tile and K block
   PerColumn,  // 1x128 tiles of B (Wgrad): one value per column
 };
 enum class Schedule : int {
@@ -41,6 +43,10 @@ enum class Multicast : int {
   ShareB,  // the pair works on tiles (2i, n) and (2i + 1, n): same B rows, each CTA loads BN / 2 of them
 };
 constexpr int cluster_size(Multicast mc) { return mc == Multicast::None ? 1 : 2; }
+// The B-scale shape of a dense/grouped tile width (128x128 B blocks).
+constexpr ScaleB block_scale_b(int bn) {
+  return 128 % bn == 0 ? ScaleB::Uniform : (bn == 192 ? ScaleB::TwoBlocks : ScaleB::PerChunk);
+}
 
 // Experiment switches (template flags; production kernels use 0). kFlagNoPromote: WGMMA accumulates over the
 // whole K with no FP32 promotion and no scales (wrong numerics; measures what promotion costs). Bits 8..11:
@@ -63,6 +69,11 @@ inline constexpr int kFlagNoScaleLoads = 32;
 // kFlagPingPong: the two math warpgroups take turns on the tensor cores, one K block each (a warpgroup issues
 // only after the other's WGMMAs have finished), so one promotes while the other's MMAs run.
 inline constexpr int kFlagPingPong = 64;
+// kFlagBulkScales: the producer's lane 0 moves the stage's scales with two bulk copies (cp.async.bulk, completing
+// on the full barrier as transaction bytes) instead of 32 lanes of 4-byte cp.async: the 128 A scales of the
+// tile (MN-major: contiguous) and the 16-byte-aligned group of four B scales that holds the tile's one.
+// Needs ScaleB::Uniform or TwoBlocks and KernelArgs::bulk_scales (the host's layout check: fill_scales).
+inline constexpr int kFlagBulkScales = 128;
 constexpr int stage_cap_flag(int stages) { return stages << 8; }
 
 constexpr int align_up(int x, int a) { return (x + a - 1) / a * a; }
@@ -77,7 +88,10 @@ struct SmemPlan {
   static constexpr int kABytes = kBlockM * kBlockK;
   static constexpr int kBBytes = BN * kBlockK;
   static constexpr int kSfaBytes = kBlockM * 4;
-  static constexpr int kSfbCount = kScaleB == ScaleB::Uniform ? 1 : (kScaleB == ScaleB::PerChunk ? BN / 8 : BN);
+  static constexpr int kSfbCount = kScaleB == ScaleB::Uniform     ? 4   // bulk copies move an aligned group of 4
+                                  : kScaleB == ScaleB::TwoBlocks ? 8   // two such groups
+                                  : kScaleB == ScaleB::PerChunk  ? BN / 8
+                                                                 : BN;
   static constexpr int kSfbBytes = align_up(kSfbCount * 4, 16);
   static constexpr int kPerStage = kABytes + kBBytes + kSfaBytes + kSfbBytes + 16;  // + two barriers
   static constexpr int kSlack = 1024;  // to align the dynamic buffer to 1024 bytes (128-byte swizzle)
@@ -112,6 +126,12 @@ struct KernelArgs {
   long long sfb_row = 0, sfb_kb = 0, sfb_group = 0;
   void* d = nullptr;        // Direct epilogues: [groups, m, n] row-major (BF16 bits or FP32)
   const float* c = nullptr; // Fp32Direct: optional addend, same layout as d (may alias d)
+  // Set by the host when the scale layouts allow kFlagBulkScales: A scales MN-major (sfa_row == 1, each K block's
+  // column 16-byte aligned and padded to a multiple of 4 rows) and B scales padded so that the aligned group of
+  // four around any scale is inside the array. sfb_group4_along_kb: the group runs along K blocks (B K-major)
+  // or along row blocks (B MN-major).
+  int bulk_scales = 0;
+  int sfb_group4_along_kb = 1;
 };
 
 // TMA-store atom width in BF16 columns for a tile width (widest swizzle span that divides it).
