@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fp8_gemm_test_util.h"
+#include "ops/cuda/fp8_gemm_plan.h"  // fp8gemm::prepare_wgrad: which scale path a layout takes
 
 namespace fp8train::gputest {
 namespace {
@@ -19,7 +20,8 @@ using ops::cuda::Fp8GemmWgradProblem;
 enum class CMode { None, Separate, InPlace };
 
 ::testing::AssertionResult run_wgrad_case(int64_t m, int64_t n, int64_t k, int block_n, CMode c_mode, uint64_t seed,
-                                          ops::cuda::Fp8GemmMulticast multicast = ops::cuda::Fp8GemmMulticast::Auto) {
+                                          ops::cuda::Fp8GemmMulticast multicast = ops::cuda::Fp8GemmMulticast::Auto,
+                                          bool bulk_layout = false) {
   const quant::QuantTensor a = random_e4m3(m, k, quant::Granularity::tile_1x128(), seed);
   const quant::QuantTensor b = random_e4m3(n, k, quant::Granularity::tile_1x128(), seed + 1);
   const std::vector<float> c = random_matrix(m, n, seed + 2);
@@ -27,22 +29,33 @@ enum class CMode { None, Separate, InPlace };
   quant::ref_gemm(a, b, hopper_config(c_mode != CMode::None), want.data(), c_mode != CMode::None ? c.data() : nullptr);
 
   const int64_t kb = k / 128;
+  // bulk_layout: both scale arrays MN-major ([kb][rows], rows padded to 4): the bulk-copy scale path.
+  const int64_t m_pad = (m + 3) / 4 * 4, n_pad = (n + 3) / 4 * 4;
+  auto mn_major = [&](const std::vector<float>& s, int64_t rows, int64_t pad) {
+    std::vector<float> t(static_cast<size_t>(kb * pad), 1e30f);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t g = 0; g < kb; ++g) t[g * pad + r] = s[r * kb + g];
+    return t;
+  };
   DeviceArray<uint8_t> da(a.codes), db(b.codes);
-  DeviceArray<float> dsa(a.scales), dsb(b.scales), dc(c), dd(static_cast<size_t>(m * n));
+  DeviceArray<float> dsa(bulk_layout ? mn_major(a.scales, m, m_pad) : a.scales),
+      dsb(bulk_layout ? mn_major(b.scales, n, n_pad) : b.scales), dc(c), dd(static_cast<size_t>(m * n));
   Fp8GemmWgradProblem p;
   p.m = m;
   p.n = n;
   p.k = k;
   p.a = da.get();
   p.b = db.get();
-  p.a_scales = ops::cuda::row_major_scale_view(dsa.get(), kb);
-  p.b_scales = ops::cuda::row_major_scale_view(dsb.get(), kb);
+  p.a_scales = bulk_layout ? ops::cuda::ScaleView{dsa.get(), 1, m_pad, 0} : ops::cuda::row_major_scale_view(dsa.get(), kb);
+  p.b_scales = bulk_layout ? ops::cuda::ScaleView{dsb.get(), 1, n_pad, 0} : ops::cuda::row_major_scale_view(dsb.get(), kb);
   p.c = c_mode == CMode::Separate ? dc.get() : (c_mode == CMode::InPlace ? dc.get() : nullptr);
   p.d = c_mode == CMode::InPlace ? dc.get() : dd.get();
   Fp8GemmConfig config;
   config.block_n = block_n;
   config.multicast = multicast;
   config.grid = multicast == ops::cuda::Fp8GemmMulticast::Auto ? 0 : 4;
+  const bool bulk = ops::cuda::fp8gemm::prepare_wgrad(p, config).args.bulk_scales != 0;
+  if (bulk != bulk_layout) return ::testing::AssertionFailure() << "bulk scale path " << bulk << " for this layout";
   ops::cuda::fp8_gemm_wgrad(p, config, nullptr);
   return same_bits_f32(c_mode == CMode::InPlace ? dc.download() : dd.download(), want, n);
 }
@@ -69,6 +82,21 @@ TEST(Fp8GemmWgrad, MulticastClustersBitExact) {
       SCOPED_TRACE("block_n " + std::to_string(block_n) + " multicast " + std::to_string(static_cast<int>(mc)));
       EXPECT_TRUE(run_wgrad_case(3 * 128 + 5, 3 * block_n + 16, 384, block_n, CMode::Separate, seed + block_n, mc));
     }
+}
+
+// MN-major padded scales on both operands (the bulk-copy scale path; cuBLASLt native VEC128 layout): ragged M
+// (not a multiple of 4: the copy reads padding) and N, every width and multicast mode, C in place.
+TEST(Fp8GemmWgrad, BulkScaleCopiesBitExact) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  using MC = ops::cuda::Fp8GemmMulticast;
+  for (MC mc : {MC::Auto, MC::ShareA, MC::ShareB})
+    for (int block_n : {64, 96, 128}) {
+      SCOPED_TRACE("block_n " + std::to_string(block_n) + " multicast " + std::to_string(static_cast<int>(mc)));
+      EXPECT_TRUE(run_wgrad_case(3 * 128 + 5, 3 * block_n + 16, 640, block_n, CMode::Separate,
+                                 seed + block_n + 100 * static_cast<int>(mc), mc, true));
+    }
+  EXPECT_TRUE(run_wgrad_case(256, 272, 8192, 0, CMode::InPlace, seed + 1, MC::Auto, true));
 }
 
 TEST(Fp8GemmWgrad, LongTokenAxisAndHeuristic) {

@@ -456,7 +456,13 @@ PreparedLaunch prepare_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& 
   args.n_blocks = static_cast<int>((p.n + config.block_n - 1) / config.block_n);
   fill_units(args, L.spec, config, p.num_groups);
   fill_scales(args, p.a_scales, p.b_scales);
-  args.bulk_scales = 0;  // per-column B scales: the Wgrad kernels load them with cp.async
+  // Per-column B scales: bulk copies need both arrays MN-major (the tile's rows / columns contiguous per K
+  // block), 16-byte aligned and padded to 4 rows / columns.
+  const auto mn_major_padded = [](const ScaleView& v, int64_t extent) {
+    return v.row_stride == 1 && v.kblock_stride % 4 == 0 && v.kblock_stride >= (extent + 3) / 4 * 4 &&
+           reinterpret_cast<uintptr_t>(v.data) % 16 == 0;
+  };
+  args.bulk_scales = mn_major_padded(p.a_scales, p.m) && mn_major_padded(p.b_scales, p.n) ? 1 : 0;
   args.d = p.d;
   args.c = p.c;
   L.spec.block_n = config.block_n;

@@ -123,8 +123,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(!kEarlyScales || kScaleB != ScaleB::PerColumn, "early scale reads: Uniform/PerChunk B scales only");
   constexpr bool kPingPong = (kFlags & kFlagPingPong) != 0;
   constexpr bool kBulkScales = (kFlags & kFlagBulkScales) != 0;
-  static_assert(!kBulkScales || kScaleB == ScaleB::Uniform || kScaleB == ScaleB::TwoBlocks,
-                "bulk scale copies: one or two B blocks per tile only");
+  static_assert(!kBulkScales || kScaleB != ScaleB::PerChunk, "bulk scale copies: not for per-chunk B scales");
   static_assert(kScaleB != ScaleB::TwoBlocks || BN == 192, "ScaleB::TwoBlocks is the BN = 192 split");
   static_assert(!kEarlyScales || kScaleB != ScaleB::TwoBlocks, "early scale reads: Uniform/PerChunk only");
   static_assert(!kBulkScales || !kEarlyScales, "bulk scale copies and early scale reads are separate experiments");
@@ -203,13 +202,22 @@ __global__ void __launch_bounds__(kThreads, 1)
             // pair member past the last row block), and 16 bytes per B block.
             const uint32_t a_scale_bytes =
                 kBulkScales ? 16u * static_cast<uint32_t>((max(0, min(kBlockM, args.m - t.m0)) + 3) / 4) : 0u;
-            constexpr uint32_t kBScaleBytes = kScaleB == ScaleB::TwoBlocks ? 32u : 16u;
-            mbar_arrive_expect_tx(full_bar(s), (kNoTiles ? 0 : Plan::kABytes + Plan::kBBytes) +
-                                                   (kBulkScales ? a_scale_bytes + kBScaleBytes : 0u));
+            const uint32_t b_scale_bytes =
+                !kBulkScales                    ? 0u
+                : kScaleB == ScaleB::PerColumn ? 16u * static_cast<uint32_t>((max(0, min(BN, args.n - t.n0)) + 3) / 4)
+                : kScaleB == ScaleB::TwoBlocks ? 32u
+                                               : 16u;
+            mbar_arrive_expect_tx(full_bar(s), (kNoTiles ? 0 : Plan::kABytes + Plan::kBBytes) + a_scale_bytes + b_scale_bytes);
             if constexpr (kBulkScales) {
               if (a_scale_bytes > 0)
                 bulk_copy_g2s(smem_addr(sfa_dst), args.sfa + t.m0 + static_cast<long long>(kb) * args.sfa_kb,
                               a_scale_bytes, full_bar(s));
+              if constexpr (kScaleB == ScaleB::PerColumn) {
+                // One scale per column, MN-major: the tile's columns inside B, rounded up to 4.
+                if (b_scale_bytes > 0)
+                  bulk_copy_g2s(smem_addr(sfb_dst), sfb + t.n0 + static_cast<long long>(kb) * args.sfb_kb,
+                                b_scale_bytes, full_bar(s));
+              } else {
               constexpr int kGroups = kScaleB == ScaleB::TwoBlocks ? 2 : 1;
 #pragma unroll
               for (int q = 0; q < kGroups; ++q) {
@@ -218,6 +226,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                           ? sfb + blk * args.sfb_row + (kb & ~3)
                                           : sfb + (blk & ~3LL) * args.sfb_row + static_cast<long long>(kb) * args.sfb_kb;
                 bulk_copy_g2s(smem_addr(sfb_dst + 4 * q), group4, 16u, full_bar(s));
+              }
               }
             }
             const uint32_t a_dst = smem_base + Plan::kAOffset + s * Plan::kABytes;

@@ -9,7 +9,8 @@
 //
 // Pipeline: the persistent warp-specialized kernel of fp8_gemm_kernel.cuh (TMA producer warpgroup + two math
 // warpgroups, 128 x BN tiles, stages: BN 64: 8, 96: 7, 128: 6). Scale flow (ScaleB::PerColumn): per K block
-// the producer copies 128 A scales and BN B scales (one per output column) into the stage with cp.async; a
+// the producer copies 128 A scales and BN B scales (one per output column) into the stage (two bulk copies when
+// both scale arrays are MN-major and padded to 4, else 4-byte cp.async); a
 // math thread reads its 2 rows' A scales and, per 8-column chunk, a float2 of its two columns' B scales, and
 // promotes with acc = fma(sa * sb, partial, acc): one extra FP32 multiply per element compared with the
 // Fprop kernel, whose B scale is shared by 128 columns. Register budget: BN/2 partial + BN/2 accumulators
@@ -21,17 +22,28 @@
 namespace fp8train::ops::cuda::fp8gemm {
 namespace {
 
-template <int BN, Schedule kSched>
+template <int BN, Schedule kSched, int kFlags>
 cudaError_t launch_wgrad(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const KernelArgs& args,
                          cudaStream_t stream) {
   constexpr ScaleB kScaleB = ScaleB::PerColumn;
   constexpr Output kOut = Output::Fp32Direct;
   switch (spec.multicast) {
-    case Multicast::None: return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::None>(a, b, a, args, spec.max_ctas, stream);
-    case Multicast::ShareA: return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::ShareA>(a, b, a, args, spec.max_ctas, stream);
-    case Multicast::ShareB: return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::ShareB>(a, b, a, args, spec.max_ctas, stream);
+    case Multicast::None:
+      return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::None, kFlags>(a, b, a, args, spec.max_ctas, stream);
+    case Multicast::ShareA:
+      return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::ShareA, kFlags>(a, b, a, args, spec.max_ctas, stream);
+    case Multicast::ShareB:
+      return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::ShareB, kFlags>(a, b, a, args, spec.max_ctas, stream);
   }
   return cudaErrorInvalidValue;
+}
+
+// Bulk scale copies when both scale layouts are MN-major and padded (KernelArgs::bulk_scales), else cp.async.
+template <int BN, Schedule kSched>
+cudaError_t launch_wgrad(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const KernelArgs& args,
+                         cudaStream_t stream) {
+  if (args.bulk_scales) return launch_wgrad<BN, kSched, kFlagBulkScales>(spec, a, b, args, stream);
+  return launch_wgrad<BN, kSched, 0>(spec, a, b, args, stream);
 }
 
 template <int BN>
