@@ -8,17 +8,20 @@
 // 1 TMA producer warpgroup (40 registers) + 2 math warpgroups (232 registers) each owning 64 rows of a
 // 128 x BN tile. Stages: as many [A 128x128 | B BNx128 | 128 A-scales | B-scales] K-block slots as fit in
 // 227 KiB next to the BF16 staging tile (BN 64: 8, 96: 7, 128: 5, 160: 5, 176: 4, 192: 4).
-// Scale flow: the producer copies the A scales of the 128 rows and the B scale(s) of the tile into the stage
-// with cp.async; a math thread reads its two rows' A scales and the B scale of its columns after the full
-// barrier, forms sa*sb (one FP32 multiply, as the CPU model does) and promotes the 128-deep partial sum
-// with one FMA. When BN divides 128 a tile never straddles two 128-column blocks of B, so one B scale
-// serves the tile (ScaleB::Uniform); otherwise each 8-column chunk gets its own (ScaleB::PerChunk).
+// Scale flow: per K block the producer puts the A scales of the tile's 128 rows and the tile's B scale(s) into
+// the stage -- as two bulk copies completing on the stage's barrier when the layouts allow it (A scales
+// MN-major and padded to 4 rows, B scale rows padded to 4 K blocks: cuBLASLt's native layouts; +15-18 %,
+// bench/gemm_notes.md runs 5-6), else with 4-byte cp.async (QuantTensor's row-major layout). A math thread
+// reads its two rows' A scales and the B scale of its columns after the full barrier, forms sa*sb (one FP32
+// multiply, as the CPU model does) and promotes the 128-deep partial sum with one FMA. The B scale per tile:
+// BN dividing 128: one (ScaleB::Uniform); BN 192: two, the split at chunk 16 or 8 known per tile
+// (ScaleB::TwoBlocks); other widths: one per 8-column chunk (ScaleB::PerChunk, cp.async only).
 // Register budget (math thread): BN/2 partial + BN/2 accumulators; BN = 192 is the widest that fits 232.
-// Block-size heuristic (fp8_gemm_host.cpp, choose_block_n, fitted to the sweep measured on the H200):
-// BLOCK_M = 128 always; BLOCK_N from {64, 96, 128, 160, 176, 192}: for M <= 256 the narrowest of 64/128/192
-// whose tiles fit in one wave, else the fewest ceil(tiles / SMs) x per-tile cost (K blocks x (BN + 32 + scale
-// overhead) + epilogue). TMA multicast (2-CTA clusters sharing A or B, Fp8GemmConfig::multicast) is built
-// and tested, and opt-in until it has been measured on hardware.
+// Block-size heuristic (fp8_gemm_host.cpp, choose_block_n, fitted to the H200 sweeps): BLOCK_M = 128 always;
+// BLOCK_N from {64, 96, 128, 160, 176, 192}: for M <= 256 the narrowest of 64/128/192 whose tiles fit in one
+// wave, else the fewest ceil(tiles / SMs) x per-tile cost (K blocks x (BN + 48, + 48 for per-chunk B scales)
+// + epilogue). TMA multicast (2-CTA clusters sharing A or B, Fp8GemmConfig::multicast) is opt-in: measured
+// within +-3 % of no multicast once its remote arrivals lost `.release.cluster` (run 5).
 #include "ops/cuda/fp8_gemm_launch.cuh"
 
 namespace fp8train::ops::cuda::fp8gemm {

@@ -163,10 +163,10 @@ const char* multicast_name(Fp8GemmMulticast m) {
   return "?";
 }
 
-// Multicast default: none. The cluster-of-two TMA-multicast path (ShareA / ShareB) is built and covered by
-// tests/cuda/fp8_gemm_*_test.cpp, but it has not run on the H200 yet (bench/gemm_notes.md, run 2 could not be
-// scheduled), so only an explicit Fp8GemmConfig::multicast selects it; the default is the configuration whose
-// bits and speed were measured.
+// Multicast default: none. The cluster-of-two TMA-multicast path (ShareA / ShareB) is bit-exact and tested
+// (tests/cuda/fp8_gemm_*_test.cpp) and, measured on the H200, within +-3 % of no multicast on the DeepSeek-V3
+// shapes (bench/gemm_notes.md run 5: the kernels are limited by tile bytes arriving per SM, which multicast does
+// not reduce), so only an explicit Fp8GemmConfig::multicast selects it.
 Fp8GemmMulticast default_multicast() { return Fp8GemmMulticast::None; }
 
 // Scheduling units for the multicast mode (see KernelArgs), the raster band converted to row units, and the
