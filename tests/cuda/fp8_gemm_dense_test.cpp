@@ -199,7 +199,7 @@ TEST(Fp8GemmDense, BulkScaleCopiesBitExact) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   using MC = ops::cuda::Fp8GemmMulticast;
   for (MC mc : {MC::None, MC::ShareA, MC::ShareB})
-    for (int block_n : {64, 128, 192}) {
+    for (int block_n : {32, 64, 128, 192}) {
       DenseCase c{3 * 128 + 17, 5 * block_n - 16, 640, block_n};
       c.multicast = mc;
       c.grid = 6;
@@ -232,6 +232,7 @@ TEST(Fp8GemmDense, HeuristicPicksBuiltWidthsAndFillsTheMachine) {
   // scale copies and the two-block promotion: bench/h8_runs/run5_*):
   // one row block: the narrowest width whose tiles fit in one wave (64 -> 112 CTAs for N = 7168) ...
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 7168, 16384, 132).block_n, 64);
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 2112, 7168, 132).block_n, 32);  // 66 CTAs instead of 33
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 24576, 1536, 132).block_n, 192);
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 32768, 512, 132).block_n, 128);  // no width fits: 128
   // ... many row blocks: waves x per-tile cost.

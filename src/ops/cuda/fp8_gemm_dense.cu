@@ -18,7 +18,7 @@
 // (ScaleB::TwoBlocks); other widths: one per 8-column chunk (ScaleB::PerChunk, cp.async only).
 // Register budget (math thread): BN/2 partial + BN/2 accumulators; BN = 192 is the widest that fits 232.
 // Block-size heuristic (fp8_gemm_host.cpp, choose_block_n, fitted to the H200 sweeps): BLOCK_M = 128 always;
-// BLOCK_N from {64, 96, 128, 160, 176, 192}: for M <= 256 the narrowest of 64/128/192 whose tiles fit in one
+// BLOCK_N from {32, 64, 96, 128, 160, 176, 192}: for M <= 256 the narrowest of 32/64/128/192 whose tiles fit in one
 // wave, else the fewest ceil(tiles / SMs) x per-tile cost (K blocks x (BN + 48, + 48 for per-chunk B scales)
 // + epilogue). TMA multicast (2-CTA clusters sharing A or B, Fp8GemmConfig::multicast) is opt-in: measured
 // within +-3 % of no multicast once its remote arrivals lost `.release.cluster` (run 5).
@@ -67,6 +67,7 @@ cudaError_t launch_dense(const LaunchSpec& spec, const CUtensorMap& a, const CUt
 cudaError_t launch_dense_kernel(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b,
                                 const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream) {
   switch (spec.block_n) {
+    case 32: return launch_dense<32>(spec, a, b, d, args, stream);
     case 64: return launch_dense<64>(spec, a, b, d, args, stream);
     case 96: return launch_dense<96>(spec, a, b, d, args, stream);
     case 128: return launch_dense<128>(spec, a, b, d, args, stream);

@@ -100,7 +100,7 @@ int choose_block_n(int64_t m_blocks, int64_t n, int64_t k, int64_t groups, int n
   FP8T_CHECK(count > 0 && num_sms > 0, "block-size heuristic needs candidates and a positive SM count");
   auto built = [&](int bn) { return is_built(bn, candidates, count); };
   if (m_blocks <= 2) {
-    for (int bn : {64, 128, 192})
+    for (int bn : {32, 64, 128, 192})
       if (built(bn) && m_blocks * ((n + bn - 1) / bn) * groups <= num_sms) return bn;
     return built(128) ? 128 : candidates[count - 1];
   }
@@ -210,7 +210,7 @@ void fill_scales(KernelArgs& args, const ScaleView& a, const ScaleView& b) {
   args.sfb_group = b.group_stride;
 }
 
-constexpr int kDenseBlockNs[] = {64, 96, 128, 160, 176, 192};
+constexpr int kDenseBlockNs[] = {32, 64, 96, 128, 160, 176, 192};
 constexpr int kGroupedBlockNs[] = {64, 128, 160, 176, 192};
 constexpr int kWgradBlockNs[] = {64, 96, 128};
 constexpr int kNumDense = sizeof(kDenseBlockNs) / sizeof(int);
