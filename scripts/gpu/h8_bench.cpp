@@ -629,24 +629,39 @@ void bench_wgrad(Timing& timing, int64_t m, int64_t n, const std::vector<int>& t
   report(r, flops, bytes);
 }
 
-// Three launches of one dense configuration (random data), for `ncu --launch-skip 2 --launch-count 1`.
+// Random operands of one dense problem in cuBLASLt's native scale layouts (A scales [K/128][M], B scales
+// [N/128][ld] with ld = K/128 padded to 4: the layouts that take the kernels' bulk-copy scale path), for the
+// single-configuration modes below.
+struct DenseOperands {
+  int64_t m, n, k, kb, nb, ld;
+  Buf a, b, sa, sb, d;
+  DenseOperands(int64_t m_, int64_t n_, int64_t k_)
+      : m(m_), n(n_), k(k_), kb(k_ / 128), nb((n_ + 127) / 128), ld((k_ / 128 + 3) / 4 * 4),
+        a(static_cast<size_t>(m_ * k_)), b(static_cast<size_t>(n_ * k_)), sa(static_cast<size_t>(m_ * kb) * 4),
+        sb(static_cast<size_t>(nb * ld) * 4), d(static_cast<size_t>(m_ * n_) * 2) {
+    upload(a, random_e4m3(a.bytes, 1));
+    upload(b, random_e4m3(b.bytes, 2));
+    upload(sa, random_scales(static_cast<size_t>(m * kb), 3));
+    upload(sb, random_scales(static_cast<size_t>(nb * ld), 4));
+  }
+  Fp8GemmDenseProblem problem() const {
+    Fp8GemmDenseProblem p;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.a = a.as<uint8_t>();
+    p.b = b.as<uint8_t>();
+    p.a_scales = ScaleView{sa.as<float>(), 1, m, 0};
+    p.b_scales = row_major_scale_view(sb.as<float>(), ld);
+    p.d = d.as<uint16_t>();
+    return p;
+  }
+};
+
+// Three launches of one dense configuration, for `ncu --launch-skip 2 --launch-count 1`: --profile M N K BN MC.
 int profile_dense(const std::vector<long long>& v) {
-  const int64_t m = v[0], n = v[1], k = v[2], kb = k / 128, nb = (n + 127) / 128;
-  Buf a(static_cast<size_t>(m * k)), b(static_cast<size_t>(n * k)), sa(static_cast<size_t>(m * kb) * 4),
-      sb(static_cast<size_t>(nb * kb) * 4), d(static_cast<size_t>(m * n) * 2);
-  upload(a, random_e4m3(a.bytes, 1));
-  upload(b, random_e4m3(b.bytes, 2));
-  upload(sa, random_scales(static_cast<size_t>(m * kb), 3));
-  upload(sb, random_scales(static_cast<size_t>(nb * kb), 4));
-  Fp8GemmDenseProblem p;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.a = a.as<uint8_t>();
-  p.b = b.as<uint8_t>();
-  p.a_scales = row_major_scale_view(sa.as<float>(), kb);
-  p.b_scales = row_major_scale_view(sb.as<float>(), kb);
-  p.d = d.as<uint16_t>();
+  const DenseOperands ops(v[0], v[1], v[2]);
+  const Fp8GemmDenseProblem p = ops.problem();
   Fp8GemmConfig cfg;
   cfg.block_n = static_cast<int>(v[3]);
   cfg.multicast = v[4] == 1 ? Fp8GemmMulticast::ShareA : (v[4] == 2 ? Fp8GemmMulticast::ShareB : Fp8GemmMulticast::None);
@@ -656,47 +671,29 @@ int profile_dense(const std::vector<long long>& v) {
   return 0;
 }
 
-// cuBLASLt's block-scaled FP8 GEMM, three launches (for `ncu -k regex:'^(?!.*fp8_gemm_kernel)'`): --lt M N K.
+// cuBLASLt's block-scaled FP8 GEMM on the same operands, three launches (for ncu): --lt M N K.
 int lt_profile(const std::vector<long long>& v) {
-  const int64_t m = v[0], n = v[1], k = v[2], kb = k / 128, nb = (n + 127) / 128, ld = (kb + 3) / 4 * 4;
-  Buf a(static_cast<size_t>(m * k)), b(static_cast<size_t>(n * k)), sa(static_cast<size_t>(m * kb) * 4),
-      sb(static_cast<size_t>(nb * ld) * 4), d(static_cast<size_t>(m * n) * 2);
-  upload(a, random_e4m3(a.bytes, 1));
-  upload(b, random_e4m3(b.bytes, 2));
-  upload(sa, random_scales(static_cast<size_t>(m * kb), 3));
-  upload(sb, random_scales(static_cast<size_t>(nb * ld), 4));
-  LtCall lt(m, n, k, true, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
-            sa.as<float>(), sb.as<float>(), false, false, a.p, b.p, d.p);
+  const DenseOperands ops(v[0], v[1], v[2]);
+  LtCall lt(ops.m, ops.n, ops.k, true, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F,
+            CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F, ops.sa.as<float>(), ops.sb.as<float>(), false, false, ops.a.p,
+            ops.b.p, ops.d.p);
   if (!lt.error.empty()) {
     std::printf("cuBLASLt unavailable: %s\n", lt.error.c_str());
     return 1;
   }
   for (int i = 0; i < 3; ++i) lt.run();
   CK(cudaDeviceSynchronize());
-  std::printf("profiled cuBLASLt %lldx%lldx%lld\n", (long long)m, (long long)n, (long long)k);
+  std::printf("profiled cuBLASLt %lldx%lldx%lld\n", (long long)ops.m, (long long)ops.n, (long long)ops.k);
   return 0;
 }
 
-// Multicast diagnosis: one dense shape and block width, each multicast mode with the persistent grid capped at
-// every SM, half of them and one cluster, so the time per unit of work shows whether the clusters run
+// Multicast diagnosis: one dense shape and block width, each multicast mode (and the direct epilogue) with the
+// persistent grid at every SM and at half of them, so the time per unit of work shows whether the clusters run
 // concurrently (--mcdiag M N K BLOCK_N).
 int mcdiag_dense(Timing& timing, const std::vector<long long>& v) {
-  const int64_t m = v[0], n = v[1], k = v[2], kb = k / 128, nb = (n + 127) / 128;
-  Buf a(static_cast<size_t>(m * k)), b(static_cast<size_t>(n * k)), sa(static_cast<size_t>(m * kb) * 4),
-      sb(static_cast<size_t>(nb * kb) * 4), d(static_cast<size_t>(m * n) * 2);
-  upload(a, random_e4m3(a.bytes, 1));
-  upload(b, random_e4m3(b.bytes, 2));
-  upload(sa, random_scales(static_cast<size_t>(m * kb), 3));
-  upload(sb, random_scales(static_cast<size_t>(nb * kb), 4));
-  Fp8GemmDenseProblem p;
-  p.m = m;
-  p.n = n;
-  p.k = k;
-  p.a = a.as<uint8_t>();
-  p.b = b.as<uint8_t>();
-  p.a_scales = ScaleView{sa.as<float>(), 1, m, 0};
-  p.b_scales = row_major_scale_view(sb.as<float>(), kb);
-  p.d = d.as<uint16_t>();
+  const DenseOperands ops(v[0], v[1], v[2]);
+  const Fp8GemmDenseProblem p = ops.problem();
+  const int64_t m = ops.m, n = ops.n, k = ops.k;
   const double flops = 2.0 * m * n * k;
   for (Fp8GemmEpilogue ep : {Fp8GemmEpilogue::TmaStore, Fp8GemmEpilogue::Direct})
   for (Fp8GemmMulticast mc : {Fp8GemmMulticast::None, Fp8GemmMulticast::ShareA, Fp8GemmMulticast::ShareB})

@@ -51,15 +51,11 @@ cudaError_t launch_dense_flags(const LaunchSpec& spec, const CUtensorMap& a, con
   return cudaErrorInvalidValue;
 }
 
-// Bulk scale copies when the layout allows them (KernelArgs::bulk_scales) and the width has one or two B blocks
-// per tile; 4-byte cp.async otherwise.
 template <int BN>
 cudaError_t launch_dense(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
                          const KernelArgs& args, cudaStream_t stream) {
-  if constexpr (block_scale_b(BN) != ScaleB::PerChunk) {
-    if (args.bulk_scales) return launch_dense_flags<BN, kFlagBulkScales>(spec, a, b, d, args, stream);
-  }
-  return launch_dense_flags<BN, 0>(spec, a, b, d, args, stream);
+  return with_scale_path<block_scale_b(BN)>(
+      args, [&]<int kFlags>() { return launch_dense_flags<BN, kFlags>(spec, a, b, d, args, stream); });
 }
 
 }  // namespace

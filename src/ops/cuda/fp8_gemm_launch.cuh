@@ -14,6 +14,16 @@
 
 namespace fp8train::ops::cuda::fp8gemm {
 
+// Runs launch.template operator()<kFlags>() with kFlags = kFlagBulkScales when the host found the scale layouts
+// fit for bulk copies (KernelArgs::bulk_scales) and the tile's B scales are not per 8-column chunk, else 0.
+template <ScaleB kScaleB, class Launch>
+cudaError_t with_scale_path(const KernelArgs& args, Launch&& launch) {
+  if constexpr (kScaleB != ScaleB::PerChunk) {
+    if (args.bulk_scales) return launch.template operator()<kFlagBulkScales>();
+  }
+  return launch.template operator()<0>();
+}
+
 template <int BN, ScaleB kScaleB, Schedule kSched, Output kOut, Multicast kMc, int kFlags = 0>
 cudaError_t launch_kernel(const CUtensorMap& tmap_a, const CUtensorMap& tmap_b, const CUtensorMap& tmap_d,
                           const KernelArgs& args, int max_ctas, cudaStream_t stream) {

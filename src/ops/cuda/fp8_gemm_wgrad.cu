@@ -42,8 +42,8 @@ cudaError_t launch_wgrad(const LaunchSpec& spec, const CUtensorMap& a, const CUt
 template <int BN, Schedule kSched>
 cudaError_t launch_wgrad(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const KernelArgs& args,
                          cudaStream_t stream) {
-  if (args.bulk_scales) return launch_wgrad<BN, kSched, kFlagBulkScales>(spec, a, b, args, stream);
-  return launch_wgrad<BN, kSched, 0>(spec, a, b, args, stream);
+  return with_scale_path<ScaleB::PerColumn>(
+      args, [&]<int kFlags>() { return launch_wgrad<BN, kSched, kFlags>(spec, a, b, args, stream); });
 }
 
 template <int BN>
