@@ -78,9 +78,27 @@ uint64_t splitmix(uint64_t& s) {
   return z ^ (z >> 31);
 }
 
-// Finite E4M3 codes, uniform over the 254 finite codes (never NaN).
+// --data tri: E4M3 codes of (u1 + u2) * 100 with u uniform in [-1, 1), what `fp8train bench gemm` feeds
+// (src/ops/cuda/random_fill.cu), instead of codes uniform over the finite ones.
+bool g_tri_data = false;
+
+// Finite E4M3 codes, uniform over the 254 finite codes (never NaN), or (--data tri) the triangular values above.
 std::vector<uint8_t> random_e4m3(size_t n, uint64_t seed) {
   std::vector<uint8_t> v(n);
+  if (g_tri_data) {
+#pragma omp parallel for schedule(static)
+    for (int64_t chunk = 0; chunk < static_cast<int64_t>((n + 65535) / 65536); ++chunk) {
+      uint64_t s = seed * 1000003 + chunk;
+      const size_t end = std::min(n, static_cast<size_t>(chunk + 1) * 65536);
+      for (size_t i = static_cast<size_t>(chunk) * 65536; i < end; ++i) {
+        const uint64_t r = splitmix(s);
+        const float u1 = static_cast<float>(r >> 40) * (2.0f / 16777216.0f) - 1.0f;
+        const float u2 = static_cast<float>((r >> 16) & 0xFFFFFF) * (2.0f / 16777216.0f) - 1.0f;
+        v[i] = num::e4m3_encode((u1 + u2) * 100.0f);
+      }
+    }
+    return v;
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t chunk = 0; chunk < static_cast<int64_t>((n + 65535) / 65536); ++chunk) {
     uint64_t s = seed * 1000003 + chunk;
@@ -736,6 +754,7 @@ int main(int argc, char** argv) {
     else if (s == "--only" && i + 1 < argc) only = argv[++i];
     else if (s == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (s == "--experiments") g_experiments = true;
+    else if (s == "--data" && i + 1 < argc) g_tri_data = std::string(argv[++i]) == "tri";
     else if (s == "--lt" && i + 3 < argc) {
       lt = {std::atoll(argv[i + 1]), std::atoll(argv[i + 2]), std::atoll(argv[i + 3])};
       i += 3;
@@ -752,7 +771,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: h8_bench [--sweep] [--quick] [--no-baselines] [--experiments] [--only dense|grouped|wgrad]"
-                   " [--reps N] [--profile M N K BLOCK_N MC] [--mcdiag M N K BLOCK_N] [--lt M N K]\n");
+                   " [--reps N] [--data uniform|tri] [--profile M N K BLOCK_N MC] [--mcdiag M N K BLOCK_N] [--lt M N K]\n");
       return 2;
     }
   }
