@@ -197,7 +197,7 @@ GemmAccuracy against_reference(const std::vector<float>& d, const Tensor& a, boo
   const int64_t m = trans_a ? a.size(1) : a.size(0), n = trans_b ? b.size(0) : b.size(1);
   FP8T_CHECK(static_cast<int64_t>(d.size()) == m * n, "gemm accuracy: product has {} elements, reference {}x{}",
              d.size(), m, n);
-  Tensor r = Tensor::empty({m, n}, DType::F32);
+  Tensor r = Tensor::empty({m, n}, DType::F32, MemCategory::Workspace, Device::cpu());
   ops::gemm(a, trans_a, b, trans_b, r);
   return measure_accuracy(d.data(), r.data<float>(), m, n);
 }
@@ -205,7 +205,7 @@ GemmAccuracy against_reference(const std::vector<float>& d, const Tensor& a, boo
 // An fp32 / bf16 GEMM's own product (its options without accumulation) against the reference.
 GemmAccuracy plain_accuracy(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, bool bf16) {
   const int64_t m = trans_a ? a.size(1) : a.size(0), n = trans_b ? b.size(0) : b.size(1);
-  Tensor y = Tensor::empty({m, n}, DType::F32);
+  Tensor y = Tensor::empty({m, n}, DType::F32, MemCategory::Workspace, Device::cpu());
   ops::GemmOptions o;
   o.round_inputs_bf16 = bf16;
   ops::gemm(a, trans_a, b, trans_b, y, o);
@@ -401,7 +401,8 @@ void LinearGemm::wgrad_impl(const Tensor& dy, const float* xv, const CachedActiv
   // The FP32 reference dyᵀ·x: dy as given (before any dispatch quantization), x as handed in.
   auto accuracy = [&](const std::vector<float>& d) {
     const float* x0 = x_values();
-    const Tensor xt = Tensor::from_vector(std::vector<float>(x0, x0 + tokens * in), {tokens, in});
+    const Tensor xt = Tensor::from_vector(std::vector<float>(x0, x0 + tokens * in), {tokens, in},
+                                           MemCategory::Workspace, Device::cpu());
     return against_reference(d, dy, true, xt, false);
   };
 
