@@ -191,11 +191,11 @@ std::string write_report(const std::string& run_dir) {
       }
       if (!line.x.empty()) s.push_back(std::move(line));
     }
-    bool positive = false;  // the fp32 recipe's errors are all 0: nothing to draw on a log scale
+    bool positive = false;  // the fp32 recipe's errors are all 0: nothing to draw
     for (const auto& line : s)
       for (double y : line.y) positive |= y > 0;
     if (positive)
-      body += figure(svg::line_chart(chart("GEMM error vs FP32 reference", "relative error", svg::Scale::Log10), s),
+      body += figure(svg::line_chart(chart("GEMM error vs FP32 reference", "relative error"), s),
                    "Each Linear GEMM of a health-sampled step against the same GEMM in FP32 on the operands "
                    "before quantization, ||Y - R||_F / ||R||_F, mean over the Linears, per GEMM kind.");
   }
