@@ -59,14 +59,51 @@ OperandHealth measure_health(const float* x, const quant::QuantTensor& q) {
   return h;
 }
 
-void RecipeContext::record(const std::string& linear, GemmKind kind, const OperandHealth& a, const OperandHealth& b) {
+double GemmAccuracy::relative_error() const {
+  if (reference_sq > 0) return std::sqrt(error_sq / reference_sq);
+  return error_sq > 0 ? std::numeric_limits<double>::infinity() : 0.0;
+}
+
+// A serial double-precision sum: the figure must not depend on the thread count (the runs do not).
+GemmAccuracy measure_accuracy(const float* y, const float* y_ref, int64_t rows, int64_t cols) {
+  GemmAccuracy a;
+  for (int64_t i = 0; i < rows; ++i) {
+    double err = 0, ref = 0;
+    for (int64_t j = 0; j < cols; ++j) {
+      const double r = y_ref[i * cols + j], d = static_cast<double>(y[i * cols + j]) - r;
+      err += d * d;
+      ref += r * r;
+    }
+    a.error_sq += err;
+    a.reference_sq += ref;
+    if (ref > 0) {
+      a.row_rel_sum += std::sqrt(err / ref);
+      ++a.rows;
+    }
+  }
+  return a;
+}
+
+void RecipeContext::record(const std::string& linear, GemmKind kind, const OperandHealth& a, const OperandHealth& b,
+                           const GemmAccuracy& accuracy) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  GemmHealth& g = health_[{linear, static_cast<int>(kind)}];
+  g.linear = linear;
+  g.kind = kind;
+  g.quantized = true;
+  ++g.calls;
+  g.a.merge(a);
+  g.b.merge(b);
+  g.accuracy.merge(accuracy);
+}
+
+void RecipeContext::record(const std::string& linear, GemmKind kind, const GemmAccuracy& accuracy) {
   std::lock_guard<std::mutex> lock(mutex_);
   GemmHealth& g = health_[{linear, static_cast<int>(kind)}];
   g.linear = linear;
   g.kind = kind;
   ++g.calls;
-  g.a.merge(a);
-  g.b.merge(b);
+  g.accuracy.merge(accuracy);
 }
 
 std::vector<GemmHealth> RecipeContext::take_health() {
@@ -153,6 +190,28 @@ quant::QuantTensor blocks_as_row_tiles(const quant::QuantTensor& q) {
   return t;
 }
 
+// The product d [m, n] (contiguous) against the FP32 reference op(a)·op(b) — ops::gemm on the unrounded inputs,
+// what the fp32 recipe computes (see "GEMM accuracy" in linear_gemm.h).
+GemmAccuracy against_reference(const std::vector<float>& d, const Tensor& a, bool trans_a, const Tensor& b,
+                               bool trans_b) {
+  const int64_t m = trans_a ? a.size(1) : a.size(0), n = trans_b ? b.size(0) : b.size(1);
+  FP8T_CHECK(static_cast<int64_t>(d.size()) == m * n, "gemm accuracy: product has {} elements, reference {}x{}",
+             d.size(), m, n);
+  Tensor r = Tensor::empty({m, n}, DType::F32, MemCategory::Workspace, Device::cpu());
+  ops::gemm(a, trans_a, b, trans_b, r);
+  return measure_accuracy(d.data(), r.data<float>(), m, n);
+}
+
+// An fp32 / bf16 GEMM's own product (its options without accumulation) against the reference.
+GemmAccuracy plain_accuracy(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, bool bf16) {
+  const int64_t m = trans_a ? a.size(1) : a.size(0), n = trans_b ? b.size(0) : b.size(1);
+  Tensor y = Tensor::empty({m, n}, DType::F32, MemCategory::Workspace, Device::cpu());
+  ops::GemmOptions o;
+  o.round_inputs_bf16 = bf16;
+  ops::gemm(a, trans_a, b, trans_b, y, o);
+  return against_reference(y.to_vector<float>(), a, trans_a, b, trans_b);
+}
+
 bool cache_matches(const quant::QuantTensor& q, CacheFormat format) {
   if (format == CacheFormat::Fp32 || format == CacheFormat::Bf16) return false;
   const quant::QuantConfig c = cache_quant_config(format);
@@ -195,6 +254,8 @@ CachedActivation LinearGemm::forward(const Tensor& x, const Tensor& w, const Ten
     ops::GemmOptions o;
     o.round_inputs_bf16 = cfg.kind == RecipeKind::Bf16;
     ops::gemm(x, false, w, true, y, o);
+    if (context_->sampling_health())
+      context_->record(name_, GemmKind::Fprop, plain_accuracy(x, false, w, true, o.round_inputs_bf16));
     weight_operand_bytes_ = static_cast<size_t>(w.numel()) * (o.round_inputs_bf16 ? 2 : 4);
     return cache_input ? CachedActivation::store(x, cache_format) : CachedActivation();
   }
@@ -214,9 +275,11 @@ CachedActivation LinearGemm::forward(const Tensor& x, const Tensor& w, const Ten
     b = quant::quantize(wh.data, out, in, g.b);
   }
   weight_operand_bytes_ = b.bytes();
+  const std::vector<float> d = quant::ref_gemm(a, b, g.gemm);
   if (context_->sampling_health())
-    context_->record(name_, GemmKind::Fprop, measure_health(xh.data, a), measure_health(wh.data, b));
-  write_output(y, quant::ref_gemm(a, b, g.gemm), false);
+    context_->record(name_, GemmKind::Fprop, measure_health(xh.data, a), measure_health(wh.data, b),
+                     against_reference(d, x, false, w, true));
+  write_output(y, d, false);
 
   if (!cache_input) return CachedActivation();
   // Wgrad reuses the Fprop quantization when the cache format is the same representation.
@@ -250,6 +313,8 @@ void LinearGemm::dgrad(const Tensor& dy, const Tensor& w, const Tensor& dx, bool
     o.round_inputs_bf16 = cfg.kind == RecipeKind::Bf16;
     o.beta = accumulate ? 1.0 : 0.0;
     ops::gemm(dy, false, w, false, dx, o);
+    if (context_->sampling_health())
+      context_->record(name_, GemmKind::Dgrad, plain_accuracy(dy, false, w, false, o.round_inputs_bf16));
     return;
   }
   const bool health = context_->sampling_health();
@@ -259,8 +324,11 @@ void LinearGemm::dgrad(const Tensor& dy, const Tensor& w, const Tensor& dx, bool
     FP8T_CHECK(have_weight_scale_, "linear {}: backward before forward (no weight scale yet)", name_);
     const quant::QuantTensor& dq = tensorwise_dy(dy, dyh.data);
     const quant::QuantTensor wq = quant::quantize_with_scale(wh.data, out, in, g.b.format, weight_scale_);
-    if (health) context_->record(name_, GemmKind::Dgrad, measure_health(dyh.data, dq), measure_health(wh.data, wq));
-    write_output(dx, quant::ref_gemm(dq, quant::transpose(wq), g.gemm), accumulate);
+    const std::vector<float> d = quant::ref_gemm(dq, quant::transpose(wq), g.gemm);
+    if (health)
+      context_->record(name_, GemmKind::Dgrad, measure_health(dyh.data, dq), measure_health(wh.data, wq),
+                       against_reference(d, dy, false, w, false));
+    write_output(dx, d, accumulate);
     return;
   }
   quant::QuantConfig qa = g.a;
@@ -271,9 +339,13 @@ void LinearGemm::dgrad(const Tensor& dy, const Tensor& w, const Tensor& dx, bool
   }
   quant::QuantTensor a = quant::quantize(dyh.data, tokens, out, qa);
   const quant::QuantTensor wq = quant::quantize(wh.data, out, in, g.b);
-  if (health) context_->record(name_, GemmKind::Dgrad, measure_health(dyh.data, a), measure_health(wh.data, wq));
+  const OperandHealth health_a = health ? measure_health(dyh.data, a) : OperandHealth{};
   if (!a.granularity.per_tensor && a.granularity.block_rows > 1) a = blocks_as_row_tiles(a);
-  write_output(dx, quant::ref_gemm(a, quant::transpose(wq), g.gemm), accumulate);
+  const std::vector<float> d = quant::ref_gemm(a, quant::transpose(wq), g.gemm);
+  if (health)
+    context_->record(name_, GemmKind::Dgrad, health_a, measure_health(wh.data, wq),
+                     against_reference(d, dy, false, w, false));
+  write_output(dx, d, accumulate);
 }
 
 void LinearGemm::wgrad(const Tensor& dy, const CachedActivation& x, const Tensor& dw, bool accumulate) {
@@ -301,6 +373,8 @@ void LinearGemm::wgrad(const Tensor& dy, const Tensor& x, const Tensor& dw, bool
     o.round_inputs_bf16 = context_->config().kind == RecipeKind::Bf16;
     o.beta = accumulate ? 1.0 : 0.0;
     ops::gemm(dy, true, x, false, dw, o);
+    if (context_->sampling_health())
+      context_->record(name_, GemmKind::Wgrad, plain_accuracy(dy, true, x, false, o.round_inputs_bf16));
     return;
   }
   HostMatrix xh(x);
@@ -324,6 +398,13 @@ void LinearGemm::wgrad_impl(const Tensor& dy, const float* xv, const CachedActiv
     if (xvalues.empty()) xvalues = xc->values();
     return xvalues.data();
   };
+  // The FP32 reference dyᵀ·x: dy as given (before any dispatch quantization), x as handed in.
+  auto accuracy = [&](const std::vector<float>& d) {
+    const float* x0 = x_values();
+    const Tensor xt = Tensor::from_vector(std::vector<float>(x0, x0 + tokens * in), {tokens, in},
+                                           MemCategory::Workspace, Device::cpu());
+    return against_reference(d, dy, true, xt, false);
+  };
 
   if (cfg.per_tensor()) {
     const quant::QuantTensor& dq = tensorwise_dy(dy, dyh.data);
@@ -333,8 +414,11 @@ void LinearGemm::wgrad_impl(const Tensor& dy, const float* xv, const CachedActiv
     } else {
       xq = quant::quantize(x_values(), tokens, in, g.b);
     }
-    if (health) context_->record(name_, GemmKind::Wgrad, measure_health(dyh.data, dq), measure_health(x_values(), xq));
-    write_output(dw, quant::ref_gemm(quant::transpose(dq), quant::transpose(xq), g.gemm), accumulate);
+    const std::vector<float> d = quant::ref_gemm(quant::transpose(dq), quant::transpose(xq), g.gemm);
+    if (health)
+      context_->record(name_, GemmKind::Wgrad, measure_health(dyh.data, dq), measure_health(x_values(), xq),
+                       accuracy(d));
+    write_output(dw, d, accumulate);
     return;
   }
 
@@ -361,8 +445,11 @@ void LinearGemm::wgrad_impl(const Tensor& dy, const float* xv, const CachedActiv
   } else {
     xq = quant::quantize(x_values(), tokens, in, qb);
   }
-  if (health) context_->record(name_, GemmKind::Wgrad, measure_health(dy_values, dq), measure_health(x_values(), xq));
-  write_output(dw, quant::ref_gemm(quant::transpose(dq), quant::transpose(xq), g.gemm), accumulate);
+  const std::vector<float> d = quant::ref_gemm(quant::transpose(dq), quant::transpose(xq), g.gemm);
+  if (health)
+    context_->record(name_, GemmKind::Wgrad, measure_health(dy_values, dq), measure_health(x_values(), xq),
+                     accuracy(d));
+  write_output(dw, d, accumulate);
 }
 
 void LinearGemm::backward(const Tensor& dy, const Tensor& w, const CachedActivation& x, const Tensor& dx,

@@ -17,6 +17,27 @@
 //
 // RecipeContext is shared by all Linears of a model: the recipe, the training step (seeds the stochastic
 // rounding streams), and the numerics-health counters, sampled only on steps the trainer asks for.
+//
+// GEMM accuracy (part of the health sample, every recipe, fp32 and bf16 included): on a sampled step each GEMM
+// a Linear runs is also computed by the FP32 reference — ops::gemm (OpenBLAS SGEMM, FP32 inputs and FP32
+// accumulation: exactly what the fp32 recipe runs) on the operands as this GEMM receives them, before any
+// quantization or rounding it applies:
+//   Fprop: x·Wᵀ with x and W as given        Dgrad: dy·W with dy and W as given (dy before MoE dispatch FP8)
+//   Wgrad: dyᵀ·x with dy as given and x as backward hands it in (the float values of the activation cache
+//          when the model cached x — the cache's own rounding of x is not in the Wgrad figure; Fprop's is the
+//          same 1×128 quantization and shows there)
+// For one call, with Y the recipe's product (before any accumulation into dx / dW) and R the reference:
+//   error_sq = Σ (Y − R)²,  reference_sq = Σ R²   (double sums over every element)
+// and the relative error of a (Linear, GEMM) over the calls of the sampled step is
+//   rel_error = sqrt(Σ_calls error_sq / Σ_calls reference_sq) = ‖Y − R‖_F / ‖R‖_F,
+// 0 exactly for the fp32 recipe (the same SGEMM on the same inputs). The Frobenius norm weighs each output row
+// by its size, so damage confined to small rows (e.g. the tokens that share a 128×128 dy block with an outlier
+// token, pushed into the FP8 subnormals) barely moves it; hence also, per output row r (Fprop / Dgrad: a token;
+// Wgrad: an output feature) with ‖R_r‖ > 0,
+//   row_rel_error = mean over the rows of the calls of ‖Y_r − R_r‖ / ‖R_r‖. The reference's own error (FP32
+// accumulation, ~1e-7 relative) is far below what the low-precision recipes show (1e-3 and more), so it
+// does not limit the figure. Cost: one SGEMM per recipe GEMM and two passes over its output, sampled steps only.
+// train/metrics.h gemm_error_summary() aggregates the records per GEMM kind.
 #pragma once
 #include <cstdint>
 #include <limits>
@@ -46,11 +67,33 @@ struct OperandHealth {
 // Measures x [rows, cols] against its quantization q (same orientation and shape).
 OperandHealth measure_health(const float* x, const quant::QuantTensor& q);
 
+// A recipe GEMM's product against its FP32 reference (see the top of this file).
+struct GemmAccuracy {
+  double error_sq = 0;      // Σ (Y − R)²
+  double reference_sq = 0;  // Σ R²
+  double row_rel_sum = 0;   // Σ over rows with R_r ≠ 0 of ‖Y_r − R_r‖ / ‖R_r‖
+  int64_t rows = 0;         // the rows counted in row_rel_sum
+  void merge(const GemmAccuracy& o) {
+    error_sq += o.error_sq;
+    reference_sq += o.reference_sq;
+    row_rel_sum += o.row_rel_sum;
+    rows += o.rows;
+  }
+  // ‖Y − R‖_F / ‖R‖_F (0 when both are zero; +inf when only the reference is).
+  double relative_error() const;
+  // The mean row-wise relative error (0 when no row has a non-zero reference).
+  double row_relative_error() const { return rows > 0 ? row_rel_sum / static_cast<double>(rows) : 0.0; }
+};
+// Compares y [rows, cols] with y_ref [rows, cols] (both contiguous, row-major).
+GemmAccuracy measure_accuracy(const float* y, const float* y_ref, int64_t rows, int64_t cols);
+
 struct GemmHealth {
   std::string linear;
   GemmKind kind = GemmKind::Fprop;
   int64_t calls = 0;
-  OperandHealth a, b;  // ref_gemm's operands (see recipe.h gemm_operands)
+  bool quantized = false;  // a and b hold operand counters (fp8 / int8 recipes; fp32 / bf16 record accuracy only)
+  OperandHealth a, b;      // ref_gemm's operands (see recipe.h gemm_operands)
+  GemmAccuracy accuracy;   // summed over the calls
 };
 
 class RecipeContext {
@@ -70,7 +113,11 @@ class RecipeContext {
   // number within the step for that layer (deterministic whatever the thread schedule).
   uint64_t seed_for(uint64_t layer_hash, uint64_t call) const;
 
-  void record(const std::string& linear, GemmKind kind, const OperandHealth& a, const OperandHealth& b);
+  // One call of a quantized GEMM: its operands' counters and its accuracy.
+  void record(const std::string& linear, GemmKind kind, const OperandHealth& a, const OperandHealth& b,
+              const GemmAccuracy& accuracy);
+  // One call of an fp32 / bf16 GEMM (no quantized operands): its accuracy only.
+  void record(const std::string& linear, GemmKind kind, const GemmAccuracy& accuracy);
   // The counters collected since the last call, sorted by linear name then GEMM kind; clears them.
   std::vector<GemmHealth> take_health();
 

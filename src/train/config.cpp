@@ -41,7 +41,7 @@ std::vector<ConfigKey> make_keys() {
   k.push_back({"train.eval_every", "eval-every", 0, kBig, {}, "held-out evaluation every N steps, and at the end (0: only at the end)", FP8T_REF(eval_every)});
   k.push_back({"train.eval_batches", "eval-batches", 1, 1e6, {}, "batches of held-out windows per periodic evaluation (the final one covers the whole held-out split, up to 2048 windows)", FP8T_REF(eval_batches)});
   k.push_back({"train.log_every", "log-every", 1, kBig, {}, "steps between progress lines when the output is not a terminal", FP8T_REF(log_every)});
-  k.push_back({"train.health_every", "health-every", 0, kBig, {}, "steps between numerics-health samples (per-GEMM saturation, underflow, scale range) and memory in metrics.jsonl (0: never)", FP8T_REF(health_every)});
+  k.push_back({"train.health_every", "health-every", 0, kBig, {}, "steps between numerics-health samples (per-GEMM saturation, underflow, scale range, relative error vs an FP32 GEMM) and memory in metrics.jsonl (0: never)", FP8T_REF(health_every)});
   k.push_back({"train.max_bad_steps", "max-bad-steps", 1, 1e6, {}, "consecutive non-finite steps (skipped) before the run stops", FP8T_REF(max_bad_steps)});
   k.push_back({"optim.lr", "lr", 1e-12, 10, {}, "peak learning rate", FP8T_REF(lr)});
   k.push_back({"optim.final_lr", "final-lr", 0, 10, {}, "learning rate after the cosine decay (constant to the end)", FP8T_REF(final_lr)});

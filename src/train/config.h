@@ -47,7 +47,7 @@ struct TrainConfig {
   int64_t eval_batches = 8;       // batches of held-out windows per periodic evaluation (the final: all)
   int64_t log_every = 10;         // a plain progress line every N steps when not on a terminal
   int64_t max_bad_steps = 5;      // consecutive non-finite steps before the run stops
-  int64_t health_every = 50;      // numerics-health counters and memory sampled into metrics.jsonl every N steps (0: never)
+  int64_t health_every = 50;      // numerics-health counters, GEMM errors vs FP32 and memory sampled into metrics.jsonl every N steps (0: never)
 
   // optim
   double lr = 3e-3;

@@ -1,6 +1,7 @@
 // JSON-lines logs (see metrics.h).
 #include "train/metrics.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -14,6 +15,81 @@ namespace fp8train::train {
 
 nlohmann::ordered_json finite_or_null(double x) {
   return std::isfinite(x) ? nlohmann::ordered_json(x) : nlohmann::ordered_json(nullptr);
+}
+
+namespace {
+const char* const kGemmKinds[] = {"fprop", "dgrad", "wgrad"};
+}  // namespace
+
+nlohmann::ordered_json gemm_error_summary(const nlohmann::json& health) {
+  if (!health.is_array()) return nullptr;
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const char* kind : kGemmKinds) {
+    double err = 0, ref = 0, sum = 0, max = -1, row_sum = 0;
+    int64_t n = 0, with_rows = 0;
+    std::string max_linear;
+    for (const nlohmann::json& g : health) {
+      if (!g.is_object() || g.value("gemm", "") != kind || !g.contains("err_sq") || !g.contains("ref_sq") ||
+          !g.contains("rel_error") || !g["rel_error"].is_number())
+        continue;
+      err += g["err_sq"].get<double>();
+      ref += g["ref_sq"].get<double>();
+      const double r = g["rel_error"].get<double>();
+      sum += r;
+      if (g.contains("row_rel_error") && g["row_rel_error"].is_number()) {
+        row_sum += g["row_rel_error"].get<double>();
+        ++with_rows;
+      }
+      if (r > max) {
+        max = r;
+        max_linear = g.value("linear", "");
+      }
+      ++n;
+    }
+    if (n == 0) continue;
+    nlohmann::ordered_json k;
+    k["linears"] = n;
+    k["pooled"] = finite_or_null(ref > 0 ? std::sqrt(err / ref) : (err > 0 ? INFINITY : 0.0));
+    k["mean"] = finite_or_null(sum / static_cast<double>(n));
+    k["max"] = finite_or_null(max);
+    k["max_linear"] = max_linear;
+    if (with_rows > 0) k["row_mean"] = finite_or_null(row_sum / static_cast<double>(with_rows));
+    out[kind] = k;
+  }
+  if (out.empty()) return nullptr;
+  return out;
+}
+
+nlohmann::ordered_json gemm_error_over_run(const std::vector<nlohmann::json>& metrics_rows) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const char* kind : kGemmKinds) {
+    double pooled = 0, mean = 0, max = -1, row_mean = 0;
+    int64_t samples = 0, row_samples = 0;
+    for (const nlohmann::json& row : metrics_rows) {
+      if (!row.is_object() || !row.contains("health")) continue;
+      const nlohmann::ordered_json s = gemm_error_summary(row["health"]);
+      if (!s.is_object() || !s.contains(kind) || !s[kind]["pooled"].is_number() || !s[kind]["mean"].is_number())
+        continue;
+      pooled += s[kind]["pooled"].get<double>();
+      mean += s[kind]["mean"].get<double>();
+      max = std::max(max, s[kind]["max"].is_number() ? s[kind]["max"].get<double>() : 0.0);
+      if (s[kind].contains("row_mean") && s[kind]["row_mean"].is_number()) {
+        row_mean += s[kind]["row_mean"].get<double>();
+        ++row_samples;
+      }
+      ++samples;
+    }
+    if (samples == 0) continue;
+    nlohmann::ordered_json k;
+    k["samples"] = samples;
+    k["pooled"] = pooled / static_cast<double>(samples);
+    k["mean"] = mean / static_cast<double>(samples);
+    k["max"] = max;
+    if (row_samples > 0) k["row_mean"] = row_mean / static_cast<double>(row_samples);
+    out[kind] = k;
+  }
+  if (out.empty()) return nullptr;
+  return out;
 }
 
 nlohmann::ordered_json step_metrics_json(const StepMetrics& m) {

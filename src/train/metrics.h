@@ -10,6 +10,15 @@
 //                      expert] per MoE layer]}, every log_every steps
 //   events.jsonl       {"step", "event", "detail"}: skipped non-finite steps, resumes, checkpoints
 // max_expert_load_ratio = max over MoE layers and experts of load_i / mean_j load_j (1 = perfectly balanced).
+// Every train.health_every steps a metrics.jsonl row also has (issue 6):
+//   "memory"      the memory table of that step (bytes per category)
+//   "health"      [{"linear", "gemm": fprop|dgrad|wgrad, "calls", "rel_error", "err_sq", "ref_sq",
+//                   "row_rel_error", "rows", "a": {...}, "b": {...}}] per (Linear, GEMM): the GEMM's relative error
+//                  against its FP32 reference ‖Y − R‖_F / ‖R‖_F with its two sums, and the mean over its output
+//                  rows of ‖Y_r − R_r‖ / ‖R_r‖ (recipe/linear_gemm.h "GEMM accuracy"), and for
+//                  quantized recipes the operand counters "a"/"b": elements, nonzero, saturated, underflow,
+//                  scale_min, scale_max
+//   "gemm_error"  gemm_error_summary() of "health": per GEMM kind over the Linears
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -55,5 +64,16 @@ void truncate_jsonl_after_step(const std::string& path, int64_t step);
 
 // JSON number or null for a non-finite double.
 nlohmann::ordered_json finite_or_null(double x);
+
+// Per GEMM kind ("fprop", "dgrad", "wgrad"; kinds without records are left out) of one step's "health" array:
+//   {"linears": n, "pooled": sqrt(Σ err_sq / Σ ref_sq) over the Linears (the Frobenius error of all that kind's
+//    outputs taken together), "mean": the mean of the Linears' rel_error, "max": the largest, "max_linear": its
+//    name, "row_mean": the mean of the Linears' row_rel_error}. Null when `health` holds no records.
+nlohmann::ordered_json gemm_error_summary(const nlohmann::json& health);
+
+// The same over a run: per kind, the mean over the sampled steps of each step's "pooled", "mean" and "row_mean",
+// the largest "max", and "samples" (steps with a record of that kind). Rows without "health" are skipped (a run sampled
+// before this metric existed has no "rel_error" and gives null).
+nlohmann::ordered_json gemm_error_over_run(const std::vector<nlohmann::json>& metrics_rows);
 
 }  // namespace fp8train::train

@@ -1,6 +1,8 @@
 // DeepSeekTrainable (see model_adapter.h).
 #include "train/model_adapter.h"
 
+#include <cmath>
+
 #include "common/error.h"
 #include "model/hooks.h"
 #include "model/model.h"
@@ -81,7 +83,10 @@ void DeepSeekTrainable::begin_step(int64_t step, bool sample_health) {
   hooks_.context->begin_step(step, sample_health);
 }
 
-// Per-GEMM numerics health since begin_step: one object per (Linear, GEMM) with the counters of both operands.
+// Per-GEMM numerics health since begin_step: one object per (Linear, GEMM) with the counters of both operands
+// (quantized recipes only) and the GEMM's accuracy against its FP32 reference (every recipe; linear_gemm.h):
+// err_sq = Σ (Y − R)², ref_sq = Σ R² over the calls, rel_error = sqrt(err_sq / ref_sq), row_rel_error = the mean
+// over the `rows` output rows of ‖Y_r − R_r‖ / ‖R_r‖.
 nlohmann::json DeepSeekTrainable::take_health() {
   const std::vector<recipe::GemmHealth> records = hooks_.context->take_health();
   if (records.empty()) return nullptr;
@@ -90,9 +95,23 @@ nlohmann::json DeepSeekTrainable::take_health() {
                           {"underflow", h.underflow}, {"scale_min", h.scale_min}, {"scale_max", h.scale_max}};
   };
   nlohmann::json out = nlohmann::json::array();
-  for (const recipe::GemmHealth& g : records)
-    out.push_back({{"linear", g.linear}, {"gemm", recipe::gemm_kind_name(g.kind)}, {"calls", g.calls},
-                   {"a", operand(g.a)}, {"b", operand(g.b)}});
+  for (const recipe::GemmHealth& g : records) {
+    const double r = g.accuracy.relative_error();
+    const nlohmann::json rel = std::isfinite(r) ? nlohmann::json(r) : nlohmann::json(nullptr);
+    nlohmann::json j{{"linear", g.linear},
+                     {"gemm", recipe::gemm_kind_name(g.kind)},
+                     {"calls", g.calls},
+                     {"rel_error", rel},
+                     {"err_sq", g.accuracy.error_sq},
+                     {"ref_sq", g.accuracy.reference_sq},
+                     {"row_rel_error", g.accuracy.row_relative_error()},
+                     {"rows", g.accuracy.rows}};
+    if (g.quantized) {
+      j["a"] = operand(g.a);
+      j["b"] = operand(g.b);
+    }
+    out.push_back(std::move(j));
+  }
   return out;
 }
 

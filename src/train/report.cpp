@@ -104,6 +104,17 @@ std::string write_report(const std::string& run_dir) {
       }
     }
   row("steps logged", std::to_string(metrics.size()));
+  // GEMM accuracy against the FP32 reference on the health-sampled steps (recipe/linear_gemm.h).
+  const nlohmann::ordered_json gemm_error = gemm_error_over_run(metrics);
+  if (gemm_error.is_object())
+    for (auto it = gemm_error.begin(); it != gemm_error.end(); ++it)
+      row("GEMM rel. error vs FP32: " + it.key(),
+          fmt::format("{:.3e} mean over Linears, {:.3e} pooled, {:.3e} worst Linear, {} row-wise ({} sampled steps)",
+                      it.value()["mean"].get<double>(), it.value()["pooled"].get<double>(),
+                      it.value()["max"].get<double>(),
+                      it.value().contains("row_mean") ? fmt::format("{:.3e}", it.value()["row_mean"].get<double>())
+                                                      : std::string("–"),
+                      it.value()["samples"].get<int64_t>()));
   int skipped = 0;
   for (const auto& e : events)
     if (e.value("event", "") == "skipped_nonfinite") ++skipped;
@@ -166,6 +177,27 @@ std::string write_report(const std::string& run_dir) {
     body += figure(svg::line_chart(chart("Throughput", "tokens per second"),
                                    {{"tokens/s", t.x, t.y, svg::palette_color(6), false, false}}),
                    "Training tokens processed per second of wall time, per step.");
+  }
+  // ---- GEMM accuracy ----------------------------------------------------------------------------------
+  if (gemm_error.is_object()) {
+    std::vector<svg::LineSeries> s;
+    int color = 0;
+    for (const char* kind : {"fprop", "dgrad", "wgrad"}) {
+      svg::LineSeries line{kind, {}, {}, svg::palette_color(color++), false, true};
+      for (const auto& r : metrics) {
+        if (!r.contains("gemm_error") || !r["gemm_error"].contains(kind)) continue;
+        line.x.push_back(number_or_nan(r, "step"));
+        line.y.push_back(number_or_nan(r["gemm_error"][kind], "mean"));
+      }
+      if (!line.x.empty()) s.push_back(std::move(line));
+    }
+    bool positive = false;  // the fp32 recipe's errors are all 0: nothing to draw
+    for (const auto& line : s)
+      for (double y : line.y) positive |= y > 0;
+    if (positive)
+      body += figure(svg::line_chart(chart("GEMM error vs FP32 reference", "relative error"), s),
+                   "Each Linear GEMM of a health-sampled step against the same GEMM in FP32 on the operands "
+                   "before quantization, ||Y - R||_F / ||R||_F, mean over the Linears, per GEMM kind.");
   }
   // ---- experts ----------------------------------------------------------------------------------------
   {

@@ -2,7 +2,8 @@
 // built from the files the trainer writes in the run directory (metrics.jsonl, eval.jsonl,
 // expert_load.jsonl, events.jsonl, config.json, summary.json). Figures: train and held-out loss, loss
 // components, held-out bits per byte, learning rate, gradient norm, throughput, max expert load ratio and the
-// per-expert load of every MoE layer over time; then the resolved config.
+// per-expert load of every MoE layer over time, and (when health was sampled) each GEMM kind's relative error
+// against its FP32 reference with its run mean in the summary; then the resolved config.
 #pragma once
 #include <string>
 

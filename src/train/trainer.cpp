@@ -252,7 +252,11 @@ TrainResult run_training(const TrainConfig& config, TrainableModel& model, const
     if (sample_health) {  // issue 6: numerics health and memory, every health_every steps
       row["memory"] = memory;
       const nlohmann::json health = model.take_health();
-      if (!health.is_null()) row["health"] = health;
+      if (!health.is_null()) {
+        row["health"] = health;
+        const nlohmann::ordered_json errors = gemm_error_summary(health);
+        if (!errors.is_null()) row["gemm_error"] = errors;
+      }
     }
     metrics_log.write(row);
     if (!expert_tokens.empty() && (state.step % config.log_every == 0 || state.step == config.steps || step == first_step))

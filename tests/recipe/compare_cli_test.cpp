@@ -1,12 +1,14 @@
 // `fp8train compare` end to end on a tiny run: two recipes trained on the same batches, compare.json with the
 // documented fields (relative error, memory table with ratios, per-tenth errors), compare.html with its charts,
-// the numerics-health samples and memory in metrics.jsonl; a bad recipe spec is one clear line and exit 1.
+// the numerics-health samples (operand counters, GEMM error vs FP32) and memory in metrics.jsonl, the GEMM-error
+// summary in compare.json / compare.html / report.html; a bad recipe spec is one clear line and exit 1.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -66,7 +68,22 @@ TEST(CompareCli, TwoRecipesEndToEnd) {
   EXPECT_LE(fp8["memory_ratio_vs_baseline"]["activation_cache_peak_bytes"].get<double>(), 0.55);
   EXPECT_LE(fp8["memory_ratio_vs_baseline"]["optimizer_state_bytes"].get<double>(), 0.75);
   EXPECT_EQ(fp8["memory_ratio_vs_baseline"]["master_weights_bytes"].get<double>(), 1.0);
+  // GEMM error against the FP32 reference from the sampled step: bf16 small, fp8 larger, both present.
+  for (const char* kind : {"fprop", "dgrad", "wgrad"}) {
+    SCOPED_TRACE(kind);
+    ASSERT_TRUE(base["gemm_relative_error"].contains(kind));
+    ASSERT_TRUE(fp8["gemm_relative_error"].contains(kind));
+    EXPECT_EQ(fp8["gemm_relative_error"][kind]["samples"], 1);
+    const double b = base["gemm_relative_error"][kind]["mean"].get<double>();
+    const double f = fp8["gemm_relative_error"][kind]["mean"].get<double>();
+    EXPECT_GT(b, 0.0);
+    EXPECT_LT(b, 0.02);
+    EXPECT_GT(f, 2 * b);
+    EXPECT_LT(f, 0.2);
+  }
   const std::string html = slurp(dir / "compare.html");
+  EXPECT_NE(html.find("GEMM error against the FP32 reference"), std::string::npos);
+  EXPECT_NE(slurp(dir / "fp8-deepseek" / "report.html").find("GEMM error vs FP32 reference"), std::string::npos);
   EXPECT_NE(html.find("Relative loss error vs bf16"), std::string::npos);
   EXPECT_NE(html.find("Memory per recipe"), std::string::npos);
   // Health and memory sampled at step 2 of the fp8 run.
@@ -85,8 +102,13 @@ TEST(CompareCli, TwoRecipesEndToEnd) {
       dgrad |= g["gemm"] == "dgrad";
       wgrad |= g["gemm"] == "wgrad";
       EXPECT_GE(g["a"]["elements"].get<int64_t>(), g["a"]["underflow"].get<int64_t>());
+      EXPECT_GT(g["rel_error"].get<double>(), 0.0);
+      EXPECT_NEAR(g["rel_error"].get<double>(), std::sqrt(g["err_sq"].get<double>() / g["ref_sq"].get<double>()),
+                  1e-12);
     }
     EXPECT_TRUE(fprop && dgrad && wgrad);
+    ASSERT_TRUE(row.contains("gemm_error"));
+    EXPECT_GT(row["gemm_error"]["wgrad"]["linears"].get<int>(), 0);
   }
   EXPECT_EQ(with_health, 1);
   fs::remove_all(dir);

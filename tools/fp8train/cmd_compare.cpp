@@ -10,8 +10,12 @@
 // compare.json, per recipe: final train loss (mean of the last 10 steps), final held-out loss, the relative loss
 // error vs the baseline = mean over the last 10 % of steps of |L − L_base| / L_base (L = the step's total training
 // loss, same step, same batch), the same on the main loss, the error by tenth of the run, the memory table (bytes,
-// measured from the allocations by the trainer: summary.json) with ratios to the baseline, tokens/s, wall time.
-// compare.html: overlaid loss curves, relative-error curves, held-out loss, memory bars (self-contained SVG).
+// measured from the allocations by the trainer: summary.json) with ratios to the baseline, tokens/s, wall time,
+// and gemm_relative_error: per GEMM kind, each Linear GEMM's relative error against its FP32 reference
+// ‖Y − R‖_F / ‖R‖_F on the health-sampled steps (train/metrics.h gemm_error_over_run; recipe/linear_gemm.h) —
+// a per-step, trajectory-independent measure of what the recipe does to the GEMMs.
+// compare.html: overlaid loss curves, relative-error curves, held-out loss, memory bars, the GEMM-error table
+// (self-contained SVG).
 #include <omp.h>
 #include <unistd.h>
 
@@ -84,6 +88,7 @@ struct RunData {
   std::vector<double> steps, loss, loss_main, tokens_per_s;
   std::vector<double> eval_steps, eval_loss;
   nlohmann::json summary;
+  nlohmann::ordered_json gemm_error;  // gemm_error_over_run of metrics.jsonl (null: no sampled GEMM errors)
 };
 
 RunData read_run(const std::string& recipe, const std::string& dir) {
@@ -99,6 +104,7 @@ RunData read_run(const std::string& recipe, const std::string& dir) {
     r.loss_main.push_back(m["loss_main"].get<double>());
     r.tokens_per_s.push_back(m["tokens_per_s"].get<double>());
   }
+  r.gemm_error = gemm_error_over_run(rows);
   for (const nlohmann::json& e : read_jsonl((fs::path(dir) / "eval.jsonl").string())) {
     if (!e["eval_loss"].is_number()) continue;
     r.eval_steps.push_back(e["step"].get<double>());
@@ -191,8 +197,14 @@ void write_comparison(const std::vector<RunData>& runs, size_t baseline, const s
       if (memory.contains(k) && base_memory.contains(k) && base_memory[k].get<double>() > 0)
         ratios[k] = memory[k].get<double>() / base_memory[k].get<double>();
     j["memory_ratio_vs_baseline"] = ratios;
+    j["gemm_relative_error"] = r.gemm_error;
     recipes.push_back(j);
   }
+  doc["gemm_relative_error_definition"] =
+      "per GEMM kind: rel = ||Y_recipe - Y_fp32ref||_F / ||Y_fp32ref||_F of each Linear's GEMM on a health-sampled "
+      "step, reference = FP32 SGEMM on the operands before quantization; 'mean' = mean over Linears, 'pooled' = "
+      "sqrt(sum err^2 / sum ref^2) over Linears, 'row_mean' = mean over Linears of the mean over output rows of "
+      "||Y_r - R_r|| / ||R_r||, each averaged over the sampled steps; 'max' = largest Linear";
   doc["recipes"] = recipes;
   write_file_atomic((fs::path(out_dir) / "compare.json").string(), doc.dump(2) + "\n");
 
@@ -268,6 +280,36 @@ void write_comparison(const std::vector<RunData>& runs, size_t baseline, const s
                         num(j["tokens_per_s"], "{:.0f}"), mem("activation_cache_peak_bytes"), mem("optimizer_state_bytes"));
   }
   html += "</table>";
+  bool any_gemm_error = false;
+  for (const auto& j : doc["recipes"]) any_gemm_error |= j["gemm_relative_error"].is_object();
+  if (any_gemm_error) {
+    html += "<h2>GEMM error against the FP32 reference</h2><p>Each Linear GEMM on the health-sampled steps "
+            "(<code>--health-every</code>) against the same GEMM in FP32 on the operands before quantization: "
+            "&#8214;Y &minus; R&#8214;<sub>F</sub> / &#8214;R&#8214;<sub>F</sub>, mean over the Linears (in brackets: "
+            "pooled over the Linears), and the row-wise error (mean over output rows of "
+            "&#8214;Y<sub>r</sub> &minus; R<sub>r</sub>&#8214; / &#8214;R<sub>r</sub>&#8214;, mean over the Linears), "
+            "averaged over the sampled steps. Unlike the loss error it does not depend on how far two training "
+            "trajectories drift apart.</p><table><tr><th>recipe</th><th>samples</th><th>Fprop</th><th>Dgrad</th>"
+            "<th>Wgrad</th><th>Fprop, rows</th><th>Dgrad, rows</th><th>Wgrad, rows</th></tr>";
+    for (const auto& j : doc["recipes"]) {
+      const auto& e = j["gemm_relative_error"];
+      auto cell = [&](const char* kind) {
+        if (!e.is_object() || !e.contains(kind)) return std::string("–");
+        return fmt::format("{:.3e} ({:.3e})", e[kind]["mean"].get<double>(), e[kind]["pooled"].get<double>());
+      };
+      auto row_cell = [&](const char* kind) {
+        if (!e.is_object() || !e.contains(kind) || !e[kind].contains("row_mean")) return std::string("–");
+        return fmt::format("{:.3e}", e[kind]["row_mean"].get<double>());
+      };
+      int64_t samples = 0;
+      if (e.is_object())
+        for (const auto& [kind, v] : e.items()) samples = std::max(samples, v["samples"].get<int64_t>());
+      html += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                          svg::escape(j["recipe"].get<std::string>()), samples, cell("fprop"), cell("dgrad"),
+                          cell("wgrad"), row_cell("fprop"), row_cell("dgrad"), row_cell("wgrad"));
+    }
+    html += "</table>";
+  }
   html += svg::line_chart(lc, loss_series);
   if (!err_series.empty()) html += svg::line_chart(ec, err_series);
   if (!eval_series.empty()) html += svg::line_chart(vc, eval_series);
@@ -363,6 +405,14 @@ void run_compare(const CompareArgs& args) {
                 j["recipe"].get<std::string>().c_str(), j["final_train_loss"].dump().c_str(),
                 j["final_eval_loss"].dump().c_str(), baseline.c_str(),
                 e.is_number() ? fmt::format("{:.3f}%", 100.0 * e.get<double>()).c_str() : "n/a");
+    const auto& g = j["gemm_relative_error"];
+    if (!g.is_object()) continue;
+    std::string line;
+    for (const char* kind : {"fprop", "dgrad", "wgrad"})
+      if (g.contains(kind))
+        line += fmt::format("  {} {:.3e} (rows {:.3e})", kind, g[kind]["mean"].get<double>(),
+                            g[kind].contains("row_mean") ? g[kind]["row_mean"].get<double>() : std::nan(""));
+    std::printf("%-34s GEMM rel. error vs FP32 (mean over Linears, sampled steps):%s\n", "", line.c_str());
   }
   std::printf("compare: %s/compare.json, %s/compare.html\n", args.out.c_str(), args.out.c_str());
 }
