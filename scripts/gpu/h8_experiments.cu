@@ -5,8 +5,7 @@
 //   "stages3" / "stages4": the pipeline capped at 3 / 4 stages (sensitivity to prefetch depth),
 //   "double": two K blocks in flight per math warpgroup (kFlagDoubleBuffer; block_n <= 128; exact numerics),
 // for block_n 64, 128 and 176, multicast none, A and B; and, multicast none only,
-//   "early": scales read before the WGMMAs are issued, stage released before the promotion (exact numerics),
-//   "noload", "noload_nopromote", "noload_early": the math side alone on stages filled once (kFlagNoLoad),
+//   "noload", "noload_nopromote": the math side alone on stages filled once (kFlagNoLoad),
 //   "notiles_nopromote", "noscales_nopromote": the K loop without the TMA tile loads / the scale cp.asyncs;
 // and, every multicast mode, "pingpong": the math warpgroups take turns on the tensor cores (kFlagPingPong),
 // "bulk" / "bulk_pingpong": scales by two bulk copies per stage (kFlagBulkScales; block_n 64 and 128).
@@ -35,10 +34,6 @@ cudaError_t launch_flags(int flags, const PreparedLaunch& L, cudaStream_t stream
     case fg::kFlagDoubleBuffer:
       if constexpr (BN <= 128)
         return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagDoubleBuffer>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
-      break;
-    case fg::kFlagEarlyScales:
-      if constexpr (kMc == fg::Multicast::None && kScaleB != fg::ScaleB::TwoBlocks)
-        return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagEarlyScales>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
       break;
     case fg::kFlagNoLoad:
       if constexpr (kMc == fg::Multicast::None)
@@ -70,10 +65,6 @@ cudaError_t launch_flags(int flags, const PreparedLaunch& L, cudaStream_t stream
       if constexpr (kMc == fg::Multicast::None)
         return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagPingPong | fg::kFlagNoLoad>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
       break;
-    case fg::kFlagNoLoad | fg::kFlagEarlyScales:
-      if constexpr (kMc == fg::Multicast::None && kScaleB != fg::ScaleB::TwoBlocks)
-        return fg::launch_kernel<BN, kScaleB, kSched, kOut, kMc, fg::kFlagNoLoad | fg::kFlagEarlyScales>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
-      break;
   }
   return cudaErrorInvalidValue;
 }
@@ -93,10 +84,8 @@ cudaError_t h8_launch_experiment(const std::string& name, const PreparedLaunch& 
   else if (name == "stages3") flags = fg::stage_cap_flag(3);
   else if (name == "stages4") flags = fg::stage_cap_flag(4);
   else if (name == "double") flags = fg::kFlagDoubleBuffer;
-  else if (name == "early") flags = fg::kFlagEarlyScales;
   else if (name == "noload") flags = fg::kFlagNoLoad;
   else if (name == "noload_nopromote") flags = fg::kFlagNoLoad | fg::kFlagNoPromote;
-  else if (name == "noload_early") flags = fg::kFlagNoLoad | fg::kFlagEarlyScales;
   else if (name == "pingpong") flags = fg::kFlagPingPong;
   else if (name == "bulk") flags = fg::kFlagBulkScales;
   else if (name == "bulk_pingpong") flags = fg::kFlagBulkScales | fg::kFlagPingPong;

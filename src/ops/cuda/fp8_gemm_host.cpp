@@ -189,10 +189,15 @@ void fill_units(KernelArgs& args, LaunchSpec& spec, const Fp8GemmConfig& config,
 // four B scales around any (row block, K block) lies inside the array (B rows padded to a multiple of four K
 // blocks, or, MN-major, the row-block count padded to four). cuBLASLt's native layouts qualify when padded;
 // QuantTensor's row-major A scales do not (those stages use 4-byte cp.async).
+// One scale per row, MN-major (rows contiguous per K block), 16-byte aligned, K-block stride padded to 4 rows.
+bool mn_major_padded(const ScaleView& v, int64_t rows) {
+  return v.row_stride == 1 && v.kblock_stride % 4 == 0 && v.kblock_stride >= (rows + 3) / 4 * 4 &&
+         reinterpret_cast<uintptr_t>(v.data) % 16 == 0;
+}
+
 bool bulk_scales_ok(const ScaleView& a, const ScaleView& b, int64_t m, int64_t n_blocks, int64_t k_blocks) {
   const auto aligned16 = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool a_ok = a.row_stride == 1 && a.kblock_stride % 4 == 0 && a.kblock_stride >= (m + 3) / 4 * 4 &&
-                    aligned16(a.data);
+  const bool a_ok = mn_major_padded(a, m);
   const bool b_kmajor = b.kblock_stride == 1 && b.row_stride % 4 == 0 && b.row_stride >= (k_blocks + 3) / 4 * 4;
   const bool b_mnmajor = b.row_stride == 1 && b.kblock_stride % 4 == 0 && b.kblock_stride >= (n_blocks + 3) / 4 * 4;
   return a_ok && (b_kmajor || b_mnmajor) && b.group_stride % 4 == 0 && aligned16(b.data);
@@ -456,12 +461,8 @@ PreparedLaunch prepare_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& 
   args.n_blocks = static_cast<int>((p.n + config.block_n - 1) / config.block_n);
   fill_units(args, L.spec, config, p.num_groups);
   fill_scales(args, p.a_scales, p.b_scales);
-  // Per-column B scales: bulk copies need both arrays MN-major (the tile's rows / columns contiguous per K
-  // block), 16-byte aligned and padded to 4 rows / columns.
-  const auto mn_major_padded = [](const ScaleView& v, int64_t extent) {
-    return v.row_stride == 1 && v.kblock_stride % 4 == 0 && v.kblock_stride >= (extent + 3) / 4 * 4 &&
-           reinterpret_cast<uintptr_t>(v.data) % 16 == 0;
-  };
+  // Per-column B scales: bulk copies need both arrays MN-major and padded (the tile's rows / columns
+  // contiguous per K block).
   args.bulk_scales = mn_major_padded(p.a_scales, p.m) && mn_major_padded(p.b_scales, p.n) ? 1 : 0;
   args.d = p.d;
   args.c = p.c;

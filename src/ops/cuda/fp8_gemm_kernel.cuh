@@ -39,7 +39,7 @@
 //   Fp32Direct (st.global per thread, edges predicated; Fp32Direct optionally adds C: d = c + acc).
 // Measured on the H200 (bench/gemm_notes.md, runs 1-5): every variant here, bit-exact and sanitizer-clean.
 // Experiment flags (fp8_gemm_plan.h; production kernels use 0): kFlagNoPromote, kFlagDoubleBuffer (serialised
-// by ptxas, C7514), kFlagEarlyScales, kFlagNoLoad, kFlagNoTiles, kFlagNoScaleLoads, kFlagPingPong, stage caps.
+// by ptxas, C7514), kFlagNoLoad, kFlagNoTiles, kFlagNoScaleLoads, kFlagPingPong, stage caps.
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -116,17 +116,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kCluster = cluster_size(kMc);
   constexpr bool kPromote = (kFlags & kFlagNoPromote) == 0;
   constexpr bool kDoubleBuffer = (kFlags & kFlagDoubleBuffer) != 0;
-  constexpr bool kEarlyScales = (kFlags & kFlagEarlyScales) != 0;
   constexpr bool kNoLoad = (kFlags & kFlagNoLoad) != 0;
   constexpr bool kNoTiles = (kFlags & kFlagNoTiles) != 0;
   constexpr bool kNoScaleLoads = (kFlags & kFlagNoScaleLoads) != 0;
-  static_assert(!kEarlyScales || kScaleB != ScaleB::PerColumn, "early scale reads: Uniform/PerChunk B scales only");
   constexpr bool kPingPong = (kFlags & kFlagPingPong) != 0;
   constexpr bool kBulkScales = (kFlags & kFlagBulkScales) != 0;
   static_assert(!kBulkScales || kScaleB != ScaleB::PerChunk, "bulk scale copies: not for per-chunk B scales");
   static_assert(kScaleB != ScaleB::TwoBlocks || BN == 192, "ScaleB::TwoBlocks is the BN = 192 split");
-  static_assert(!kEarlyScales || kScaleB != ScaleB::TwoBlocks, "early scale reads: Uniform/PerChunk only");
-  static_assert(!kBulkScales || !kEarlyScales, "bulk scale copies and early scale reads are separate experiments");
   static_assert(!kDoubleBuffer || BN <= 128, "double-buffered partial sums need block_n <= 128 (registers)");
 
   extern __shared__ uint8_t smem_raw[];
@@ -415,35 +411,6 @@ __global__ void __launch_bounds__(kThreads, 1)
           promote_release(partial2, (base + i + 1) % S, t.kb_begin + i + 1);
         }
         it += nkb;
-      } else if constexpr (kEarlyScales) {
-        // The scales go to registers before the WGMMAs are issued; the stage is released right after they
-        // finish; the promotion then needs nothing from shared memory.
-        constexpr int kSb = kScaleB == ScaleB::Uniform ? 1 : kAcc / 4;
-        for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
-          const uint32_t s = it % S;
-          wait_full(it);
-          const float* sfa = sfa_stage(s);
-          const float* sfb = sfb_stage(s);
-          const float sa0 = sfa[wg * 64 + row_in_wg];
-          const float sa1 = sfa[wg * 64 + row_in_wg + 8];
-          float sb[kSb];
-#pragma unroll
-          for (int j = 0; j < kSb; ++j) sb[j] = sfb[j];
-          issue(partial, s);
-          wgmma_wait<0>();
-#pragma unroll
-          for (int i = 0; i < kAcc; ++i) fence_register(partial[i]);
-          release(s);
-#pragma unroll
-          for (int j = 0; j < kAcc / 4; ++j) {
-            const float b = sb[kSb == 1 ? 0 : j];
-            const float p0 = __fmul_rn(sa0, b), p1 = __fmul_rn(sa1, b);
-            acc[4 * j + 0] = __fmaf_rn(p0, partial[4 * j + 0], acc[4 * j + 0]);
-            acc[4 * j + 1] = __fmaf_rn(p0, partial[4 * j + 1], acc[4 * j + 1]);
-            acc[4 * j + 2] = __fmaf_rn(p1, partial[4 * j + 2], acc[4 * j + 2]);
-            acc[4 * j + 3] = __fmaf_rn(p1, partial[4 * j + 3], acc[4 * j + 3]);
-          }
-        }
       } else if constexpr (kPingPong) {
         // The two warpgroups take turns on the tensor cores, one K block each: a warpgroup issues its WGMMAs
         // only after the other's have finished (named barriers 3: "WG0 done", 4: "WG1 done"), so each

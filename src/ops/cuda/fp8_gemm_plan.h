@@ -55,10 +55,6 @@ inline constexpr int kFlagNoPromote = 1;
 // kFlagDoubleBuffer: two sets of partial-sum registers per math warpgroup, so the WGMMAs of K block kb + 1
 // run while block kb is promoted (2 x BN/2 + BN/2 registers: block_n <= 128).
 inline constexpr int kFlagDoubleBuffer = 2;
-// kFlagEarlyScales: a math thread reads its scales from the stage right after the full barrier, before it
-// issues the K block's WGMMAs (their shared-memory latency hides behind the MMAs), and releases the stage as
-// soon as its WGMMAs are done, before the promotion (DeepGEMM's order). Same arithmetic; Uniform/PerChunk only.
-inline constexpr int kFlagEarlyScales = 4;
 // kFlagNoLoad: the producer fills the stages once and stops; the math warpgroups then run the K loop on those
 // stages without waiting (results are garbage). What the math side reaches with no memory system behind it.
 inline constexpr int kFlagNoLoad = 8;
