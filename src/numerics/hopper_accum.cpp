@@ -150,4 +150,26 @@ float hopper_dot_scaled(const uint8_t* a, Fp8Format fa, const float* scale_a, co
   return acc;
 }
 
+float hopper_dot_scaled_split(const uint8_t* a, Fp8Format fa, const float* scale_a, const uint8_t* b, Fp8Format fb,
+                              const float* scale_b, int k, int promote_interval, int splits) {
+  FP8T_CHECK(promote_interval > 0 && promote_interval % kHopperBlockK == 0,
+             "split accumulation needs a positive promotion interval that is a multiple of {}, got {}", kHopperBlockK,
+             promote_interval);
+  FP8T_CHECK(k >= 0, "hopper_dot_scaled_split: the dot-product length k must be >= 0, got {}", k);
+  const int groups = (k + promote_interval - 1) / promote_interval;
+  FP8T_CHECK(splits >= 1 && splits <= (groups > 0 ? groups : 1),
+             "hopper_dot_scaled_split: splits = {} must be in [1, {}] (one K group per range at least)", splits,
+             groups > 0 ? groups : 1);
+  float total = 0.0f;
+  for (int s = 0; s < splits; ++s) {
+    const int g0 = static_cast<int>(split_range_begin(groups, splits, s));
+    const int g1 = static_cast<int>(split_range_begin(groups, splits, s + 1));
+    const int k0 = g0 * promote_interval;
+    const int k1 = g1 * promote_interval < k ? g1 * promote_interval : k;
+    const float r = hopper_dot_scaled(a + k0, fa, scale_a + g0, b + k0, fb, scale_b + g0, k1 - k0, promote_interval);
+    total = s == 0 ? r : total + r;
+  }
+  return total;
+}
+
 }  // namespace fp8train::num

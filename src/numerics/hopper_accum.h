@@ -51,4 +51,13 @@ float hopper_dot(const uint8_t* a, Fp8Format fa, const uint8_t* b, Fp8Format fb,
 float hopper_dot_scaled(const uint8_t* a, Fp8Format fa, const float* scale_a, const uint8_t* b, Fp8Format fb,
                         const float* scale_b, int k, int promote_interval);
 
+// Split-K: the K groups 0..G-1 (G = ceil(k / promote_interval)) cut into `splits` contiguous ranges,
+// range s = [floor(s * G / splits), floor((s + 1) * G / splits)); each range is hopper_dot_scaled on its own
+// (its chain and accumulator start from zero) and the range results are added in order in FP32:
+// total = r_0, total = total + r_s. splits = 1 is hopper_dot_scaled. Requires 1 <= splits <= max(G, 1).
+// (The dense FP8 GEMM kernel's split-K for few-row problems: ops/cuda/fp8_gemm.h.)
+inline int64_t split_range_begin(int64_t groups, int splits, int s) { return s * groups / splits; }
+float hopper_dot_scaled_split(const uint8_t* a, Fp8Format fa, const float* scale_a, const uint8_t* b, Fp8Format fb,
+                              const float* scale_b, int k, int promote_interval, int splits);
+
 }  // namespace fp8train::num

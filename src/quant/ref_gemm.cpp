@@ -300,9 +300,58 @@ void hopper_gemm(const QuantTensor& a, const QuantTensor& b, const Plan& plan, c
         acc[i * p.n + j] = detail::hopper_element(p, i, j);
 }
 
+// Columns [g0 * G, g1 * G) of a block-scaled tensor (codes and scale columns g0..g1-1).
+QuantTensor k_slice(const QuantTensor& q, int64_t g0, int64_t g1) {
+  const int64_t G = q.granularity.block_cols, c0 = g0 * G, w = (g1 - g0) * G;
+  QuantTensor out;
+  out.rows = q.rows;
+  out.cols = w;
+  out.format = q.format;
+  out.granularity = q.granularity;
+  out.pow2_scales = q.pow2_scales;
+  const size_t row_bytes = code_bytes(q.format, q.cols), slice_bytes = code_bytes(q.format, w),
+               offset = code_bytes(q.format, c0);
+  out.codes.resize(code_bytes(q.format, q.rows * w));
+  for (int64_t r = 0; r < q.rows; ++r)
+    std::copy_n(q.codes.data() + r * row_bytes + offset, slice_bytes, out.codes.data() + r * slice_bytes);
+  const int64_t sr = q.scale_rows(), sc = q.scale_cols();
+  out.scales.resize(static_cast<size_t>(sr * (g1 - g0)));
+  for (int64_t r = 0; r < sr; ++r)
+    std::copy_n(q.scales.data() + r * sc + g0, g1 - g0, out.scales.data() + r * (g1 - g0));
+  return out;
+}
+
+Plan accumulate(const QuantTensor& a, const QuantTensor& b, const GemmConfig& config, const float* c,
+                std::vector<float>& acc);
+
+// Split-K (config.k_splits > 1): each range accumulated from zero, the ranges added in order.
+Plan accumulate_split(const QuantTensor& a, const QuantTensor& b, const GemmConfig& config, const float* c,
+                      std::vector<float>& acc) {
+  const Plan plan = validate(a, b, config, c);
+  FP8T_CHECK(!plan.per_tensor && config.mode != AccumMode::Fp32,
+             "ref_gemm: k_splits = {} needs block-scaled operands in exact or hopper mode", config.k_splits);
+  FP8T_CHECK(plan.k % plan.group_k == 0, "ref_gemm: k_splits needs K = {} to be a multiple of the scale block {}",
+             plan.k, plan.group_k);
+  const int64_t groups = plan.k / plan.group_k;
+  FP8T_CHECK(config.k_splits <= groups, "ref_gemm: k_splits = {} exceeds the {} K groups", config.k_splits, groups);
+  GemmConfig one = config;
+  one.k_splits = 1;
+  acc.assign(static_cast<size_t>(plan.m * plan.n), 0.0f);
+  std::vector<float> part;
+  for (int s = 0; s < config.k_splits; ++s) {
+    const int64_t g0 = num::split_range_begin(groups, config.k_splits, s);
+    const int64_t g1 = num::split_range_begin(groups, config.k_splits, s + 1);
+    accumulate(k_slice(a, g0, g1), k_slice(b, g0, g1), one, c, part);
+    for (size_t i = 0; i < acc.size(); ++i) acc[i] = s == 0 ? part[i] : acc[i] + part[i];
+  }
+  return plan;
+}
+
 // The accumulation of every mode, before the epilogue: acc [M, N].
 Plan accumulate(const QuantTensor& a, const QuantTensor& b, const GemmConfig& config, const float* c,
                 std::vector<float>& acc) {
+  FP8T_CHECK(config.k_splits >= 1, "ref_gemm: k_splits must be >= 1, got {}", config.k_splits);
+  if (config.k_splits > 1) return accumulate_split(a, b, config, c, acc);
   const Plan plan = validate(a, b, config, c);
   acc.assign(static_cast<size_t>(plan.m * plan.n), 0.0f);
   if (plan.m * plan.n == 0 || plan.k == 0) return plan;

@@ -60,6 +60,12 @@ struct GemmConfig {
   int promote_interval = 128;  // hopper mode: a positive multiple of 32, or num::kNeverPromote (0)
   bool accumulate = false;     // d = c + A·Bᵀ (c required)
   bool force_scalar = false;   // skip the SIMD kernels (same bits, slower): lets tests reach both paths
+  // Split-K (block-scaled operands, Exact or Hopper mode; K a multiple of G): the K groups 0..K/G-1 are cut
+  // into k_splits contiguous ranges, range s = [floor(s * groups / k_splits), floor((s + 1) * groups /
+  // k_splits)), each accumulated on its own from zero, and the range results added in order in FP32
+  // (total = r_0, total = total + r_s) before the epilogue: the CUDA dense kernel's split-K
+  // (ops/cuda/fp8_gemm.h; per element num::hopper_dot_scaled_split). 1 = no split.
+  int k_splits = 1;
 };
 
 // d [M, N] float32. c: [M, N] float32 when config.accumulate, else ignored (may be null).

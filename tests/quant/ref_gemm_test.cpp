@@ -422,3 +422,52 @@ TEST(RefGemmHopper, SimdKernelBothProductPathsMatchTheModel) {
     }
   }
 }
+
+// Split-K (the CUDA dense kernel's few-row mode): per element exactly num::hopper_dot_scaled_split, i.e. the
+// ranges' chains from zero added in range order; k_splits = 1 is the plain model; uneven ranges
+// (floor(s * groups / S)) and S = groups (one K block per range) included.
+TEST(RefGemmHopper, SplitKEqualsPerRangeChainsAddedInOrder) {
+  const int64_t m = 9, n = 21, k = 7 * 128;
+  const QuantTensor a = q(randn_wide(m, k, 71), m, k, Format::E4M3, Granularity::tile_1x128());
+  const QuantTensor b = q(randn_wide(n, k, 72), n, k, Format::E4M3, Granularity::block_128x128());
+  GemmConfig cfg;
+  cfg.mode = AccumMode::Hopper;
+  cfg.promote_interval = 128;
+  const std::vector<float> plain = ref_gemm(a, b, cfg);
+  for (int splits : {1, 2, 3, 7}) {
+    cfg.k_splits = splits;
+    const std::vector<float> d = ref_gemm(a, b, cfg);
+    int64_t mismatches = 0, differs_from_plain = 0;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        std::vector<float> sa(7), sb(7);
+        for (int g = 0; g < 7; ++g) {
+          sa[g] = a.scales[static_cast<size_t>(i * 7 + g)];
+          sb[g] = b.scales[static_cast<size_t>((j / 128) * 7 + g)];
+        }
+        const float want = num::hopper_dot_scaled_split(row(a, i), num::Fp8Format::E4M3, sa.data(), row(b, j),
+                                                        num::Fp8Format::E4M3, sb.data(), static_cast<int>(k), 128,
+                                                        splits);
+        // The definition spelled out: ranges [0,2) [2,4) [4,7) for 3 splits of 7 groups.
+        if (splits == 3) {
+          auto range = [&](int g0, int g1) {
+            return num::hopper_dot_scaled(row(a, i) + g0 * 128, num::Fp8Format::E4M3, sa.data() + g0,
+                                          row(b, j) + g0 * 128, num::Fp8Format::E4M3, sb.data() + g0,
+                                          (g1 - g0) * 128, 128);
+          };
+          const float spelled = (range(0, 2) + range(2, 4)) + range(4, 7);
+          EXPECT_EQ(bits(want), bits(spelled)) << i << "," << j;
+        }
+        const float got = d[static_cast<size_t>(i * n + j)];
+        mismatches += bits(got) != bits(want);
+        differs_from_plain += bits(got) != bits(plain[static_cast<size_t>(i * n + j)]);
+      }
+    EXPECT_EQ(mismatches, 0) << "k_splits " << splits;
+    if (splits == 1) EXPECT_EQ(differs_from_plain, 0);
+    else EXPECT_GT(differs_from_plain, 0) << "k_splits " << splits << " should change some roundings";
+  }
+  cfg.k_splits = 8;  // more ranges than K groups
+  EXPECT_THROW(ref_gemm(a, b, cfg), Error);
+  cfg.k_splits = 0;
+  EXPECT_THROW(ref_gemm(a, b, cfg), Error);
+}
