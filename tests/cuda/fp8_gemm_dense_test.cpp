@@ -2,7 +2,8 @@
 // d[M, N] bf16 = A[M, K] (E4M3, 1x128 scales) . B[N, K]^T (E4M3, 128x128 scales) must match
 // quant::ref_gemm_bf16(..., hopper, promote 128) BIT FOR BIT, on fresh random inputs with a poisoned output,
 // for every built block width, both epilogues, ragged M and N, K = 128, a very large K, power-of-two scales,
-// the MN-major scale layout, and a persistent grid much smaller than the tile count.
+// the MN-major scale layout, and a persistent grid much smaller than the tile count; and the split-K mode
+// against the CPU model with the same K ranges (quant::GemmConfig::k_splits).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,6 +32,8 @@ struct DenseCase {
   // cuBLASLt-style padded layouts (A scales MN-major, K-block stride padded to 4 rows; B scale rows padded to 4
   // K blocks), which let the kernel move scales with bulk copies (KernelArgs::bulk_scales).
   bool bulk_layout = false;
+  int k_splits = 0;   // 0: the config default (heuristic when block_n is 0, else 1)
+  int launches = 1;   // > 1: the same GEMM again on a poisoned output (split-K counters must be reset)
 };
 
 std::string describe(const DenseCase& c) {
@@ -38,15 +41,13 @@ std::string describe(const DenseCase& c) {
          " block_n=" + std::to_string(c.block_n) + (c.epilogue == Fp8GemmEpilogue::Direct ? " direct" : " tma") +
          " grid=" + std::to_string(c.grid) + " raster=" + std::to_string(c.raster) + (c.pow2 ? " pow2" : "") +
          (c.mn_major_a_scales ? " mn-major" : "") + (c.bulk_layout ? " bulk-layout" : "") +
-         " multicast=" + std::to_string(static_cast<int>(c.multicast));
+         " multicast=" + std::to_string(static_cast<int>(c.multicast)) + " k_splits=" + std::to_string(c.k_splits);
 }
 
 // Runs one case on the GPU and compares with the CPU reference; returns the assertion.
 ::testing::AssertionResult run_dense_case(const DenseCase& c, uint64_t seed) {
   const quant::QuantTensor a = random_e4m3(c.m, c.k, quant::Granularity::tile_1x128(), seed, c.pow2);
   const quant::QuantTensor b = random_e4m3(c.n, c.k, quant::Granularity::block_128x128(), seed + 1, c.pow2);
-  std::vector<uint16_t> want(static_cast<size_t>(c.m * c.n));
-  quant::ref_gemm_bf16(a, b, hopper_config(), want.data());
 
   const int64_t kb = c.k / 128, nb = (c.n + 127) / 128;
   const int64_t m_pad = (c.m + 3) / 4 * 4, kb_pad = (kb + 3) / 4 * 4;
@@ -80,11 +81,25 @@ std::string describe(const DenseCase& c) {
   config.grid = c.grid;
   config.raster_group_m = c.raster;
   config.multicast = c.multicast;
-  // The layout decides the scale path; make sure the case tests the one it means to.
-  const bool bulk = ops::cuda::fp8gemm::prepare_dense(p, config).args.bulk_scales != 0;
+  config.k_splits = c.k_splits;
+  // The layout decides the scale path; make sure the case tests the one it means to. The reference mirrors the
+  // launch's split-K ranges (1 = none).
+  const ops::cuda::fp8gemm::KernelArgs args = ops::cuda::fp8gemm::prepare_dense(p, config).args;
+  const bool bulk = args.bulk_scales != 0;
   if (bulk != c.bulk_layout) return ::testing::AssertionFailure() << "bulk scale path " << bulk << " for this layout";
-  ops::cuda::fp8_gemm_dense(p, config, nullptr);
-  return same_bits_bf16(dd.download(), want, c.n);
+  if (c.k_splits > 0 && args.k_splits != c.k_splits)
+    return ::testing::AssertionFailure() << "launch uses k_splits " << args.k_splits;
+  quant::GemmConfig ref = hopper_config();
+  ref.k_splits = args.k_splits;
+  std::vector<uint16_t> want(static_cast<size_t>(c.m * c.n));
+  quant::ref_gemm_bf16(a, b, ref, want.data());
+  for (int l = 0; l < c.launches; ++l) {
+    dd.poison();
+    ops::cuda::fp8_gemm_dense(p, config, nullptr);
+    ::testing::AssertionResult r = same_bits_bf16(dd.download(), want, c.n);
+    if (!r) return r << " (launch " << l + 1 << ")";
+  }
+  return ::testing::AssertionSuccess();
 }
 
 TEST(Fp8GemmDense, BitExactOnRandomShapesForEveryBlockWidth) {
@@ -218,6 +233,50 @@ TEST(Fp8GemmDense, BulkScaleCopiesBitExact) {
   EXPECT_TRUE(run_dense_case(large_k, seed + 7)) << describe(large_k);
 }
 
+// Split-K (one or two row blocks): every split-K width, uneven ranges, one K block per range, ragged M and N,
+// two row blocks, a persistent grid smaller than the unit count, both scale paths, and repeated launches
+// (the per-tile counters must come back to zero) -- bit-exact against the CPU model with the same ranges
+// (quant::GemmConfig::k_splits), which differs from the unsplit model.
+TEST(Fp8GemmDense, SplitKBitExactAgainstTheSplitModel) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::vector<DenseCase> cases;
+  auto add = [&](int64_t m, int64_t n, int64_t k, int bn, int splits) {
+    DenseCase c{m, n, k, bn};
+    c.k_splits = splits;
+    cases.push_back(c);
+  };
+  add(128, 2112, 7168, 192, 12);
+  add(128, 1024, 2048, 128, 2);
+  add(100, 1040, 1280, 64, 3);  // ragged M and N, 10 K blocks in ranges of 3/3/4
+  add(256, 400, 1024, 32, 8);   // two row blocks, ragged N
+  add(1, 16, 256, 32, 2);
+  add(64, 384, 512, 128, 4);    // one K block per range
+  add(200, 576, 896, 192, 7);   // BN 192's two-block B scales, tiles starting mid-block
+  for (DenseCase& c : cases) c.launches = 2;
+  DenseCase few_ctas{128, 1024, 1024, 64};
+  few_ctas.k_splits = 5;
+  few_ctas.grid = 7;  // 80 units on 7 CTAs: each CTA finishes many ranges of many tiles
+  cases.push_back(few_ctas);
+  DenseCase bulk{128, 7168, 4096, 128};
+  bulk.k_splits = 2;
+  bulk.bulk_layout = true;
+  cases.push_back(bulk);
+  DenseCase bulk192{96, 1344, 2048, 192};
+  bulk192.k_splits = 6;
+  bulk192.bulk_layout = true;
+  cases.push_back(bulk192);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(describe(cases[i]));
+    EXPECT_TRUE(run_dense_case(cases[i], seed + 31 * i));
+  }
+  // The heuristic's own split on a DeepSeek-V3 decode-sized shape (the reference follows the launch).
+  DenseCase heur{128, 7168, 2048, 0};
+  heur.launches = 2;
+  SCOPED_TRACE(describe(heur));
+  EXPECT_TRUE(run_dense_case(heur, seed + 999));
+}
+
 TEST(Fp8GemmDense, HeuristicPicksBuiltWidthsAndFillsTheMachine) {
   int count = 0;
   const int* block_ns = ops::cuda::fp8_gemm_dense_block_ns(&count);
@@ -232,9 +291,18 @@ TEST(Fp8GemmDense, HeuristicPicksBuiltWidthsAndFillsTheMachine) {
   // scale copies and the two-block promotion: bench/h8_runs/run5_*):
   // one row block: the narrowest width whose tiles fit in one wave (64 -> 112 CTAs for N = 7168) ...
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 7168, 16384, 132).block_n, 64);
-  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 2112, 7168, 132).block_n, 32);  // 66 CTAs instead of 33
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 24576, 1536, 132).block_n, 192);
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 32768, 512, 132).block_n, 128);  // no width fits: 128
+  for (auto nk : {std::pair<int64_t, int64_t>{7168, 16384}, {24576, 1536}, {32768, 512}, {7168, 2048}})
+    EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, nk.first, nk.second, 132).k_splits, 1);
+  // ... unless its tiles fill at most half the SMs: split K (bench/gemm_notes.md, split-K sweep).
+  const Fp8GemmConfig n2112 = ops::cuda::fp8_gemm_dense_heuristic(128, 2112, 7168, 132);
+  EXPECT_EQ(n2112.block_n, 32);  // 66 tiles x 2 ranges
+  EXPECT_EQ(n2112.k_splits, 2);
+  const Fp8GemmConfig n4096 = ops::cuda::fp8_gemm_dense_heuristic(128, 4096, 7168, 132);
+  EXPECT_EQ(n4096.block_n, 64);  // 64 tiles x 2 ranges
+  EXPECT_EQ(n4096.k_splits, 2);
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 4096, 768, 132).k_splits, 1);  // ranges would be < 8 K blocks
   // ... many row blocks: waves x per-tile cost.
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 2112, 7168, 132).block_n, 192);
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 7168, 16384, 132).block_n, 192);
@@ -242,6 +310,7 @@ TEST(Fp8GemmDense, HeuristicPicksBuiltWidthsAndFillsTheMachine) {
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 32768, 512, 132).block_n, 192);
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 4096, 7168, 132).block_n, 128);
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(8192, 8192, 8192, 132).block_n, 192);
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 2112, 7168, 132).k_splits, 1);  // many row blocks: never
   EXPECT_EQ(ops::cuda::fp8_gemm_grouped_heuristic(8 * 4096, 4096, 7168, 132).block_n, 192);
   EXPECT_EQ(ops::cuda::fp8_gemm_wgrad_heuristic(7168, 2048, 16384, 1, 132).block_n, 128);
   // Multicast is opt-in until it has run on hardware.
@@ -283,6 +352,18 @@ TEST(Fp8GemmDense, RejectsBadArguments) {
   bad_config = config;  // the direct epilogue is built without clusters
   bad_config.epilogue = Fp8GemmEpilogue::Direct;
   bad_config.multicast = ops::cuda::Fp8GemmMulticast::ShareB;
+  EXPECT_THROW(ops::cuda::fp8_gemm_dense(p, bad_config, nullptr), Error);
+  bad_config = config;  // split-K: at most K/128 ranges, only the split-K widths, no multicast
+  bad_config.block_n = 64;
+  bad_config.k_splits = 3;
+  EXPECT_THROW(ops::cuda::fp8_gemm_dense(p, bad_config, nullptr), Error);
+  bad_config.k_splits = -1;
+  EXPECT_THROW(ops::cuda::fp8_gemm_dense(p, bad_config, nullptr), Error);
+  bad_config.k_splits = 2;
+  bad_config.block_n = 96;
+  EXPECT_THROW(ops::cuda::fp8_gemm_dense(p, bad_config, nullptr), Error);
+  bad_config.block_n = 64;
+  bad_config.multicast = ops::cuda::Fp8GemmMulticast::ShareA;
   EXPECT_THROW(ops::cuda::fp8_gemm_dense(p, bad_config, nullptr), Error);
   p.m = 0;  // nothing to do: returns without launching
   EXPECT_NO_THROW(ops::cuda::fp8_gemm_dense(p, config, nullptr));

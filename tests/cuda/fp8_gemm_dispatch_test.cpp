@@ -59,7 +59,9 @@ TEST(Fp8GemmDispatch, BothBackendsComputeFpropAndWgrad) {
   const quant::QuantTensor w = random_e4m3(n, k, quant::Granularity::block_128x128(), seed + 1);
   const quant::QuantTensor bt = random_e4m3(n, k, quant::Granularity::tile_1x128(), seed + 2);
   std::vector<uint16_t> want_bf16(static_cast<size_t>(m * n));
-  quant::ref_gemm_bf16(a, w, hopper_config(), want_bf16.data());
+  quant::GemmConfig fprop = hopper_config();  // the heuristic's split-K ranges, if it splits (M <= 256)
+  fprop.k_splits = ops::cuda::fp8_gemm_dense_heuristic(m, n, k, ops::cuda::fp8_gemm_num_sms()).k_splits;
+  quant::ref_gemm_bf16(a, w, fprop, want_bf16.data());
   const std::vector<float> c = random_matrix(m, n, seed + 3);
   std::vector<float> want_wgrad(static_cast<size_t>(m * n));
   quant::ref_gemm(a, bt, hopper_config(true), want_wgrad.data(), c.data());

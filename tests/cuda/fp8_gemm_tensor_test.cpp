@@ -39,7 +39,9 @@ TEST(Fp8GemmTensor, ScaledGemmUsesOwnKernelsByDefaultAndCublasLtOnRequest) {
     const auto wq = ops::cuda::quantize_weight(w, ops::cuda::QuantOptions{}, false, order);
     const auto gq = ops::cuda::quantize_activation(g, ops::cuda::QuantOptions{}, false, order);
     std::vector<uint16_t> want_bf16(static_cast<size_t>(m * n));
-    quant::ref_gemm_bf16(xq.q.to_host(), wq.q.to_host(), hopper_config(), want_bf16.data());
+    quant::GemmConfig fprop = hopper_config();  // the heuristic's split-K ranges, if it splits (M <= 256)
+    fprop.k_splits = ops::cuda::fp8_gemm_dense_heuristic(m, n, k, ops::cuda::fp8_gemm_num_sms()).k_splits;
+    quant::ref_gemm_bf16(xq.q.to_host(), wq.q.to_host(), fprop, want_bf16.data());
     const std::vector<float> c0 = random_matrix(m, n, seed + 3);
     std::vector<float> want_f32(c0.size());
     quant::ref_gemm(xq.q.to_host(), gq.q.to_host(), hopper_config(true), want_f32.data(), c0.data());

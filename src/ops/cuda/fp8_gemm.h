@@ -9,7 +9,8 @@
 //   partial = 4 chained tensor-core steps of 32 products (FP22, truncating, the first from zero),
 //   acc = fmaf(scale_a[g] * scale_b[g], partial, acc)    (FP32, the scale product rounded first),
 // which is num::hopper_dot_scaled(..., promote_interval = 128) bit for bit; then d = bf16_rn(acc), or
-// d = c + acc (one FP32 add) for Wgrad. Nothing is split along K, so the order never changes.
+// d = c + acc (one FP32 add) for Wgrad. The one exception is the dense family's split-K for M <= 256 (below):
+// a fixed, documented sum of per-range chains, mirrored by the CPU model.
 //
 // Layouts: A, B row-major with K contiguous ("TN"), FP8 E4M3 bytes, 16-byte aligned; K a multiple of 128;
 // N a multiple of 16; M any positive size. Scales are FP32, addressed through ScaleView so both the
@@ -56,7 +57,11 @@ struct Fp8GemmConfig {
   int grid = 0;              // cap on persistent CTAs; 0 = as many as are resident (one per SM)
   int raster_group_m = 16;   // row blocks per raster band (L2 reuse)
   Fp8GemmEpilogue epilogue = Fp8GemmEpilogue::TmaStore;  // Direct: no multicast
-  std::string describe() const;  // "block 128x176, multicast B, grid SMs, raster 16, epilogue tma"
+  // Dense only: cut K into this many contiguous ranges computed by different CTAs (0 = the heuristic's choice
+  // when block_n is 0 too, else 1; 1 = never). A defined change of the arithmetic: "Split-K" above
+  // fp8_gemm_dense_block_ns.
+  int k_splits = 0;
+  std::string describe() const;  // "block 128x176, multicast B, grid SMs, raster 16, epilogue tma, k splits 1"
 };
 
 // ---- dense Fprop / Dgrad ------------------------------------------------------------------------------
@@ -69,10 +74,22 @@ struct Fp8GemmDenseProblem {
   uint16_t* d = nullptr;       // [m, n] BF16 bits, row-major
   std::string describe() const;
 };
-// The block_n values the dense family is built for, and the heuristic's choice (block_n and multicast) for a
-// shape on `num_sms` SMs: the fewest "waves" of tiles weighted by tile width (a tile's time grows with
-// block_n), ties to the wider; then multicast of the operand whose tile is larger, when there is a pair.
+// Split-K (dense, one or two row blocks: M <= 256). With few output tiles a GEMM cannot fill the SMs, and each
+// CTA re-reads the whole of A's K extent; so the K blocks 0..K/128-1 are cut into S contiguous ranges,
+// range s = [floor(s * kb / S), floor((s + 1) * kb / S)), each computed by its own CTA with the arithmetic
+// below (a promotion chain starting from zero), and the S FP32 results are added in range order,
+// total = acc_0, total = total + acc_s (s = 1..S-1, FP32 round to nearest), then d = bf16_rn(total).
+// The CPU model is quant::GemmConfig::k_splits (num::hopper_dot_scaled_split); S = 1 is the plain chain.
+// The result is deterministic for a given S (no atomics on data: the last CTA to finish reads the others'
+// ranges from a workspace in order). S comes from Fp8GemmConfig::k_splits or the heuristic (which depends on
+// the shape and the SM count). The workspace (S * M * N floats + counters) is allocated once per device and
+// stream and kept; concurrent GEMMs on different streams get different workspaces.
+//
+// The block_n values the dense family is built for, and the heuristic's choice (block_n, multicast and k_splits)
+// for a shape on `num_sms` SMs: the fewest "waves" of tiles weighted by tile width (a tile's time grows with
+// block_n), ties to the wider; for M <= 256 the (block_n, k_splits) pair with the least modelled per-SM traffic.
 const int* fp8_gemm_dense_block_ns(int* count);
+const int* fp8_gemm_dense_split_block_ns(int* count);  // the widths built with the split-K epilogue
 Fp8GemmConfig fp8_gemm_dense_heuristic(int64_t m, int64_t n, int64_t k, int num_sms);
 // Validates (FP8T_CHECK: sizes, alignment, supported block_n) and launches on `stream`.
 void fp8_gemm_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& config, cudaStream_t stream);

@@ -20,18 +20,32 @@
 // Block-size heuristic (fp8_gemm_host.cpp, choose_block_n, fitted to the H200 sweeps): BLOCK_M = 128 always;
 // BLOCK_N from {32, 64, 96, 128, 160, 176, 192}: for M <= 256 the narrowest of 32/64/128/192 whose tiles fit in one
 // wave, else the fewest ceil(tiles / SMs) x per-tile cost (K blocks x (BN + 48, + 48 for per-chunk B scales)
-// + epilogue). TMA multicast (2-CTA clusters sharing A or B, Fp8GemmConfig::multicast) is opt-in: measured
+// + epilogue). Split-K (M <= 256 only, widths 32/64/128/192, Output::Bf16SplitK): when the narrowest of 32/64
+// leaves more than half the SMs idle, K is cut into SMs / tiles ranges (choose_split; measured: 128x2112x7168
+// 32 x 2 ranges, 1.16x cuBLASLt; 128x4096x7168 64 x 2, 1.08x; run 14/19/20 in bench/gemm_notes.md). TMA multicast (2-CTA clusters sharing A or B, Fp8GemmConfig::multicast) is opt-in: measured
 // within +-3 % of no multicast once its remote arrivals lost `.release.cluster` (run 5).
 #include "ops/cuda/fp8_gemm_launch.cuh"
 
 namespace fp8train::ops::cuda::fp8gemm {
 namespace {
 
+// The widths built with the split-K epilogue (fp8_gemm_host.cpp kDenseSplitBlockNs must match).
+template <int BN>
+inline constexpr bool kSplitKBuilt = BN == 32 || BN == 64 || BN == 128 || BN == 192;
+
 template <int BN, int kFlags>
 cudaError_t launch_dense_flags(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
                                const KernelArgs& args, cudaStream_t stream) {
   constexpr ScaleB kScaleB = block_scale_b(BN);
   constexpr Schedule kSched = Schedule::Dense;
+  if (spec.out == Output::Bf16SplitK) {  // split-K (few row blocks): no multicast, direct BF16 stores
+    if constexpr (kSplitKBuilt<BN>) {
+      if (spec.multicast != Multicast::None) return cudaErrorInvalidValue;
+      return launch_kernel<BN, kScaleB, kSched, Output::Bf16SplitK, Multicast::None, kFlags>(a, b, d, args,
+                                                                                             spec.max_ctas, stream);
+    }
+    return cudaErrorInvalidValue;
+  }
   if (spec.out == Output::Bf16Direct) {  // the plain fallback epilogue: no multicast variants
     if (spec.multicast != Multicast::None) return cudaErrorInvalidValue;
     return launch_kernel<BN, kScaleB, kSched, Output::Bf16Direct, Multicast::None, kFlags>(a, b, d, args, spec.max_ctas,

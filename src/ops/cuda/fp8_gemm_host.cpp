@@ -5,8 +5,11 @@
 #include <cuda.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -216,6 +219,9 @@ void fill_scales(KernelArgs& args, const ScaleView& a, const ScaleView& b) {
 }
 
 constexpr int kDenseBlockNs[] = {32, 64, 96, 128, 160, 176, 192};
+constexpr int kDenseSplitBlockNs[] = {32, 64, 128, 192};  // fp8_gemm_dense.cu kSplitKBuilt must match
+constexpr int kNumDenseSplit = sizeof(kDenseSplitBlockNs) / sizeof(int);
+constexpr int kMaxKSplits = 32;
 constexpr int kGroupedBlockNs[] = {64, 128, 160, 176, 192};
 constexpr int kWgradBlockNs[] = {64, 96, 128};
 constexpr int kNumDense = sizeof(kDenseBlockNs) / sizeof(int);
@@ -224,12 +230,61 @@ constexpr int kNumWgrad = sizeof(kWgradBlockNs) / sizeof(int);
 
 constexpr int64_t kMaxDim = int64_t{1} << 31;
 
+// Split-K for one or two row blocks, fitted to the H200 sweep (bench/gemm_notes.md "Split-K", every split-K width
+// x 1..16 ranges on the six M = 128 shapes): splitting pays only where the plain kernel leaves half the SMs idle.
+// The narrowest of {32, 64} whose tiles fill at most half the SMs, cut into num_sms / tiles ranges (ranges of at
+// least 8 K blocks); otherwise no split. Measured: 128x2112x7168 -> 32 x 2 (17.5-19.0 us vs 21.7-24.7 unsplit),
+// 128x4096x7168 -> 64 x 2 (21.8-22.3 vs 22.2-25.3); with more tiles every split was slower (the split epilogue
+// and the per-range pipeline fill cost more than the extra SMs bring: the shapes are bound by DRAM and latency).
+std::pair<int, int> choose_split(int64_t m_blocks, int64_t n, int64_t kb, int num_sms) {
+  for (int bn : {32, 64}) {
+    const int64_t tiles = m_blocks * ((n + bn - 1) / bn);
+    if (2 * tiles > num_sms) continue;
+    const int64_t splits = std::min<int64_t>({num_sms / tiles, kb / 8, kMaxKSplits});
+    return {bn, splits >= 2 ? static_cast<int>(splits) : 1};
+  }
+  return {0, 1};
+}
+
+// Split-K workspace per (device, stream): FP32 ranges and per-(tile, warpgroup) counters, grown on demand (the
+// stream is synchronized before an old buffer is freed) and kept for the process. Counters are zeroed when
+// allocated; every launch leaves them zero.
+struct SplitWorkspace {
+  float* partials = nullptr;
+  int* counters = nullptr;
+  size_t partial_floats = 0, counter_ints = 0;
+};
+SplitWorkspace split_workspace(size_t floats, size_t ints, cudaStream_t stream) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, cudaStream_t>, SplitWorkspace> pool;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  std::lock_guard<std::mutex> lock(mutex);
+  SplitWorkspace& w = pool[{device, stream}];
+  if (w.partial_floats < floats || w.counter_ints < ints) {
+    if (w.partials != nullptr || w.counters != nullptr) {
+      check_cuda(cudaStreamSynchronize(stream), "split-K workspace: cudaStreamSynchronize");
+      check_cuda(cudaFree(w.partials), "split-K workspace: cudaFree");
+      check_cuda(cudaFree(w.counters), "split-K workspace: cudaFree");
+      w = SplitWorkspace{};
+    }
+    const size_t f = std::max(floats, w.partial_floats), c = std::max(ints, w.counter_ints);
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&w.partials), f * sizeof(float)), "split-K workspace: cudaMalloc");
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&w.counters), c * sizeof(int)), "split-K workspace: cudaMalloc");
+    check_cuda(cudaMemsetAsync(w.counters, 0, c * sizeof(int), stream), "split-K workspace: cudaMemsetAsync");
+    w.partial_floats = f;
+    w.counter_ints = c;
+  }
+  return w;
+}
+
 }  // namespace
 
 std::string Fp8GemmConfig::describe() const {
-  return fmt::format("block 128x{}, multicast {}, grid {}, raster {}, epilogue {}", block_n, multicast_name(multicast),
-                     grid == 0 ? std::string("SMs") : std::to_string(grid), raster_group_m,
-                     epilogue == Fp8GemmEpilogue::TmaStore ? "tma" : "direct");
+  return fmt::format("block 128x{}, multicast {}, grid {}, raster {}, epilogue {}, k splits {}", block_n,
+                     multicast_name(multicast), grid == 0 ? std::string("SMs") : std::to_string(grid), raster_group_m,
+                     epilogue == Fp8GemmEpilogue::TmaStore ? "tma" : "direct",
+                     k_splits == 0 ? std::string("auto") : std::to_string(k_splits));
 }
 std::string Fp8GemmDenseProblem::describe() const {
   return fmt::format("dense fp8 gemm m={} n={} k={} (A 1x128, B 128x128, bf16 out)", m, n, k);
@@ -278,17 +333,30 @@ const int* fp8_gemm_dense_block_ns(int* count) {
   return kDenseBlockNs;
 }
 
+const int* fp8_gemm_dense_split_block_ns(int* count) {
+  *count = kNumDenseSplit;
+  return kDenseSplitBlockNs;
+}
+
 Fp8GemmConfig fp8_gemm_dense_heuristic(int64_t m, int64_t n, int64_t k, int num_sms) {
   Fp8GemmConfig config;
   const int64_t m_blocks = (m + kBlockM - 1) / kBlockM;
   config.block_n = choose_block_n(m_blocks, n, k, 1, num_sms, kDenseBlockNs, kNumDense);
+  config.k_splits = 1;
+  if (m_blocks <= 2) {
+    const auto [bn, splits] = choose_split(m_blocks, n, k / kBlockK, num_sms);
+    if (splits > 1) {
+      config.block_n = bn;
+      config.k_splits = splits;
+    }
+  }
   config.multicast = default_multicast();
   return config;
 }
 
 namespace fp8gemm {
 
-PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& config_in) {
+PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& config_in, cudaStream_t stream) {
   FP8T_CHECK(p.m > 0 && p.n > 0 && p.k > 0, "dense FP8 GEMM: bad shape m={} n={} k={}", p.m, p.n, p.k);
   FP8T_CHECK(p.k % kBlockK == 0, "dense FP8 GEMM: K = {} must be a multiple of 128 (the scale block)", p.k);
   FP8T_CHECK(p.n % 16 == 0, "dense FP8 GEMM: N = {} must be a multiple of 16", p.n);
@@ -299,10 +367,26 @@ PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& 
   check_scales(p.a_scales, "dense", "A");
   check_scales(p.b_scales, "dense", "B");
   Fp8GemmConfig config = config_in;
-  const Fp8GemmConfig heuristic = fp8_gemm_dense_heuristic(p.m, p.n, p.k, fp8_gemm_num_sms());
-  if (config.block_n == 0) config.block_n = heuristic.block_n;
+  const int num_sms = fp8_gemm_num_sms();
+  const Fp8GemmConfig heuristic = fp8_gemm_dense_heuristic(p.m, p.n, p.k, num_sms);
+  const int64_t kb = p.k / kBlockK;
+  FP8T_CHECK(config.k_splits >= 0 && config.k_splits <= std::min<int64_t>(kMaxKSplits, kb),
+             "dense FP8 GEMM: k_splits = {} must be 0 (auto) or 1..{} (at most K/128 = {} and {})", config.k_splits,
+             std::min<int64_t>(kMaxKSplits, kb), kb, kMaxKSplits);
+  if (config.block_n == 0) {
+    config.block_n = heuristic.block_n;
+    if (config.k_splits == 0) config.k_splits = heuristic.k_splits;
+  }
   FP8T_CHECK(is_one_of(config.block_n, kDenseBlockNs, kNumDense), "dense FP8 GEMM: block_n {} is not built (one of {})",
              config.block_n, list_of(kDenseBlockNs, kNumDense));
+  if (config.k_splits == 0) config.k_splits = 1;  // an explicit block_n without k_splits: no split
+  const bool split = config.k_splits > 1;
+  FP8T_CHECK(!split || is_one_of(config.block_n, kDenseSplitBlockNs, kNumDenseSplit),
+             "dense FP8 GEMM: split-K is built for block_n {} (asked for {})", list_of(kDenseSplitBlockNs, kNumDenseSplit),
+             config.block_n);
+  FP8T_CHECK(!split || (config.multicast != Fp8GemmMulticast::ShareA && config.multicast != Fp8GemmMulticast::ShareB),
+             "dense FP8 GEMM: split-K is built without multicast (asked for multicast {})",
+             multicast_name(config.multicast));
   const bool tma = config.epilogue == Fp8GemmEpilogue::TmaStore;
   if (config.multicast == Fp8GemmMulticast::Auto) config.multicast = default_multicast();
   FP8T_CHECK(tma || config.multicast == Fp8GemmMulticast::None,
@@ -320,7 +404,17 @@ PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& 
   fill_scales(args, p.a_scales, p.b_scales);
   args.d = p.d;
   L.spec.block_n = config.block_n;
-  L.spec.out = tma ? Output::Bf16Tma : Output::Bf16Direct;
+  L.spec.out = split ? Output::Bf16SplitK : (tma ? Output::Bf16Tma : Output::Bf16Direct);
+  if (split) {
+    const int64_t tiles = static_cast<int64_t>(args.units_m) * args.units_n;
+    FP8T_CHECK(tiles * config.k_splits < kMaxDim, "dense FP8 GEMM: too many split-K units");
+    const SplitWorkspace w = split_workspace(static_cast<size_t>(config.k_splits * p.m * p.n),
+                                             static_cast<size_t>(2 * tiles), stream);
+    args.k_splits = config.k_splits;
+    args.split_partials = w.partials;
+    args.split_counters = w.counters;
+    args.num_units = static_cast<int>(tiles * config.k_splits);
+  }
   L.a = operand_map(p.a, p.m, p.k, L.spec.multicast == Multicast::ShareA ? kBlockM / 2 : kBlockM);
   L.b = operand_map(p.b, p.n, p.k, L.spec.multicast == Multicast::ShareB ? config.block_n / 2 : config.block_n);
   L.d = tma ? bf16_output_map(p.d, p.m, p.n, config.block_n) : L.a;
@@ -331,7 +425,7 @@ PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& 
 
 void fp8_gemm_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& config, cudaStream_t stream) {
   if (p.m == 0 && p.n > 0 && p.k > 0) return;  // nothing to compute
-  const PreparedLaunch L = prepare_dense(p, config);
+  const PreparedLaunch L = prepare_dense(p, config, stream);
   check_cuda(launch_dense_kernel(L.spec, L.a, L.b, L.d, L.args, stream), "dense FP8 GEMM kernel launch");
 }
 

@@ -36,7 +36,11 @@
 // Epilogues: Bf16Tma (each warpgroup writes its 64 x BN BF16 block into swizzled shared memory in atoms of
 //   64/32/16 columns -- 128/64/32-byte swizzle, conflict-free -- fence.proxy.async, then one thread issues
 //   one TMA store per atom; the next tile waits only for the store to finish reading), Bf16Direct and
-//   Fp32Direct (st.global per thread, edges predicated; Fp32Direct optionally adds C: d = c + acc).
+//   Fp32Direct (st.global per thread, edges predicated; Fp32Direct optionally adds C: d = c + acc), and
+//   Bf16SplitK (dense, few row blocks): a unit is one K range of a tile; its FP32 block goes to a workspace,
+//   an arrival counter per (tile, warpgroup) finds the last range to finish, and that warpgroup adds the
+//   ranges in range order (its own from registers, reusing the partial-sum registers for the total) and
+//   stores BF16 -- the arithmetic of num::hopper_dot_scaled_split, deterministic for a given k_splits.
 // Measured on the H200 (bench/gemm_notes.md, runs 1-5): every variant here, bit-exact and sanitizer-clean.
 // Experiment flags (fp8_gemm_plan.h; production kernels use 0): kFlagNoPromote, kFlagDoubleBuffer (serialised
 // by ptxas, C7514), kFlagNoLoad, kFlagNoTiles, kFlagNoScaleLoads, kFlagPingPong, stage caps.
@@ -54,6 +58,7 @@ namespace fp8train::ops::cuda::fp8gemm {
 
 struct TileCoord {
   int m0, n0, group, kb_begin, kb_end;
+  int split, tile;  // split-K: the K range and the tile's index among the units_m x units_n tiles
 };
 
 // Unit order: bands of raster_group_m row units; inside a band, row units vary fastest so the CTAs running
@@ -64,6 +69,14 @@ template <Schedule kSched, Multicast kMc, int BN>
 __device__ __forceinline__ TileCoord tile_coord(const KernelArgs& a, int unit, int rank) {
   int group = 0;
   int local = unit;
+  int split = 0;
+  if constexpr (kSched == Schedule::Dense) {
+    if (a.k_splits > 1) {
+      const int tiles = a.units_m * a.units_n;
+      split = unit / tiles;
+      local = unit - split * tiles;
+    }
+  }
   if constexpr (kSched == Schedule::GroupedK) {
     const int per_group = a.units_m * a.units_n;
     group = unit / per_group;
@@ -93,9 +106,12 @@ __device__ __forceinline__ TileCoord tile_coord(const KernelArgs& a, int unit, i
     t.kb_begin = __ldg(a.group_offsets + group) / kBlockK;
     t.kb_end = __ldg(a.group_offsets + group + 1) / kBlockK;
   } else {
-    t.kb_begin = 0;
-    t.kb_end = a.k / kBlockK;
+    const int kb = a.k / kBlockK;
+    t.kb_begin = static_cast<int>(static_cast<long long>(split) * kb / a.k_splits);
+    t.kb_end = static_cast<int>(static_cast<long long>(split + 1) * kb / a.k_splits);
   }
+  t.split = split;
+  t.tile = local;
   return t;
 }
 
@@ -459,6 +475,73 @@ __global__ void __launch_bounds__(kThreads, 1)
                            t.m0 + wg * 64);
           }
           tma_store_commit();
+        }
+      } else if constexpr (kOut == Output::Bf16SplitK) {
+        // Split-K: store this K range's FP32 block, then count the tile's arrivals (per warpgroup: its 64 rows).
+        // The last of the k_splits arrivals sums the ranges in range order, total = p0, total = total + p_s
+        // (FP32, round to nearest) -- its own range from registers -- and stores BF16. Ordering (the CUDA
+        // threadfence-reduction pattern): every thread fences its own stores (__threadfence) before the warpgroup
+        // barrier that precedes the counter increment; the last arrival fences again and reads the others'
+        // blocks through L2 (ld.global.cg). Measured: one thread's acquire-release atomic after the barrier,
+        // without the per-thread fences, let a last arrival read stale ranges (bench/gemm_notes.md, split-K).
+        __shared__ int split_last[2];
+        const long long plane = static_cast<long long>(args.m) * args.n;
+        float* mine = args.split_partials + static_cast<long long>(t.split) * plane;
+#pragma unroll
+        for (int j = 0; j < kAcc / 4; ++j) {
+          const int col = t.n0 + 8 * j + quad_col;
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int row = t.m0 + wg * 64 + row_in_wg + 8 * half;
+            if (col < args.n && row < args.m)
+              __stcg(reinterpret_cast<float2*>(mine + static_cast<long long>(row) * args.n + col),
+                     make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]));
+          }
+        }
+        __threadfence();
+        named_barrier_sync(1 + wg, 128);
+        int* counter = args.split_counters + 2 * t.tile + wg;
+        if (wl == 0) split_last[wg] = atomicAdd(counter, 1) == args.k_splits - 1 ? 1 : 0;
+        named_barrier_sync(1 + wg, 128);
+        if (split_last[wg]) {
+          __threadfence();
+          // The partial-sum registers are free now: they hold the running total. One range at a time, all of
+          // this thread's values of that range are loaded before any is added (independent loads in flight;
+          // a load-add chain per element would pay the memory latency k_splits x kAcc / 2 times).
+          float (&total)[kAcc] = partial;
+          for (int s = 0; s < args.k_splits; ++s) {
+            const float* src = args.split_partials + s * plane;
+#pragma unroll
+            for (int j = 0; j < kAcc / 4; ++j) {
+              const int col = t.n0 + 8 * j + quad_col;
+#pragma unroll
+              for (int half = 0; half < 2; ++half) {
+                const int row = t.m0 + wg * 64 + row_in_wg + 8 * half;
+                float2 v = make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+                if (s != t.split && col < args.n && row < args.m)
+                  v = __ldcg(reinterpret_cast<const float2*>(src + static_cast<long long>(row) * args.n + col));
+                if (s == 0) {
+                  total[4 * j + 2 * half] = v.x;
+                  total[4 * j + 2 * half + 1] = v.y;
+                } else {
+                  total[4 * j + 2 * half] = __fadd_rn(total[4 * j + 2 * half], v.x);
+                  total[4 * j + 2 * half + 1] = __fadd_rn(total[4 * j + 2 * half + 1], v.y);
+                }
+              }
+            }
+          }
+#pragma unroll
+          for (int j = 0; j < kAcc / 4; ++j) {
+            const int col = t.n0 + 8 * j + quad_col;
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int row = t.m0 + wg * 64 + row_in_wg + 8 * half;
+              if (col < args.n && row < args.m)
+                *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(args.d) + static_cast<long long>(row) * args.n +
+                                             col) = pack_bf16x2(total[4 * j + 2 * half], total[4 * j + 2 * half + 1]);
+            }
+          }
+          if (wl == 0) atomicExch(counter, 0);  // every range has arrived: ready for the next launch
         }
       } else {
         const long long group_offset =

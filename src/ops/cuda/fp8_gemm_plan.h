@@ -34,7 +34,9 @@ enum class Schedule : int {
   GroupedM,  // MoE contiguous: rows of all groups concatenated, group g owns rows [off[g], off[g+1])
   GroupedK,  // MoE Wgrad: group g owns K range [off[g], off[g+1]) and output D[g] ([M, N])
 };
-enum class Output : int { Bf16Tma, Bf16Direct, Fp32Direct };
+// Bf16SplitK (dense only, KernelArgs::k_splits > 1): each CTA computes one K range of a tile into FP32, writes it to
+// the workspace, and the last of the tile's k_splits CTAs to finish sums the ranges in range order and stores BF16.
+enum class Output : int { Bf16Tma, Bf16Direct, Fp32Direct, Bf16SplitK };
 // TMA multicast inside a cluster of two CTAs that work on neighbouring tiles: each CTA loads half of the
 // shared operand tile and multicasts it into both CTAs' shared memory, halving that operand's L2 traffic.
 enum class Multicast : int {
@@ -128,6 +130,13 @@ struct KernelArgs {
   // or along row blocks (B MN-major).
   int bulk_scales = 0;
   int sfb_group4_along_kb = 1;
+  // Split-K (Schedule::Dense with Output::Bf16SplitK): the K blocks are cut into k_splits contiguous ranges,
+  // range s = [s * kb / k_splits, (s + 1) * kb / k_splits); unit u is range u / tiles of tile u % tiles. Range s of
+  // a tile goes to split_partials[s, m, n] (FP32); split_counters holds one arrival counter per (tile, math
+  // warpgroup), zero before the launch and left zero after it (the last arrival resets it).
+  int k_splits = 1;
+  float* split_partials = nullptr;
+  int* split_counters = nullptr;
 };
 
 // TMA-store atom width in BF16 columns for a tile width (widest swizzle span that divides it).
@@ -159,7 +168,8 @@ struct PreparedLaunch {
   KernelArgs args;
   bool k_grouped = false;
 };
-PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& config);
+// prepare_dense takes the stream the launch will run on (the split-K workspace is per stream).
+PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& config, cudaStream_t stream = nullptr);
 PreparedLaunch prepare_grouped(const Fp8GemmGroupedProblem& p, const Fp8GemmConfig& config);
 PreparedLaunch prepare_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& config);
 
