@@ -37,6 +37,8 @@
 // "stages4"), launched from a prepared dense launch; cudaErrorInvalidValue when that variant is not built.
 cudaError_t h8_launch_experiment(const std::string& name, const fp8train::ops::cuda::fp8gemm::PreparedLaunch& L,
                                  cudaStream_t stream);
+// The same file: a kernel that only reads `bytes` from p (16-byte aligned), for the memory floor (--floor).
+cudaError_t h8_read_bytes(const void* p, size_t bytes, unsigned* sink, int num_sms, cudaStream_t stream);
 
 namespace {
 
@@ -152,6 +154,11 @@ struct Timing {
     CK(cudaEventCreate(&start));
     CK(cudaEventCreate(&stop));
   }
+  Buf sink{256};
+  // clean: after the flush's memset, read the flush buffer back, so that L2 holds clean lines and the timed
+  // kernel does not pay for writing back the memset's dirty ones (~50 MB) (--clean-flush).
+  bool clean = false;
+  int num_sms = 132;
   // Median milliseconds of fn() over reps launches, each after an L2 flush; 3 warm-up launches first.
   double ms(const std::function<void()>& fn) {
     for (int i = 0; i < 3; ++i) fn();
@@ -159,6 +166,7 @@ struct Timing {
     std::vector<double> t;
     for (int i = 0; i < reps; ++i) {
       CK(cudaMemsetAsync(flush.p, i & 0xFF, flush.bytes, nullptr));
+      if (clean) CK(h8_read_bytes(flush.p, flush.bytes, sink.as<unsigned>(), num_sms, nullptr));
       CK(cudaEventRecord(start, nullptr));
       fn();
       CK(cudaEventRecord(stop, nullptr));
@@ -203,7 +211,7 @@ SampleCheck check_samples(int64_t m, int64_t n, int64_t k, const std::vector<uin
                           const std::function<uint32_t(int64_t, int64_t)>& got_bits,
                           const std::function<uint32_t(int64_t, int64_t, float)>& want_bits, int samples, uint64_t seed,
                           int64_t a_row_offset = 0, int64_t b_row_offset = 0, int64_t k_offset = 0, int64_t lda = 0,
-                          int64_t ldb = 0) {
+                          int64_t ldb = 0, int k_splits = 1) {
   if (lda == 0) lda = k;
   if (ldb == 0) ldb = k;
   SampleCheck r;
@@ -223,9 +231,10 @@ SampleCheck check_samples(int64_t m, int64_t n, int64_t k, const std::vector<uin
       sa[q] = scale_a(i, q + k_offset / 128);
       sb[q] = scale_b(j, q + k_offset / 128);
     }
-    const float acc = num::hopper_dot_scaled(a.data() + (a_row_offset + i) * lda + k_offset, num::Fp8Format::E4M3,
-                                             sa.data(), b.data() + (b_row_offset + j) * ldb + k_offset,
-                                             num::Fp8Format::E4M3, sb.data(), static_cast<int>(k), 128);
+    const float acc = num::hopper_dot_scaled_split(a.data() + (a_row_offset + i) * lda + k_offset,
+                                                   num::Fp8Format::E4M3, sa.data(),
+                                                   b.data() + (b_row_offset + j) * ldb + k_offset, num::Fp8Format::E4M3,
+                                                   sb.data(), static_cast<int>(k), 128, k_splits);
     const uint32_t want = want_bits(i, j, acc), got = got_bits(i, j);
     if (want != got) {
       bad_flags[s] = 1;
@@ -315,6 +324,9 @@ struct LtCall {
 };
 
 int g_num_sms = 132;
+bool g_split_sweep = false;
+bool g_floor = false;
+bool g_clean_flush = false;
 bool g_experiments = false;
 bool g_first_wrapper_error = true;
 
@@ -363,6 +375,18 @@ void bench_dense(Timing& timing, int64_t m, int64_t n, int64_t k, bool sweep, bo
   std::vector<Fp8GemmConfig> variants;
   const Fp8GemmConfig heur = fp8_gemm_dense_heuristic(m, n, k, g_num_sms);
   variants.push_back(heur);
+  if (g_split_sweep && m <= 256) {  // split-K: every split-K width x range counts with >= 2 K blocks per range
+    int count = 0;
+    const int* bns = fp8_gemm_dense_split_block_ns(&count);
+    for (int i = 0; i < count; ++i)
+      for (int splits : {1, 2, 3, 4, 6, 8, 12, 16}) {
+        if (splits > 1 && kb / splits < 2) continue;
+        Fp8GemmConfig c;
+        c.block_n = bns[i];
+        c.k_splits = splits;
+        if (c.block_n != heur.block_n || c.k_splits != heur.k_splits) variants.push_back(c);
+      }
+  }
   if (sweep) {
     int count = 0;
     const int* bns = fp8_gemm_dense_block_ns(&count);
@@ -379,8 +403,12 @@ void bench_dense(Timing& timing, int64_t m, int64_t n, int64_t k, bool sweep, bo
     CK(cudaMemset(d.p, 0xA5, d.bytes));
     fp8_gemm_dense(p, cfg, nullptr);
     hd = download<uint16_t>(d, static_cast<size_t>(m * n));
-    const SampleCheck c = check_samples(m, n, k, ha, hb, scale_a, scale_b, got, want, vi == 0 ? 384 : 48, 11 + vi);
-    Result r{"dense", shape, fmt::format("ours bn{} mc{}{}", cfg.block_n, mc_name(cfg.multicast), vi == 0 ? " (heur)" : "")};
+    const int splits = fp8gemm::prepare_dense(p, cfg).args.k_splits;
+    const SampleCheck c =
+        check_samples(m, n, k, ha, hb, scale_a, scale_b, got, want, vi == 0 ? 384 : 48, 11 + vi, 0, 0, 0, 0, 0, splits);
+    Result r{"dense", shape,
+             fmt::format("ours bn{} mc{}{}{}", cfg.block_n, mc_name(cfg.multicast),
+                         splits > 1 ? fmt::format(" split{}", splits) : std::string(), vi == 0 ? " (heur)" : "")};
     r.ms = timing.ms([&] { fp8_gemm_dense(p, cfg, nullptr); });
     r.note = check_note(c);
     report(r, flops, bytes);
@@ -419,6 +447,18 @@ void bench_dense(Timing& timing, int64_t m, int64_t n, int64_t k, bool sweep, bo
       r.ms = timing.ms([&] { CK(h8_launch_experiment(e.name, L, nullptr)); });
       report(r, flops, bytes);
     }
+  }
+  if (g_floor && m <= 256) {  // reading A and B once, nothing else: the memory floor in this timing
+    Result r{"dense", shape, "floor: read A + B once"};
+    r.ms = timing.ms([&] {
+      CK(h8_read_bytes(b.p, static_cast<size_t>(n * k), d2.as<unsigned>(), g_num_sms, nullptr));
+      CK(h8_read_bytes(a.p, static_cast<size_t>(m * k), d2.as<unsigned>(), g_num_sms, nullptr));
+    });
+    r.note = "two read kernels back to back";
+    report(r, flops, bytes);
+    Result rb{"dense", shape, "floor: read B once"};
+    rb.ms = timing.ms([&] { CK(h8_read_bytes(b.p, static_cast<size_t>(n * k), d2.as<unsigned>(), g_num_sms, nullptr)); });
+    report(rb, flops, bytes);
   }
   if (!baselines) return;
   {
@@ -683,6 +723,7 @@ int profile_dense(const std::vector<long long>& v) {
   Fp8GemmConfig cfg;
   cfg.block_n = static_cast<int>(v[3]);
   cfg.multicast = v[4] == 1 ? Fp8GemmMulticast::ShareA : (v[4] == 2 ? Fp8GemmMulticast::ShareB : Fp8GemmMulticast::None);
+  if (const char* s = std::getenv("H8_SPLITS")) cfg.k_splits = std::atoi(s);  // split-K ranges (default 1)
   for (int i = 0; i < 3; ++i) fp8_gemm_dense(p, cfg, nullptr);
   CK(cudaDeviceSynchronize());
   std::printf("profiled %s\n", cfg.describe().c_str());
@@ -754,6 +795,9 @@ int main(int argc, char** argv) {
     else if (s == "--only" && i + 1 < argc) only = argv[++i];
     else if (s == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (s == "--experiments") g_experiments = true;
+    else if (s == "--split-sweep") g_split_sweep = true;
+    else if (s == "--floor") g_floor = true;
+    else if (s == "--clean-flush") g_clean_flush = true;
     else if (s == "--data" && i + 1 < argc) g_tri_data = std::string(argv[++i]) == "tri";
     else if (s == "--lt" && i + 3 < argc) {
       lt = {std::atoll(argv[i + 1]), std::atoll(argv[i + 2]), std::atoll(argv[i + 3])};
@@ -770,7 +814,7 @@ int main(int argc, char** argv) {
     }
     else {
       std::fprintf(stderr,
-                   "usage: h8_bench [--sweep] [--quick] [--no-baselines] [--experiments] [--only dense|grouped|wgrad]"
+                   "usage: h8_bench [--sweep] [--split-sweep] [--floor] [--clean-flush] [--quick] [--no-baselines] [--experiments] [--only dense|grouped|wgrad]"
                    " [--reps N] [--data uniform|tri] [--profile M N K BLOCK_N MC] [--mcdiag M N K BLOCK_N] [--lt M N K]\n");
       return 2;
     }
@@ -790,6 +834,8 @@ int main(int argc, char** argv) {
     if (!lt.empty()) return lt_profile(lt);
     Timing timing;
     timing.reps = reps;
+    timing.clean = g_clean_flush;
+    timing.num_sms = g_num_sms;
     if (!mcdiag.empty()) return mcdiag_dense(timing, mcdiag);
     if (only.empty() || only == "dense") {
       std::vector<std::pair<int64_t, int64_t>> nk = {{2112, 7168}, {24576, 1536}, {32768, 512},
@@ -797,9 +843,10 @@ int main(int argc, char** argv) {
       for (int64_t m : {int64_t{128}, int64_t{4096}})
         for (auto [n, k] : nk) {
           if (quick && m == 128 && n != 7168) continue;
+          if ((g_split_sweep || g_floor) && m > 256) continue;
           bench_dense(timing, m, n, k, sweep, baselines);
         }
-      if (!quick) bench_dense(timing, 8192, 8192, 8192, sweep, baselines);
+      if (!quick && !g_split_sweep && !g_floor) bench_dense(timing, 8192, 8192, 8192, sweep, baselines);
     }
     if (only.empty() || only == "grouped") {
       bench_grouped(timing, std::vector<int>(8, 4096), 4096, 7168, sweep);

@@ -2,7 +2,7 @@
 # Issue-8 experiment call (device machine, .h8carry carried): the FP8 GEMM tests, the bench with the experiment
 # variants and the dense block/multicast sweep, and Nsight Compute's per-SASS-instruction stall samples of the
 # production kernel on 4096x7168x16384. Everything lands in $OUT/logs.tar.gz (the device returns <= 8 files).
-# Usage: bash scripts/gpu/h8_exp.sh [tests,bench,sweep,source]
+# Usage: bash scripts/gpu/h8_exp.sh [tests,bench,splits,floor,sweep,source]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 STEPS=${1:-tests,bench,sweep,source}
@@ -20,6 +20,16 @@ fi
 if has bench; then
   timeout 200 $BIN/h8_bench --experiments > "$L/bench.log" 2>&1; echo "bench rc=$?"
   sed -n '/^family/,$p' "$L/bench.log" | cut -c1-150
+fi
+if has splits; then  # split-K sweep of the M = 128 shapes (with the cuBLASLt baselines)
+  timeout 240 $BIN/h8_bench --split-sweep --only dense --reps 20 > "$L/splits.log" 2>&1; echo "splits rc=$?"
+  sed -n '/^family/,$p' "$L/splits.log" | cut -c1-150
+fi
+if has floor; then  # M = 128: ours, cuBLASLt and a read-only kernel, with the memset flush and with a clean flush
+  for fl in "" --clean-flush; do
+    timeout 60 $BIN/h8_bench --floor --only dense --reps 30 $fl > "$L/floor$fl.log" 2>&1; echo "floor $fl rc=$?"
+    sed -n '/^family/,$p' "$L/floor$fl.log" | grep -E "heur|floor|cublaslt fp8 1x" | cut -c1-120
+  done
 fi
 if has sweep; then
   timeout 200 $BIN/h8_bench --sweep --only dense --no-baselines --reps 10 > "$L/sweep.log" 2>&1; echo "sweep rc=$?"
