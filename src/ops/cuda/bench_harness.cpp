@@ -2,6 +2,7 @@
 #include "ops/cuda/bench_harness.h"
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -21,6 +22,19 @@ GpuTimer::GpuTimer(cudaStream_t stream) : stream_(stream) {
   flush_ = fp8train::cuda::DeviceBuffer(std::max<size_t>(2 * info.l2_bytes, size_t{64} << 20), stream);
 }
 
+namespace {
+Timing summarize(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  const size_t n = ms.size();
+  Timing t;
+  t.repeats = static_cast<int>(n);
+  t.min_ms = ms.front();
+  t.max_ms = ms.back();
+  t.median_ms = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  return t;
+}
+}  // namespace
+
 Timing GpuTimer::time(const std::function<void(cudaStream_t)>& launch, const TimingConfig& config) {
   FP8T_CHECK(config.repeats >= 1 && config.warmup >= 0, "benchmark: repeats must be >= 1 and warmup >= 0");
   for (int i = 0; i < config.warmup; ++i) launch(stream_);
@@ -34,13 +48,35 @@ Timing GpuTimer::time(const std::function<void(cudaStream_t)>& launch, const Tim
   FP8T_CUDA_CHECK(cudaStreamSynchronize(stream_));
   std::vector<double> ms(config.repeats);
   for (int i = 0; i < config.repeats; ++i) ms[i] = stop[i].elapsed_ms_since(start[i]);
-  std::sort(ms.begin(), ms.end());
-  Timing t;
-  t.repeats = config.repeats;
-  t.min_ms = ms.front();
-  t.max_ms = ms.back();
-  t.median_ms = config.repeats % 2 ? ms[config.repeats / 2] : 0.5 * (ms[config.repeats / 2 - 1] + ms[config.repeats / 2]);
-  return t;
+  return summarize(std::move(ms));
+}
+
+std::pair<Timing, Timing> GpuTimer::time_pair(const std::function<void(cudaStream_t)>& a,
+                                              const std::function<void(cudaStream_t)>& b, const TimingConfig& config) {
+  FP8T_CHECK(config.repeats >= 1 && config.warmup >= 0, "benchmark: repeats must be >= 1 and warmup >= 0");
+  for (int i = 0; i < config.warmup; ++i) {
+    a(stream_);
+    b(stream_);
+  }
+  const int n = config.repeats;
+  std::vector<fp8train::cuda::Event> start(2 * n), stop(2 * n);
+  for (int i = 0; i < n; ++i) {
+    for (int h = 0; h < 2; ++h) {
+      const bool run_a = (h == 0) == (i % 2 == 0);  // a, b on even repeats; b, a on odd ones
+      const int slot = run_a ? i : n + i;
+      if (config.flush_l2) FP8T_CUDA_CHECK(cudaMemsetAsync(flush_.get(), (2 * i + h) & 0xFF, flush_.bytes(), stream_));
+      start[slot].record(stream_);
+      (run_a ? a : b)(stream_);
+      stop[slot].record(stream_);
+    }
+  }
+  FP8T_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<double> ma(n), mb(n);
+  for (int i = 0; i < n; ++i) {
+    ma[i] = stop[i].elapsed_ms_since(start[i]);
+    mb[i] = stop[n + i].elapsed_ms_since(start[n + i]);
+  }
+  return {summarize(ma), summarize(mb)};
 }
 
 namespace {

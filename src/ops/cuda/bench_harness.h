@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 
 #include "tensor/cuda/caching_allocator.h"
 
@@ -27,6 +28,11 @@ class GpuTimer {
   explicit GpuTimer(cudaStream_t stream);
   // Times `launch` (which enqueues work on the stream it is given) per TimingConfig.
   Timing time(const std::function<void(cudaStream_t)>& launch, const TimingConfig& config);
+  // Times two launches interleaved: each repeat flushes (if asked) and times `a`, then flushes and times `b`
+  // (odd repeats: b first), so both see the same clock and power state -- a fair ratio on a board that
+  // throttles under sustained load, where timing one case after the other favours whichever runs first.
+  std::pair<Timing, Timing> time_pair(const std::function<void(cudaStream_t)>& a,
+                                      const std::function<void(cudaStream_t)>& b, const TimingConfig& config);
   cudaStream_t stream() const { return stream_; }
 
  private:
