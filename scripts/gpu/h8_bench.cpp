@@ -327,6 +327,7 @@ int g_num_sms = 132;
 bool g_split_sweep = false;
 bool g_floor = false;
 bool g_clean_flush = false;
+bool g_rows192 = false;
 bool g_experiments = false;
 bool g_first_wrapper_error = true;
 
@@ -387,6 +388,14 @@ void bench_dense(Timing& timing, int64_t m, int64_t n, int64_t k, bool sweep, bo
         if (c.block_n != heur.block_n || c.k_splits != heur.k_splits) variants.push_back(c);
       }
   }
+  if (g_rows192 && m > 256) {  // 192-row tiles (three math warpgroups) beside the 128-row ones
+    for (int bm : {128, 192}) {
+      Fp8GemmConfig c;
+      c.block_n = 128;
+      c.block_m = bm;
+      variants.push_back(c);
+    }
+  }
   if (sweep) {
     int count = 0;
     const int* bns = fp8_gemm_dense_block_ns(&count);
@@ -407,7 +416,7 @@ void bench_dense(Timing& timing, int64_t m, int64_t n, int64_t k, bool sweep, bo
     const SampleCheck c =
         check_samples(m, n, k, ha, hb, scale_a, scale_b, got, want, vi == 0 ? 384 : 48, 11 + vi, 0, 0, 0, 0, 0, splits);
     Result r{"dense", shape,
-             fmt::format("ours bn{} mc{}{}{}", cfg.block_n, mc_name(cfg.multicast),
+             fmt::format("ours {}bn{} mc{}{}{}", cfg.block_m == 192 ? "bm192 " : "", cfg.block_n, mc_name(cfg.multicast),
                          splits > 1 ? fmt::format(" split{}", splits) : std::string(), vi == 0 ? " (heur)" : "")};
     r.ms = timing.ms([&] { fp8_gemm_dense(p, cfg, nullptr); });
     r.note = check_note(c);
@@ -418,10 +427,15 @@ void bench_dense(Timing& timing, int64_t m, int64_t n, int64_t k, bool sweep, bo
       int bn;
       Fp8GemmMulticast mc;
       const char* name;
+      int bm = 128;
     };
     using MC = Fp8GemmMulticast;
     std::vector<Exp> exps;
-    if (m == 128) {
+    if (g_rows192) {  // the cost split of 128- and 192-row tiles at block_n 128
+      if (m > 256)
+        for (int bm : {128, 192})
+          for (const char* ex : {"noload", "noload_nopromote", "bulk_nopromote"}) exps.push_back({128, MC::None, ex, bm});
+    } else if (m == 128) {
       exps = {{64, MC::None, "bulk"}, {64, MC::ShareA, "bulk"}, {64, MC::None, "bulk_pingpong"}};
     } else {
       for (int bn : {128, 192})
@@ -431,6 +445,7 @@ void bench_dense(Timing& timing, int64_t m, int64_t n, int64_t k, bool sweep, bo
     for (const Exp& e : exps) {
       Fp8GemmConfig cfg;
       cfg.block_n = e.bn;
+      cfg.block_m = e.bm;
       cfg.multicast = e.mc;
       const fp8gemm::PreparedLaunch L = fp8gemm::prepare_dense(p, cfg);
       CK(cudaMemset(d.p, 0xA5, d.bytes));
@@ -439,9 +454,11 @@ void bench_dense(Timing& timing, int64_t m, int64_t n, int64_t k, bool sweep, bo
         continue;
       }
       hd = download<uint16_t>(d, static_cast<size_t>(m * n));
-      const bool exact_numerics = std::string(e.name) == "pingpong" || std::string(e.name).rfind("bulk", 0) == 0 || std::string(e.name) == "double" ||
-                                  std::string(e.name).rfind("stages", 0) == 0;
-      Result r{"dense", shape, fmt::format("exp {} bn{} mc{}", e.name, e.bn, mc_name(e.mc))};
+      const std::string ename = e.name;
+      const bool exact_numerics = ename.find("nopromote") == std::string::npos &&
+                                  (ename == "pingpong" || ename.rfind("bulk", 0) == 0 || ename == "double" ||
+                                   ename.rfind("stages", 0) == 0);
+      Result r{"dense", shape, fmt::format("exp {} {}bn{} mc{}", e.name, e.bm == 192 ? "bm192 " : "", e.bn, mc_name(e.mc))};
       if (exact_numerics) r.note = check_note(check_samples(m, n, k, ha, hb, scale_a, scale_b, got, want, 48, 5));
       else r.note = "experiment: numerics differ by design";
       r.ms = timing.ms([&] { CK(h8_launch_experiment(e.name, L, nullptr)); });
@@ -798,6 +815,7 @@ int main(int argc, char** argv) {
     else if (s == "--split-sweep") g_split_sweep = true;
     else if (s == "--floor") g_floor = true;
     else if (s == "--clean-flush") g_clean_flush = true;
+    else if (s == "--rows192") g_rows192 = true;
     else if (s == "--data" && i + 1 < argc) g_tri_data = std::string(argv[++i]) == "tri";
     else if (s == "--lt" && i + 3 < argc) {
       lt = {std::atoll(argv[i + 1]), std::atoll(argv[i + 2]), std::atoll(argv[i + 3])};
@@ -814,7 +832,7 @@ int main(int argc, char** argv) {
     }
     else {
       std::fprintf(stderr,
-                   "usage: h8_bench [--sweep] [--split-sweep] [--floor] [--clean-flush] [--quick] [--no-baselines] [--experiments] [--only dense|grouped|wgrad]"
+                   "usage: h8_bench [--sweep] [--split-sweep] [--floor] [--clean-flush] [--rows192] [--quick] [--no-baselines] [--experiments] [--only dense|grouped|wgrad]"
                    " [--reps N] [--data uniform|tri] [--profile M N K BLOCK_N MC] [--mcdiag M N K BLOCK_N] [--lt M N K]\n");
       return 2;
     }

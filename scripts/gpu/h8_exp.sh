@@ -2,7 +2,7 @@
 # Issue-8 experiment call (device machine, .h8carry carried): the FP8 GEMM tests, the bench with the experiment
 # variants and the dense block/multicast sweep, and Nsight Compute's per-SASS-instruction stall samples of the
 # production kernel on 4096x7168x16384. Everything lands in $OUT/logs.tar.gz (the device returns <= 8 files).
-# Usage: bash scripts/gpu/h8_exp.sh [tests,bench,splits,floor,sweep,source]
+# Usage: bash scripts/gpu/h8_exp.sh [tests,bench,splits,floor,rows192,sweep,source]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 STEPS=${1:-tests,bench,sweep,source}
@@ -30,6 +30,11 @@ if has floor; then  # M = 128: ours, cuBLASLt and a read-only kernel, with the m
     timeout 60 $BIN/h8_bench --floor --only dense --reps 30 $fl > "$L/floor$fl.log" 2>&1; echo "floor $fl rc=$?"
     sed -n '/^family/,$p' "$L/floor$fl.log" | grep -E "heur|floor|cublaslt fp8 1x" | cut -c1-120
   done
+fi
+if has rows192; then  # 128- vs 192-row tiles at block_n 128 (production and the cost-split experiments)
+  timeout 150 $BIN/h8_bench --rows192 --experiments --only dense --no-baselines --reps 10 > "$L/rows192.log" 2>&1
+  echo "rows192 rc=$?"
+  sed -n '/^family/,$p' "$L/rows192.log" | grep -E "^dense +(4096|8192)" | cut -c1-120
 fi
 if has sweep; then
   timeout 200 $BIN/h8_bench --sweep --only dense --no-baselines --reps 10 > "$L/sweep.log" 2>&1; echo "sweep rc=$?"

@@ -76,6 +76,23 @@ cudaError_t launch_bn(int flags, const PreparedLaunch& L, cudaStream_t stream) {
   return launch_flags<BN, fg::Multicast::ShareB>(flags, L, stream);
 }
 
+// 192-row tiles (three math warpgroups, block_n 128, multicast none): the same split of the K loop's cost.
+cudaError_t launch_wg3(int flags, const PreparedLaunch& L, cudaStream_t stream) {
+  constexpr fg::ScaleB kScaleB = fg::ScaleB::Uniform;
+  constexpr auto kSched = fg::Schedule::Dense;
+  constexpr auto kOut = fg::Output::Bf16Tma;
+  constexpr auto kMc = fg::Multicast::None;
+  switch (flags) {
+    case fg::kFlagNoLoad:
+      return fg::launch_kernel<128, kScaleB, kSched, kOut, kMc, fg::kFlagNoLoad, 3>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
+    case fg::kFlagNoLoad | fg::kFlagNoPromote:
+      return fg::launch_kernel<128, kScaleB, kSched, kOut, kMc, fg::kFlagNoLoad | fg::kFlagNoPromote, 3>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
+    case fg::kFlagBulkScales | fg::kFlagNoPromote:
+      return fg::launch_kernel<128, kScaleB, kSched, kOut, kMc, fg::kFlagBulkScales | fg::kFlagNoPromote, 3>(L.a, L.b, L.d, L.args, L.spec.max_ctas, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
 }  // namespace
 
 cudaError_t h8_launch_experiment(const std::string& name, const PreparedLaunch& L, cudaStream_t stream) {
@@ -92,9 +109,13 @@ cudaError_t h8_launch_experiment(const std::string& name, const PreparedLaunch& 
   else if (name == "noload_pingpong") flags = fg::kFlagPingPong | fg::kFlagNoLoad;
   else if (name == "notiles_nopromote") flags = fg::kFlagNoTiles | fg::kFlagNoPromote;
   else if (name == "noscales_nopromote") flags = fg::kFlagNoScaleLoads | fg::kFlagNoPromote;
+  else if (name == "bulk_nopromote") flags = fg::kFlagBulkScales | fg::kFlagNoPromote;
   else return cudaErrorInvalidValue;
   if (L.spec.out != fg::Output::Bf16Tma) return cudaErrorInvalidValue;
   if ((flags & fg::kFlagBulkScales) != 0 && L.args.bulk_scales == 0) return cudaErrorInvalidValue;
+  if (L.spec.warpgroups == 3) return L.spec.block_n == 128 && L.spec.multicast == fg::Multicast::None
+                                         ? launch_wg3(flags, L, stream)
+                                         : cudaErrorInvalidValue;
   if (L.spec.block_n == 64) return launch_bn<64>(flags, L, stream);
   if (L.spec.block_n == 128) return launch_bn<128>(flags, L, stream);
   if (L.spec.block_n == 176) return launch_bn<176>(flags, L, stream);

@@ -52,7 +52,9 @@ enum class Fp8GemmMulticast : uint8_t {
 
 // Tuning knobs, separate from the problem. block_n = 0 asks the heuristic.
 struct Fp8GemmConfig {
-  int block_n = 0;           // output tile width (tile = 128 x block_n); see the family's *_block_ns()
+  int block_n = 0;           // output tile width (tile = block_m x block_n); see the family's *_block_ns()
+  int block_m = 0;           // tile rows: 0 = heuristic (128), 128 (two math warpgroups) or 192 (three; dense,
+                             // block_n 128, no multicast, no split-K)
   Fp8GemmMulticast multicast = Fp8GemmMulticast::Auto;
   int grid = 0;              // cap on persistent CTAs; 0 = as many as are resident (one per SM)
   int raster_group_m = 16;   // row blocks per raster band (L2 reuse)

@@ -17,7 +17,10 @@
 // BN dividing 128: one (ScaleB::Uniform); BN 192: two, the split at chunk 16 or 8 known per tile
 // (ScaleB::TwoBlocks); other widths: one per 8-column chunk (ScaleB::PerChunk, cp.async only).
 // Register budget (math thread): BN/2 partial + BN/2 accumulators; BN = 192 is the widest that fits 232.
-// Block-size heuristic (fp8_gemm_host.cpp, choose_block_n, fitted to the H200 sweeps): BLOCK_M = 128 always;
+// Tile rows: 128 (two math warpgroups) or 192 (three, block_n 128 only: Fp8GemmConfig::block_m, kWgs = 3 in the
+// kernel), chosen by rows192_cost when its tiles need no more waves (fp8_gemm_host.cpp; run 21/22: 4096x7168x16384
+// 1153 TFLOP/s vs 1086-1102 with 128 x 192).
+// Block-size heuristic (fp8_gemm_host.cpp, choose_block_n, fitted to the H200 sweeps): BLOCK_M = 128 (above);
 // BLOCK_N from {32, 64, 96, 128, 160, 176, 192}: for M <= 256 the narrowest of 32/64/128/192 whose tiles fit in one
 // wave, else the fewest ceil(tiles / SMs) x per-tile cost (K blocks x (BN + 48, + 48 for per-chunk B scales)
 // + epilogue). Split-K (M <= 256 only, widths 32/64/128/192, Output::Bf16SplitK): when the narrowest of 32/64
@@ -43,6 +46,18 @@ cudaError_t launch_dense_flags(const LaunchSpec& spec, const CUtensorMap& a, con
       if (spec.multicast != Multicast::None) return cudaErrorInvalidValue;
       return launch_kernel<BN, kScaleB, kSched, Output::Bf16SplitK, Multicast::None, kFlags>(a, b, d, args,
                                                                                              spec.max_ctas, stream);
+    }
+    return cudaErrorInvalidValue;
+  }
+  if (spec.warpgroups == 3) {  // tiles of 192 rows: block_n 128, no multicast
+    if constexpr (BN == 128) {
+      if (spec.multicast != Multicast::None) return cudaErrorInvalidValue;
+      if (spec.out == Output::Bf16Tma)
+        return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::None, kFlags, 3>(a, b, d, args,
+                                                                                               spec.max_ctas, stream);
+      if (spec.out == Output::Bf16Direct)
+        return launch_kernel<BN, kScaleB, kSched, Output::Bf16Direct, Multicast::None, kFlags, 3>(a, b, d, args,
+                                                                                                  spec.max_ctas, stream);
     }
     return cudaErrorInvalidValue;
   }

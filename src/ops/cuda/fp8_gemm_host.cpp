@@ -99,7 +99,7 @@ bool is_built(int v, const int* values, int count) {
 // Ties go to the narrower tile. Predicted vs measured on the 13 dense shapes and the grouped shape: the
 // measured best (or within 1 %) everywhere.
 int choose_block_n(int64_t m_blocks, int64_t n, int64_t k, int64_t groups, int num_sms, const int* candidates,
-                   int count) {
+                   int count, double* cost_out = nullptr) {
   FP8T_CHECK(count > 0 && num_sms > 0, "block-size heuristic needs candidates and a positive SM count");
   auto built = [&](int bn) { return is_built(bn, candidates, count); };
   if (m_blocks <= 2) {
@@ -126,7 +126,20 @@ int choose_block_n(int64_t m_blocks, int64_t n, int64_t k, int64_t groups, int n
       best_cost = cost;
     }
   }
+  if (cost_out != nullptr) *cost_out = best_cost;
   return best;
+}
+
+// The same cost for 192-row tiles of block_n 128 (three math warpgroups): a tile holds the MACs of a 128 x 192 one,
+// so it is charged 128 x 192's per-K-block cost (192 + 48) less 2 %, and 192's epilogue. Fitted to the H200 run
+// of both tile shapes on the DeepSeek-V3 shapes (bench/gemm_notes.md, 192-row tiles): 192 x 128 is 0.5-10 %
+// faster than 128 x 192 at equal waves; where it needs more waves (4096 x 4096 x 7168: 6 vs 8 of 128 x 128) the
+// model keeps 128 rows.
+double rows192_cost(int64_t m, int64_t n, int64_t k, int num_sms) {
+  const int64_t tiles = ((m + 191) / 192) * ((n + 127) / 128);
+  const int64_t per_cta = (tiles + num_sms - 1) / num_sms;
+  const int64_t kb = (k + 127) / 128;
+  return static_cast<double>(per_cta) * (static_cast<double>(kb) * (192 + 48) * 0.98 + 192.0);
 }
 
 bool is_one_of(int v, const int* values, int count) { return is_built(v, values, count); }
@@ -281,7 +294,8 @@ SplitWorkspace split_workspace(size_t floats, size_t ints, cudaStream_t stream) 
 }  // namespace
 
 std::string Fp8GemmConfig::describe() const {
-  return fmt::format("block 128x{}, multicast {}, grid {}, raster {}, epilogue {}, k splits {}", block_n,
+  return fmt::format("block {}x{}, multicast {}, grid {}, raster {}, epilogue {}, k splits {}",
+                     block_m == 0 ? 128 : block_m, block_n,
                      multicast_name(multicast), grid == 0 ? std::string("SMs") : std::to_string(grid), raster_group_m,
                      epilogue == Fp8GemmEpilogue::TmaStore ? "tma" : "direct",
                      k_splits == 0 ? std::string("auto") : std::to_string(k_splits));
@@ -341,8 +355,14 @@ const int* fp8_gemm_dense_split_block_ns(int* count) {
 Fp8GemmConfig fp8_gemm_dense_heuristic(int64_t m, int64_t n, int64_t k, int num_sms) {
   Fp8GemmConfig config;
   const int64_t m_blocks = (m + kBlockM - 1) / kBlockM;
-  config.block_n = choose_block_n(m_blocks, n, k, 1, num_sms, kDenseBlockNs, kNumDense);
+  double cost128 = 0;
+  config.block_n = choose_block_n(m_blocks, n, k, 1, num_sms, kDenseBlockNs, kNumDense, &cost128);
+  config.block_m = kBlockM;
   config.k_splits = 1;
+  if (m_blocks > 2 && rows192_cost(m, n, k, num_sms) < cost128) {
+    config.block_m = 192;
+    config.block_n = 128;
+  }
   if (m_blocks <= 2) {
     const auto [bn, splits] = choose_split(m_blocks, n, k / kBlockK, num_sms);
     if (splits > 1) {
@@ -376,10 +396,19 @@ PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& 
   if (config.block_n == 0) {
     config.block_n = heuristic.block_n;
     if (config.k_splits == 0) config.k_splits = heuristic.k_splits;
+    if (config.block_m == 0) config.block_m = heuristic.block_m;
   }
   FP8T_CHECK(is_one_of(config.block_n, kDenseBlockNs, kNumDense), "dense FP8 GEMM: block_n {} is not built (one of {})",
              config.block_n, list_of(kDenseBlockNs, kNumDense));
   if (config.k_splits == 0) config.k_splits = 1;  // an explicit block_n without k_splits: no split
+  if (config.block_m == 0) config.block_m = kBlockM;
+  FP8T_CHECK(config.block_m == kBlockM || config.block_m == 192, "dense FP8 GEMM: block_m {} is not built (128 or 192)",
+             config.block_m);
+  const bool rows192 = config.block_m == 192;
+  FP8T_CHECK(!rows192 || (config.block_n == 128 && config.k_splits <= 1 &&
+                          (config.multicast == Fp8GemmMulticast::Auto || config.multicast == Fp8GemmMulticast::None)),
+             "dense FP8 GEMM: 192-row tiles are built for block_n 128 without multicast or split-K (asked for {})",
+             config.describe());
   const bool split = config.k_splits > 1;
   FP8T_CHECK(!split || is_one_of(config.block_n, kDenseSplitBlockNs, kNumDenseSplit),
              "dense FP8 GEMM: split-K is built for block_n {} (asked for {})", list_of(kDenseSplitBlockNs, kNumDenseSplit),
@@ -398,12 +427,13 @@ PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& 
   args.m = static_cast<int>(p.m);
   args.n = static_cast<int>(p.n);
   args.k = static_cast<int>(p.k);
-  args.m_blocks = static_cast<int>((p.m + kBlockM - 1) / kBlockM);
+  args.m_blocks = static_cast<int>((p.m + config.block_m - 1) / config.block_m);
   args.n_blocks = static_cast<int>((p.n + config.block_n - 1) / config.block_n);
   fill_units(args, L.spec, config, 1);
   fill_scales(args, p.a_scales, p.b_scales);
   args.d = p.d;
   L.spec.block_n = config.block_n;
+  L.spec.warpgroups = rows192 ? 3 : 2;
   L.spec.out = split ? Output::Bf16SplitK : (tma ? Output::Bf16Tma : Output::Bf16Direct);
   if (split) {
     const int64_t tiles = static_cast<int64_t>(args.units_m) * args.units_n;
@@ -415,7 +445,7 @@ PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& 
     args.split_counters = w.counters;
     args.num_units = static_cast<int>(tiles * config.k_splits);
   }
-  L.a = operand_map(p.a, p.m, p.k, L.spec.multicast == Multicast::ShareA ? kBlockM / 2 : kBlockM);
+  L.a = operand_map(p.a, p.m, p.k, L.spec.multicast == Multicast::ShareA ? kBlockM / 2 : config.block_m);
   L.b = operand_map(p.b, p.n, p.k, L.spec.multicast == Multicast::ShareB ? config.block_n / 2 : config.block_n);
   L.d = tma ? bf16_output_map(p.d, p.m, p.n, config.block_n) : L.a;
   return L;

@@ -7,7 +7,11 @@
 //   one FP32 scale of A per (row, 128-wide K block); B's scale per (128-row block or row, K block).
 //
 // CTA = 3 warpgroups (384 threads), one CTA per SM, persistent over "units" (a 128 x BN output tile, or with
-// TMA multicast the pair of neighbouring tiles a 2-CTA cluster computes together):
+// TMA multicast the pair of neighbouring tiles a 2-CTA cluster computes together). Template kWgs = 3 (dense,
+// BN <= 128, no multicast): 4 warpgroups (512 threads), three math warpgroups own 192-row tiles, producer 24 and
+// math 160 registers (128 * 24 + 384 * 160 = 64512); same tile bytes per MAC as 128 x 192 but a third of the
+// promotion per warpgroup, and three warpgroups sharing the tensor cores (run 21: 192 x 128 beats 128 x 192 by
+// 0.5-10 % at equal waves; the promotion's share of the no-load K loop drops from 16 % to 12 %).
 //   warpgroup 2 (producer; setmaxnreg 40): warp 8 alone issues, per K block of 128 and stage s,
 //       - 32 lanes: cp.async of the 128 A-scales (and the B-scales: 1, BN/8 or BN values) into the stage,
 //         then cp.async.mbarrier.arrive.noinc on full[s] (so the scales are part of the stage's arrival),
@@ -19,7 +23,7 @@
 //     after __syncwarp drew 536,846 racecheck WAR reports; per thread: 0, same speed -- bench/h8_runs/run3_*)
 //     plus, in a cluster, one per math warp of the partner CTA, whose reads of the multicast data are WGMMA
 //     reads, complete at wgmma.wait_group (a remote arrival is expensive: see mbar_arrive_cluster).
-//   warpgroups 0 and 1 (math; setmaxnreg 232): warpgroup w owns rows 64w..64w+63 of the tile. Per K block:
+//   warpgroups 0 and 1 (math; setmaxnreg 232; 0..2 with kWgs = 3): warpgroup w owns rows 64w..64w+63. Per K block:
 //       wait full[s]; 4 x wgmma m64nBNk32 into `partial` (the first with scale-d = 0, i.e. into zeroed
 //       registers); commit; wait; then PROMOTION in FP32 on the CUDA cores:
 //           acc = fma(scale_a * scale_b, partial, acc)        (__fmul_rn then __fmaf_rn, per element)
@@ -65,7 +69,7 @@ struct TileCoord {
 // at the same time share both the A rows and the B columns in L2. A unit is one tile, or for a cluster of two
 // the tile pair (2i, n) + (2i + 1, n) (ShareB) or (m, 2j) + (m, 2j + 1) (ShareA); `rank` picks the CTA's tile.
 // A pair member past the last row or column block computes on zero-filled data and stores nothing.
-template <Schedule kSched, Multicast kMc, int BN>
+template <Schedule kSched, Multicast kMc, int BN, int BM = kBlockM>
 __device__ __forceinline__ TileCoord tile_coord(const KernelArgs& a, int unit, int rank) {
   int group = 0;
   int local = unit;
@@ -89,7 +93,7 @@ __device__ __forceinline__ TileCoord tile_coord(const KernelArgs& a, int unit, i
   const int um = band * a.raster_group_m + r % band_rows;
   const int un = r / band_rows;
   TileCoord t;
-  t.m0 = (kMc == Multicast::ShareB ? 2 * um + rank : um) * kBlockM;
+  t.m0 = (kMc == Multicast::ShareB ? 2 * um + rank : um) * BM;
   t.n0 = (kMc == Multicast::ShareA ? 2 * un + rank : un) * BN;
   if constexpr (kSched == Schedule::GroupedM) {
     // Last group whose first row is <= m0 (empty groups share their offset with the next one).
@@ -120,13 +124,18 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-template <int BN, ScaleB kScaleB, Schedule kSched, Output kOut, Multicast kMc, int kFlags>
-__global__ void __launch_bounds__(kThreads, 1)
+template <int BN, ScaleB kScaleB, Schedule kSched, Output kOut, Multicast kMc, int kFlags, int kWgs = 2>
+__global__ void __launch_bounds__(threads_of(kWgs), 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                     const __grid_constant__ CUtensorMap tmap_d, const KernelArgs args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Plan = SmemPlan<BN, kScaleB, kOut, kFlags>;
+  using Plan = SmemPlan<BN, kScaleB, kOut, kFlags, kWgs>;
   using Mma = Fp8Wgmma<BN>;
+  constexpr int kBM = block_m_of(kWgs);
+  constexpr int kMathThr = 128 * kWgs;
+  static_assert(kWgs == 2 || (kWgs == 3 && kSched == Schedule::Dense && kMc == Multicast::None &&
+                              (kOut == Output::Bf16Tma || kOut == Output::Bf16Direct) && BN <= 128),
+                "three math warpgroups: dense, no multicast, BF16 output, block_n <= 128 (160 registers)");
   constexpr int S = Plan::kStages;
   constexpr int kAcc = BN / 2;
   constexpr int kCluster = cluster_size(kMc);
@@ -155,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int cluster_id = static_cast<int>(blockIdx.x) / kCluster;
   const int num_clusters = static_cast<int>(gridDim.x) / kCluster;
 
-  if (threadIdx.x == kMathThreads) {
+  if (threadIdx.x == kMathThr) {
     tma_prefetch_descriptor(&tmap_a);
     tma_prefetch_descriptor(&tmap_b);
     if constexpr (kOut == Output::Bf16Tma) tma_prefetch_descriptor(&tmap_d);
@@ -163,19 +172,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(full_bar(s), kBulkScales ? 1 : 1 + 32);  // expect_tx arrival of lane 0 (+ one per cp.async lane)
       // Every math thread of this CTA, and one arrival per math warp of the partner CTA (its consumers read
       // the operands multicast into it only through WGMMA, complete for the whole warp at wgmma.wait_group).
-      mbar_init(empty_bar(s), kMathThreads + (kCluster - 1) * (kMathThreads / 32));
+      mbar_init(empty_bar(s), kMathThr + (kCluster - 1) * (kMathThr / 32));
     }
     fence_barrier_init();
   }
   if constexpr (kCluster > 1) cluster_sync(); else __syncthreads();
 
-  if (warp >= kMathThreads / 32) {
+  if (warp >= kMathThr / 32) {
     // ---------------------------------------------------------------- producer warpgroup
-    regs_decrease<kProducerRegs>();
-    if (warp == kMathThreads / 32) {
+    regs_decrease<producer_regs_of(kWgs)>();
+    if (warp == kMathThr / 32) {
       uint32_t it = 0;
       for (int unit = cluster_id; unit < args.num_units; unit += num_clusters) {
-        const TileCoord t = tile_coord<kSched, kMc, BN>(args, unit, rank);
+        const TileCoord t = tile_coord<kSched, kMc, BN, kBM>(args, unit, rank);
         const int b_row = (kSched == Schedule::GroupedM ? t.group * args.n : 0) + t.n0;
         const float* sfb = args.sfb + (kSched == Schedule::GroupedM ? t.group * args.sfb_group : 0);
         for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
@@ -183,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           const uint32_t s = it % S;
           mbar_wait(empty_bar(s), ((it / S) & 1) ^ 1);
           float* sfa_dst = sfa_stage(s);
-          for (int r = lane; r < (kNoScaleLoads || kBulkScales ? 0 : kBlockM); r += 32) {
+          for (int r = lane; r < (kNoScaleLoads || kBulkScales ? 0 : kBM); r += 32) {
             const long long row = min(t.m0 + r, args.m - 1);
             cp_async_4(smem_addr(sfa_dst + r), args.sfa + row * args.sfa_row + kb * args.sfa_kb);
           }
@@ -213,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             // Bulk scales: the tile's rows inside A rounded up to 4 (the host checked the padding; none for a
             // pair member past the last row block), and 16 bytes per B block.
             const uint32_t a_scale_bytes =
-                kBulkScales ? 16u * static_cast<uint32_t>((max(0, min(kBlockM, args.m - t.m0)) + 3) / 4) : 0u;
+                kBulkScales ? 16u * static_cast<uint32_t>((max(0, min(kBM, args.m - t.m0)) + 3) / 4) : 0u;
             const uint32_t b_scale_bytes =
                 !kBulkScales                    ? 0u
                 : kScaleB == ScaleB::PerColumn ? 16u * static_cast<uint32_t>((max(0, min(BN, args.n - t.n0)) + 3) / 4)
@@ -266,8 +275,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kCluster > 1) cluster_sync();
   } else {
     // ---------------------------------------------------------------- math warpgroups
-    regs_increase<kMathRegs>();
-    const int wg = warp / 4;                 // 0 or 1: rows 64*wg .. 64*wg+63 of the tile
+    regs_increase<math_regs_of(kWgs)>();
+    const int wg = warp / 4;                 // 0 .. kWgs-1: rows 64*wg .. 64*wg+63 of the tile
     const int wl = static_cast<int>(threadIdx.x) % 128;
     const int row_in_wg = (warp % 4) * 16 + lane / 4;  // and row_in_wg + 8
     const int quad_col = 2 * (lane % 4);
@@ -275,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         kCluster > 1 ? map_to_cta(smem_base + Plan::kBarOffset, static_cast<uint32_t>(rank ^ 1)) : 0;
     uint32_t it = 0;
     for (int unit = cluster_id; unit < args.num_units; unit += num_clusters) {
-      const TileCoord t = tile_coord<kSched, kMc, BN>(args, unit, rank);
+      const TileCoord t = tile_coord<kSched, kMc, BN, kBM>(args, unit, rank);
       float acc[kAcc];
       if constexpr (kPromote) {
 #pragma unroll
@@ -450,7 +459,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
       // ---------------------------------------------------------------- epilogue
       if constexpr (kOut == Output::Bf16Tma) {
-        uint8_t* d_wg = smem + wg * (Plan::kDBytes / 2);
+        uint8_t* d_wg = smem + wg * (Plan::kDBytes / kWgs);
         if (wl == 0) tma_store_wait_read_all();  // this warpgroup's previous tile has left the buffer
         named_barrier_sync(1 + wg, 128);
         // Swizzle: the 16-byte chunk index inside a row is XORed with address bits 7.. of the row start;

@@ -24,19 +24,19 @@ cudaError_t with_scale_path(const KernelArgs& args, Launch&& launch) {
   return launch.template operator()<0>();
 }
 
-template <int BN, ScaleB kScaleB, Schedule kSched, Output kOut, Multicast kMc, int kFlags = 0>
+template <int BN, ScaleB kScaleB, Schedule kSched, Output kOut, Multicast kMc, int kFlags = 0, int kWgs = 2>
 cudaError_t launch_kernel(const CUtensorMap& tmap_a, const CUtensorMap& tmap_b, const CUtensorMap& tmap_d,
                           const KernelArgs& args, int max_ctas, cudaStream_t stream) {
-  using Plan = SmemPlan<BN, kScaleB, kOut, kFlags>;
+  using Plan = SmemPlan<BN, kScaleB, kOut, kFlags, kWgs>;
   constexpr int kCluster = cluster_size(kMc);
-  auto kernel = fp8_gemm_kernel<BN, kScaleB, kSched, kOut, kMc, kFlags>;
+  auto kernel = fp8_gemm_kernel<BN, kScaleB, kSched, kOut, kMc, kFlags, kWgs>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Plan::kDynamicBytes);
   if (err != cudaSuccess) return err;
   int device = 0;
   if ((err = cudaGetDevice(&device)) != cudaSuccess) return err;
 
   cudaLaunchConfig_t config{};
-  config.blockDim = dim3(kThreads, 1, 1);
+  config.blockDim = dim3(threads_of(kWgs), 1, 1);
   config.dynamicSmemBytes = Plan::kDynamicBytes;
   config.stream = stream;
   cudaLaunchAttribute attr{};

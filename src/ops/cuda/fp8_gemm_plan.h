@@ -76,16 +76,24 @@ constexpr int stage_cap_flag(int stages) { return stages << 8; }
 
 constexpr int align_up(int x, int a) { return (x + a - 1) / a * a; }
 
-template <int BN, ScaleB kScaleB, Output kOut, int kFlags = 0>
+// Math warpgroups per CTA: 2 (tile rows 128, the default) or 3 (tile rows 192: dense only, see fp8_gemm_dense.cu).
+// Each math warpgroup owns 64 rows; 3 of them get (65536 - 128 * 24) / 384 -> 160 registers each.
+constexpr int block_m_of(int wgs) { return 64 * wgs; }
+constexpr int threads_of(int wgs) { return 128 * (wgs + 1); }
+constexpr int math_regs_of(int wgs) { return wgs == 2 ? kMathRegs : 160; }
+constexpr int producer_regs_of(int wgs) { return wgs == 2 ? kProducerRegs : 24; }
+
+template <int BN, ScaleB kScaleB, Output kOut, int kFlags = 0, int kWgs = 2>
 struct SmemPlan {
   static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256, "BN must be a multiple of 16 in [16, 256]");
   static constexpr int kAtomCols = BN % 64 == 0 ? 64 : (BN % 32 == 0 ? 32 : 16);  // TMA-store atom width
   static constexpr int kAtomBytes = kAtomCols * 2;
   static constexpr int kNumAtoms = BN / kAtomCols;
-  static constexpr int kDBytes = kOut == Output::Bf16Tma ? align_up(kBlockM * BN * 2, 1024) : 0;
-  static constexpr int kABytes = kBlockM * kBlockK;
+  static constexpr int kBM = block_m_of(kWgs);
+  static constexpr int kDBytes = kOut == Output::Bf16Tma ? align_up(kBM * BN * 2, 1024) : 0;
+  static constexpr int kABytes = kBM * kBlockK;
   static constexpr int kBBytes = BN * kBlockK;
-  static constexpr int kSfaBytes = kBlockM * 4;
+  static constexpr int kSfaBytes = kBM * 4;
   static constexpr int kSfbCount = kScaleB == ScaleB::Uniform     ? 4   // bulk copies move an aligned group of 4
                                   : kScaleB == ScaleB::TwoBlocks ? 8   // two such groups
                                   : kScaleB == ScaleB::PerChunk  ? BN / 8
@@ -147,6 +155,7 @@ constexpr int atom_cols_for(int block_n) { return block_n % 64 == 0 ? 64 : (bloc
 // `max_ctas` caps the persistent grid (0 = as many CTAs, or pairs of CTAs, as can be resident at once).
 struct LaunchSpec {
   int block_n = 128;
+  int warpgroups = 2;  // math warpgroups (2: tiles of 128 rows; 3: 192 rows, dense block_n 128 only)
   Output out = Output::Bf16Tma;
   Multicast multicast = Multicast::None;
   int max_ctas = 0;
