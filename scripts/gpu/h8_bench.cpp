@@ -642,6 +642,13 @@ void bench_wgrad(Timing& timing, int64_t m, int64_t n, const std::vector<int>& t
   const double flops = 2.0 * m * n * k;
   const double bytes = static_cast<double>(m * k + n * k) + 8.0 * groups * m * n;
   std::vector<Fp8GemmConfig> variants{fp8_gemm_wgrad_heuristic(m, n, k, groups, g_num_sms)};
+  if (g_rows192)
+    for (int bm : {128, 192}) {
+      Fp8GemmConfig c;
+      c.block_n = 128;
+      c.block_m = bm;
+      variants.push_back(c);
+    }
   if (sweep) {
     int count = 0;
     const int* bns = fp8_gemm_wgrad_block_ns(&count);
@@ -674,7 +681,8 @@ void bench_wgrad(Timing& timing, int64_t m, int64_t n, const std::vector<int>& t
       if (s.bad && total.bad == 0) total.first = fmt::format("group {} {}", e, s.first);
       total.bad += s.bad;
     }
-    Result r{"wgrad", shape, fmt::format("ours bn{} mc{}{}", cfg.block_n, mc_name(cfg.multicast), vi == 0 ? " (heur)" : "")};
+    Result r{"wgrad", shape, fmt::format("ours {}bn{} mc{}{}", cfg.block_m == 192 ? "bm192 " : "", cfg.block_n,
+                                         mc_name(cfg.multicast), vi == 0 ? " (heur)" : "")};
     // Timed in place (d = c = d + A.B^T), as gradient accumulation runs.
     Fp8GemmWgradProblem pin = p;
     pin.d = c.as<float>();

@@ -32,9 +32,9 @@ if has floor; then  # M = 128: ours, cuBLASLt and a read-only kernel, with the m
   done
 fi
 if has rows192; then  # 128- vs 192-row tiles at block_n 128 (production and the cost-split experiments)
-  timeout 150 $BIN/h8_bench --rows192 --experiments --only dense --no-baselines --reps 10 > "$L/rows192.log" 2>&1
+  timeout 150 $BIN/h8_bench --rows192 ${H8_ROWS192_ARGS:---experiments --only dense} --no-baselines --reps 10 > "$L/rows192.log" 2>&1
   echo "rows192 rc=$?"
-  sed -n '/^family/,$p' "$L/rows192.log" | grep -E "^dense +(4096|8192)" | cut -c1-120
+  sed -n '/^family/,$p' "$L/rows192.log" | grep -E "^dense +(4096|8192)|^wgrad" | cut -c1-120
 fi
 if has sweep; then
   timeout 200 $BIN/h8_bench --sweep --only dense --no-baselines --reps 10 > "$L/sweep.log" 2>&1; echo "sweep rc=$?"

@@ -381,6 +381,9 @@ TEST(Fp8GemmDense, HeuristicPicksBuiltWidthsAndFillsTheMachine) {
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 2112, 7168, 132).k_splits, 1);  // many row blocks: never
   EXPECT_EQ(ops::cuda::fp8_gemm_grouped_heuristic(8 * 4096, 4096, 7168, 132).block_n, 192);
   EXPECT_EQ(ops::cuda::fp8_gemm_wgrad_heuristic(7168, 2048, 16384, 1, 132).block_n, 128);
+  EXPECT_EQ(ops::cuda::fp8_gemm_wgrad_heuristic(7168, 2048, 16384, 1, 132).block_m, 192);  // 5 waves vs 7 (run 23)
+  EXPECT_EQ(ops::cuda::fp8_gemm_wgrad_heuristic(4096, 7168, 16384, 8, 132).block_m, 192);
+  EXPECT_EQ(ops::cuda::fp8_gemm_wgrad_heuristic(256, 2048, 16384, 1, 132).block_m, 128);
   // Multicast is opt-in until it has run on hardware.
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 7168, 16384, 132).multicast, ops::cuda::Fp8GemmMulticast::None);
 }

@@ -185,6 +185,12 @@ TEST(Fp8GemmGrouped, RejectsBadArguments) {
   config.block_n = 128;  // pairs along M could belong to two experts
   config.multicast = ops::cuda::Fp8GemmMulticast::ShareB;
   EXPECT_THROW(ops::cuda::fp8_gemm_grouped(p, config, nullptr), Error);
+  config.multicast = ops::cuda::Fp8GemmMulticast::None;
+  config.block_m = 192;  // a 192-row tile could straddle two experts
+  EXPECT_THROW(ops::cuda::fp8_gemm_grouped(p, config, nullptr), Error);
+  config.block_m = 0;
+  config.k_splits = 2;  // split-K is dense only
+  EXPECT_THROW(ops::cuda::fp8_gemm_grouped(p, config, nullptr), Error);
   p.m_total = 0;  // every expert empty: nothing to do
   EXPECT_NO_THROW(ops::cuda::fp8_gemm_grouped(p, {}, nullptr));
 }

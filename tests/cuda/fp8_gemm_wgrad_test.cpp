@@ -21,7 +21,7 @@ enum class CMode { None, Separate, InPlace };
 
 ::testing::AssertionResult run_wgrad_case(int64_t m, int64_t n, int64_t k, int block_n, CMode c_mode, uint64_t seed,
                                           ops::cuda::Fp8GemmMulticast multicast = ops::cuda::Fp8GemmMulticast::Auto,
-                                          bool bulk_layout = false) {
+                                          bool bulk_layout = false, int block_m = 0) {
   const quant::QuantTensor a = random_e4m3(m, k, quant::Granularity::tile_1x128(), seed);
   const quant::QuantTensor b = random_e4m3(n, k, quant::Granularity::tile_1x128(), seed + 1);
   const std::vector<float> c = random_matrix(m, n, seed + 2);
@@ -54,6 +54,7 @@ enum class CMode { None, Separate, InPlace };
   config.block_n = block_n;
   config.multicast = multicast;
   config.grid = multicast == ops::cuda::Fp8GemmMulticast::Auto ? 0 : 4;
+  config.block_m = block_m;
   const bool bulk = ops::cuda::fp8gemm::prepare_wgrad(p, config).args.bulk_scales != 0;
   if (bulk != bulk_layout) return ::testing::AssertionFailure() << "bulk scale path " << bulk << " for this layout";
   ops::cuda::fp8_gemm_wgrad(p, config, nullptr);
@@ -196,6 +197,18 @@ TEST(Fp8GemmWgrad, RejectsBadArguments) {
   Fp8GemmConfig config;
   config.block_n = 176;  // built for dense only
   EXPECT_THROW(ops::cuda::fp8_gemm_wgrad(p, config, nullptr), Error);
+}
+
+// 192-row tiles (three math warpgroups, block_n 128): ragged M (one or two warpgroups of the last tile outside),
+// with and without C, in place, both scale paths.
+TEST(Fp8GemmWgrad, ThreeWarpgroup192RowTilesBitExact) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const auto none = ops::cuda::Fp8GemmMulticast::None;
+  EXPECT_TRUE(run_wgrad_case(200, 400, 512, 128, CMode::Separate, seed, none, false, 192));
+  EXPECT_TRUE(run_wgrad_case(64, 272, 384, 128, CMode::None, seed + 3, none, false, 192));
+  EXPECT_TRUE(run_wgrad_case(577, 256, 1024, 128, CMode::InPlace, seed + 6, none, false, 192));
+  EXPECT_TRUE(run_wgrad_case(384, 528, 2048, 128, CMode::Separate, seed + 9, none, true, 192));
 }
 
 }  // namespace

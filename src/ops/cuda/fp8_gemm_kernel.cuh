@@ -133,9 +133,9 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
   using Mma = Fp8Wgmma<BN>;
   constexpr int kBM = block_m_of(kWgs);
   constexpr int kMathThr = 128 * kWgs;
-  static_assert(kWgs == 2 || (kWgs == 3 && kSched == Schedule::Dense && kMc == Multicast::None &&
-                              (kOut == Output::Bf16Tma || kOut == Output::Bf16Direct) && BN <= 128),
-                "three math warpgroups: dense, no multicast, BF16 output, block_n <= 128 (160 registers)");
+  static_assert(kWgs == 2 || (kWgs == 3 && kSched != Schedule::GroupedM && kMc == Multicast::None &&
+                              kOut != Output::Bf16SplitK && BN <= 128),
+                "three math warpgroups: dense or Wgrad, no multicast, no split-K, block_n <= 128 (160 registers)");
   constexpr int S = Plan::kStages;
   constexpr int kAcc = BN / 2;
   constexpr int kCluster = cluster_size(kMc);

@@ -27,6 +27,13 @@ cudaError_t launch_wgrad(const LaunchSpec& spec, const CUtensorMap& a, const CUt
                          cudaStream_t stream) {
   constexpr ScaleB kScaleB = ScaleB::PerColumn;
   constexpr Output kOut = Output::Fp32Direct;
+  if (spec.warpgroups == 3) {  // 192-row tiles: block_n 128, no multicast
+    if constexpr (BN == 128) {
+      if (spec.multicast == Multicast::None)
+        return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::None, kFlags, 3>(a, b, a, args, spec.max_ctas, stream);
+    }
+    return cudaErrorInvalidValue;
+  }
   switch (spec.multicast) {
     case Multicast::None:
       return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::None, kFlags>(a, b, a, args, spec.max_ctas, stream);
