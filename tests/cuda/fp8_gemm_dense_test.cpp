@@ -236,7 +236,7 @@ TEST(Fp8GemmDense, BulkScaleCopiesBitExact) {
   EXPECT_TRUE(run_dense_case(large_k, seed + 7)) << describe(large_k);
 }
 
-// Split-K (one or two row blocks): every split-K width, uneven ranges, one K block per range, ragged M and N,
+// Split-K (one or two row blocks): both split-K widths, uneven ranges, one K block per range, ragged M and N,
 // two row blocks, a persistent grid smaller than the unit count, both scale paths, and repeated launches
 // (the per-tile counters must come back to zero) -- bit-exact against the CPU model with the same ranges
 // (quant::GemmConfig::k_splits), which differs from the unsplit model.
@@ -249,26 +249,26 @@ TEST(Fp8GemmDense, SplitKBitExactAgainstTheSplitModel) {
     c.k_splits = splits;
     cases.push_back(c);
   };
-  add(128, 2112, 7168, 192, 12);
-  add(128, 1024, 2048, 128, 2);
+  add(128, 2112, 7168, 64, 12);
+  add(128, 1024, 2048, 32, 2);
   add(100, 1040, 1280, 64, 3);  // ragged M and N, 10 K blocks in ranges of 3/3/4
   add(256, 400, 1024, 32, 8);   // two row blocks, ragged N
   add(1, 16, 256, 32, 2);
-  add(64, 384, 512, 128, 4);    // one K block per range
-  add(200, 576, 896, 192, 7);   // BN 192's two-block B scales, tiles starting mid-block
+  add(64, 384, 512, 64, 4);     // one K block per range
+  add(200, 576, 896, 32, 7);
   for (DenseCase& c : cases) c.launches = 2;
   DenseCase few_ctas{128, 1024, 1024, 64};
   few_ctas.k_splits = 5;
   few_ctas.grid = 7;  // 80 units on 7 CTAs: each CTA finishes many ranges of many tiles
   cases.push_back(few_ctas);
-  DenseCase bulk{128, 7168, 4096, 128};
+  DenseCase bulk{128, 7168, 4096, 64};
   bulk.k_splits = 2;
   bulk.bulk_layout = true;
   cases.push_back(bulk);
-  DenseCase bulk192{96, 1344, 2048, 192};
-  bulk192.k_splits = 6;
-  bulk192.bulk_layout = true;
-  cases.push_back(bulk192);
+  DenseCase bulk32{96, 1344, 2048, 32};
+  bulk32.k_splits = 6;
+  bulk32.bulk_layout = true;
+  cases.push_back(bulk32);
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE(describe(cases[i]));
     EXPECT_TRUE(run_dense_case(cases[i], seed + 31 * i));
@@ -431,7 +431,7 @@ TEST(Fp8GemmDense, RejectsBadArguments) {
   bad_config.k_splits = -1;
   EXPECT_THROW(ops::cuda::fp8_gemm_dense(p, bad_config, nullptr), Error);
   bad_config.k_splits = 2;
-  bad_config.block_n = 96;
+  bad_config.block_n = 128;  // split-K is built for 32 and 64
   EXPECT_THROW(ops::cuda::fp8_gemm_dense(p, bad_config, nullptr), Error);
   bad_config.block_n = 64;
   bad_config.multicast = ops::cuda::Fp8GemmMulticast::ShareA;

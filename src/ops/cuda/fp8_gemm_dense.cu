@@ -23,7 +23,7 @@
 // Block-size heuristic (fp8_gemm_host.cpp, choose_block_n, fitted to the H200 sweeps): BLOCK_M = 128 (above);
 // BLOCK_N from {32, 64, 96, 128, 160, 176, 192}: for M <= 256 the narrowest of 32/64/128/192 whose tiles fit in one
 // wave, else the fewest ceil(tiles / SMs) x per-tile cost (K blocks x (BN + 48, + 48 for per-chunk B scales)
-// + epilogue). Split-K (M <= 256 only, widths 32/64/128/192, Output::Bf16SplitK): when the narrowest of 32/64
+// + epilogue). Split-K (M <= 256 only, widths 32/64, Output::Bf16SplitK): when the narrowest of 32/64
 // leaves more than half the SMs idle, K is cut into SMs / tiles ranges (choose_split; measured: 128x2112x7168
 // 32 x 2 ranges, 1.16x cuBLASLt; 128x4096x7168 64 x 2, 1.08x; run 14/19/20 in bench/gemm_notes.md). TMA multicast (2-CTA clusters sharing A or B, Fp8GemmConfig::multicast) is opt-in: measured
 // within +-3 % of no multicast once its remote arrivals lost `.release.cluster` (run 5).
@@ -32,9 +32,11 @@
 namespace fp8train::ops::cuda::fp8gemm {
 namespace {
 
-// The widths built with the split-K epilogue (fp8_gemm_host.cpp kDenseSplitBlockNs must match).
+// The widths built with the split-K epilogue (fp8_gemm_host.cpp kDenseSplitBlockNs must match): the ones the
+// heuristic uses. Wider ones lost in every sweep (run 14) and their last-range sum spills (BN 128: 40 bytes,
+// BN 192: 832 bytes: the range's values in flight on top of 2 x BN/2 accumulators).
 template <int BN>
-inline constexpr bool kSplitKBuilt = BN == 32 || BN == 64 || BN == 128 || BN == 192;
+inline constexpr bool kSplitKBuilt = BN == 32 || BN == 64;
 
 template <int BN, int kFlags>
 cudaError_t launch_dense_flags(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,

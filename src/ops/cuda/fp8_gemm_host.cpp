@@ -232,7 +232,7 @@ void fill_scales(KernelArgs& args, const ScaleView& a, const ScaleView& b) {
 }
 
 constexpr int kDenseBlockNs[] = {32, 64, 96, 128, 160, 176, 192};
-constexpr int kDenseSplitBlockNs[] = {32, 64, 128, 192};  // fp8_gemm_dense.cu kSplitKBuilt must match
+constexpr int kDenseSplitBlockNs[] = {32, 64};  // fp8_gemm_dense.cu kSplitKBuilt must match
 constexpr int kNumDenseSplit = sizeof(kDenseSplitBlockNs) / sizeof(int);
 constexpr int kMaxKSplits = 32;
 constexpr int kGroupedBlockNs[] = {64, 128, 160, 176, 192};
