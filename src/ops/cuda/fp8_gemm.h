@@ -85,7 +85,9 @@ struct Fp8GemmDenseProblem {
 // The result is deterministic for a given S (no atomics on data: the last CTA to finish reads the others'
 // ranges from a workspace in order). S comes from Fp8GemmConfig::k_splits or the heuristic (which depends on
 // the shape and the SM count). The workspace (S * M * N floats + counters) is allocated once per device and
-// stream and kept; concurrent GEMMs on different streams get different workspaces.
+// stream and kept; concurrent GEMMs on different streams get different workspaces. Its first allocation (and any
+// growth) calls cudaMalloc and synchronizes the stream, so the first split-K GEMM of a shape class must not be
+// inside a CUDA graph capture.
 //
 // The block_n values the dense family is built for, and the heuristic's choice (block_n, multicast and k_splits)
 // for a shape on `num_sms` SMs: the fewest "waves" of tiles weighted by tile width (a tile's time grows with
