@@ -338,6 +338,24 @@ TEST(Fp8GemmDense, ThreeWarpgroup192RowTilesBitExact) {
   bad.multicast = ops::cuda::Fp8GemmMulticast::None;
   bad.block_m = 256;
   EXPECT_THROW(ops::cuda::fp8_gemm_dense(p, bad, nullptr), Error);
+  // With block_n left to the heuristic, a request it does not combine with 192-row tiles gets 128-row ones.
+  Fp8GemmDenseProblem large = p;
+  large.m = 4096;
+  large.n = 7168;
+  large.k = 2048;
+  ASSERT_EQ(ops::cuda::fp8gemm::prepare_dense(large, Fp8GemmConfig{}).spec.warpgroups, 3);  // the heuristic's
+  Fp8GemmConfig mc;
+  mc.multicast = ops::cuda::Fp8GemmMulticast::ShareB;
+  const auto with_mc = ops::cuda::fp8gemm::prepare_dense(large, mc);
+  EXPECT_EQ(with_mc.spec.warpgroups, 2);
+  EXPECT_EQ(with_mc.spec.multicast, ops::cuda::fp8gemm::Multicast::ShareB);
+  Fp8GemmConfig split;
+  split.k_splits = 2;
+  large.m = 256;  // (the heuristic alone: 128 x 128, no split)
+  const auto with_split = ops::cuda::fp8gemm::prepare_dense(large, split);
+  EXPECT_EQ(with_split.spec.warpgroups, 2);
+  EXPECT_EQ(with_split.args.k_splits, 2);
+  EXPECT_EQ(with_split.spec.block_n, 64);
 }
 
 TEST(Fp8GemmDense, HeuristicPicksBuiltWidthsAndFillsTheMachine) {

@@ -394,9 +394,14 @@ PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& 
              "dense FP8 GEMM: k_splits = {} must be 0 (auto) or 1..{} (at most K/128 = {} and {})", config.k_splits,
              std::min<int64_t>(kMaxKSplits, kb), kb, kMaxKSplits);
   if (config.block_n == 0) {
-    config.block_n = heuristic.block_n;
+    // The heuristic's tile, unless the config asks for something it does not combine with: split-K (then the
+    // heuristic's split width, or 64) or multicast (then 128-row tiles).
+    const bool mc = config.multicast == Fp8GemmMulticast::ShareA || config.multicast == Fp8GemmMulticast::ShareB;
+    config.block_n = config.k_splits > 1 && heuristic.k_splits == 1 ? 64 : heuristic.block_n;
     if (config.k_splits == 0) config.k_splits = heuristic.k_splits;
-    if (config.block_m == 0) config.block_m = heuristic.block_m;
+    if (config.block_m == 0) config.block_m = mc || config.k_splits > 1 ? kBlockM : heuristic.block_m;
+    if (config.block_m == kBlockM && heuristic.block_m != kBlockM && config.k_splits <= 1)
+      config.block_n = choose_block_n((p.m + kBlockM - 1) / kBlockM, p.n, p.k, 1, num_sms, kDenseBlockNs, kNumDense);
   }
   FP8T_CHECK(is_one_of(config.block_n, kDenseBlockNs, kNumDense), "dense FP8 GEMM: block_n {} is not built (one of {})",
              config.block_n, list_of(kDenseBlockNs, kNumDense));
