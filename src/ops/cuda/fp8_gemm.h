@@ -10,7 +10,8 @@
 //   acc = fmaf(scale_a[g] * scale_b[g], partial, acc)    (FP32, the scale product rounded first),
 // which is num::hopper_dot_scaled(..., promote_interval = 128) bit for bit; then d = bf16_rn(acc), or
 // d = c + acc (one FP32 add) for Wgrad. The one exception is the dense family's split-K for M <= 256 (below):
-// a fixed, documented sum of per-range chains, mirrored by the CPU model.
+// a fixed, documented sum of per-range chains, mirrored by the CPU model. (Tile shape -- 128 or 192 rows, any
+// block_n -- never changes the arithmetic: each output element's chain is the same.)
 //
 // Layouts: A, B row-major with K contiguous ("TN"), FP8 E4M3 bytes, 16-byte aligned; K a multiple of 128;
 // N a multiple of 16; M any positive size. Scales are FP32, addressed through ScaleView so both the
@@ -89,9 +90,10 @@ struct Fp8GemmDenseProblem {
 // growth) calls cudaMalloc and synchronizes the stream, so the first split-K GEMM of a shape class must not be
 // inside a CUDA graph capture.
 //
-// The block_n values the dense family is built for, and the heuristic's choice (block_n, multicast and k_splits)
-// for a shape on `num_sms` SMs: the fewest "waves" of tiles weighted by tile width (a tile's time grows with
-// block_n), ties to the wider; for M <= 256 the (block_n, k_splits) pair with the least modelled per-SM traffic.
+// The block_n values the dense family is built for, and the heuristic's choice (block_m, block_n, multicast and
+// k_splits) for a shape on `num_sms` SMs: the fewest "waves" of tiles weighted by tile cost (fitted to H200 sweeps;
+// 192-row tiles where they need no more waves than 128-row ones); for M <= 256 split-K when the narrowest of 32/64
+// leaves more than half the SMs idle (fp8_gemm_host.cpp choose_split).
 const int* fp8_gemm_dense_block_ns(int* count);
 const int* fp8_gemm_dense_split_block_ns(int* count);  // the widths built with the split-K epilogue
 Fp8GemmConfig fp8_gemm_dense_heuristic(int64_t m, int64_t n, int64_t k, int num_sms);
