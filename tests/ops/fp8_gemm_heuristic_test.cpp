@@ -1,0 +1,72 @@
+// The block-size heuristics of fp8train's own FP8 GEMM kernels (ops/cuda/fp8_gemm.h): pure host functions of the
+// shape and the SM count, checked here without a GPU so CI covers them. The expected choices are the ones measured
+// fastest (or within 3 %) on the H200 (bench/gemm_notes.md; bench/h8_runs/run1_bench.log, run5_*, run14_splits.log,
+// run21_rows192.log, run23_wgrad_rows192.log). Built only with the CUDA backend.
+#include <gtest/gtest.h>
+
+#if FP8TRAIN_HAVE_CUDA
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ops/cuda/fp8_gemm.h"
+
+namespace fp8train {
+namespace {
+
+using ops::cuda::Fp8GemmConfig;
+
+TEST(Fp8GemmHeuristic, PicksBuiltWidthsTileRowsAndSplitsAsMeasured) {
+  int count = 0;
+  const int* block_ns = ops::cuda::fp8_gemm_dense_block_ns(&count);
+  const std::vector<int> built(block_ns, block_ns + count);
+  for (int64_t m : {128, 4096})
+    for (auto nk : {std::pair<int64_t, int64_t>{2112, 7168}, {24576, 1536}, {32768, 512}, {7168, 16384},
+                    {4096, 7168}, {7168, 2048}}) {
+      const Fp8GemmConfig c = ops::cuda::fp8_gemm_dense_heuristic(m, nk.first, nk.second, 132);
+      EXPECT_NE(std::find(built.begin(), built.end(), c.block_n), built.end()) << c.describe();
+    }
+  // The choices measured fastest on the H200 (block_n sweep bench/h8_runs/run1_bench.log; BN 192 with bulk
+  // scale copies and the two-block promotion: bench/h8_runs/run5_*):
+  // one row block: the narrowest width whose tiles fit in one wave (64 -> 112 CTAs for N = 7168) ...
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 7168, 16384, 132).block_n, 64);
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 24576, 1536, 132).block_n, 192);
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 32768, 512, 132).block_n, 128);  // no width fits: 128
+  for (auto nk : {std::pair<int64_t, int64_t>{7168, 16384}, {24576, 1536}, {32768, 512}, {7168, 2048}})
+    EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, nk.first, nk.second, 132).k_splits, 1);
+  // ... unless its tiles fill at most half the SMs: split K (bench/gemm_notes.md, split-K sweep).
+  const Fp8GemmConfig n2112 = ops::cuda::fp8_gemm_dense_heuristic(128, 2112, 7168, 132);
+  EXPECT_EQ(n2112.block_n, 32);  // 66 tiles x 2 ranges
+  EXPECT_EQ(n2112.k_splits, 2);
+  const Fp8GemmConfig n4096 = ops::cuda::fp8_gemm_dense_heuristic(128, 4096, 7168, 132);
+  EXPECT_EQ(n4096.block_n, 64);  // 64 tiles x 2 ranges
+  EXPECT_EQ(n4096.k_splits, 2);
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 4096, 768, 132).k_splits, 1);  // ranges would be < 8 K blocks
+  // ... many row blocks: waves x per-tile cost, 192-row tiles (block_n 128) where they need no more waves
+  // (bench/h8_runs/run21_rows192.log: 192 x 128 vs 128 x 192 +9.6 % / +0.5 % / +4 % / +4.7 % / +5 % on the
+  // shapes below that take it; 4096 x 4096 x 7168 keeps 128 x 128: 6 waves of 192-row tiles vs 8 of 128 rows).
+  auto shape_of = [](const Fp8GemmConfig& c) { return std::to_string(c.block_m) + "x" + std::to_string(c.block_n); };
+  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 2112, 7168, 132)), "192x128");
+  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 24576, 1536, 132)), "192x128");
+  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 7168, 16384, 132)), "192x128");
+  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 7168, 2048, 132)), "192x128");
+  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 32768, 512, 132)), "128x192");
+  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 4096, 7168, 132)), "128x128");
+  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(8192, 8192, 8192, 132)), "192x128");
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 7168, 16384, 132).block_m, 128);  // few rows: always 128
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 2112, 7168, 132).k_splits, 1);  // many row blocks: never
+  EXPECT_EQ(ops::cuda::fp8_gemm_grouped_heuristic(8 * 4096, 4096, 7168, 132).block_n, 192);
+  EXPECT_EQ(ops::cuda::fp8_gemm_wgrad_heuristic(7168, 2048, 16384, 1, 132).block_n, 128);
+  EXPECT_EQ(ops::cuda::fp8_gemm_wgrad_heuristic(7168, 2048, 16384, 1, 132).block_m, 192);  // 5 waves vs 7 (run 23)
+  EXPECT_EQ(ops::cuda::fp8_gemm_wgrad_heuristic(4096, 7168, 16384, 8, 132).block_m, 192);
+  EXPECT_EQ(ops::cuda::fp8_gemm_wgrad_heuristic(256, 2048, 16384, 1, 132).block_m, 128);
+  EXPECT_EQ(ops::cuda::fp8_gemm_grouped_heuristic(8 * 4096, 4096, 7168, 132).block_m, 128);  // experts pad to 128
+  EXPECT_EQ(ops::cuda::fp8_gemm_grouped_heuristic(8 * 4096, 4096, 7168, 132).k_splits, 1);
+  // Multicast stays opt-in: within +-3 % of none on the H200 (bench/gemm_notes.md run 5).
+  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 7168, 16384, 132).multicast, ops::cuda::Fp8GemmMulticast::None);
+}
+
+}  // namespace
+}  // namespace fp8train
+#endif  // FP8TRAIN_HAVE_CUDA
