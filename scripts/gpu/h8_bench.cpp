@@ -22,6 +22,7 @@
 #include <cstring>
 #include <functional>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -329,6 +330,8 @@ bool g_floor = false;
 bool g_clean_flush = false;
 bool g_rows192 = false;
 bool g_experiments = false;
+std::vector<std::string> g_exp_names;  // --exp a,b: named experiments at the heuristic's tile
+std::set<std::string> g_exp_pool;      // storage for their names
 bool g_first_wrapper_error = true;
 
 const char* mc_name(Fp8GemmMulticast m) {
@@ -396,6 +399,15 @@ void bench_dense(Timing& timing, int64_t m, int64_t n, int64_t k, bool sweep, bo
       variants.push_back(c);
     }
   }
+  if (sweep && m > 256) {  // 192-row tiles, without and with B multicast
+    for (Fp8GemmMulticast mc : {Fp8GemmMulticast::None, Fp8GemmMulticast::ShareB}) {
+      Fp8GemmConfig c;
+      c.block_n = 128;
+      c.block_m = 192;
+      c.multicast = mc;
+      if (c.block_m != heur.block_m || c.multicast != heur.multicast) variants.push_back(c);
+    }
+  }
   if (sweep) {
     int count = 0;
     const int* bns = fp8_gemm_dense_block_ns(&count);
@@ -431,7 +443,13 @@ void bench_dense(Timing& timing, int64_t m, int64_t n, int64_t k, bool sweep, bo
     };
     using MC = Fp8GemmMulticast;
     std::vector<Exp> exps;
-    if (g_rows192) {  // the cost split of 128- and 192-row tiles at block_n 128
+    if (!g_exp_names.empty()) {  // --exp NAMES: each named experiment at the heuristic's tile (and 128/192 wide)
+      for (const std::string& ex : g_exp_names) {
+        exps.push_back({heur.block_n, heur.multicast, g_exp_pool.insert(ex).first->c_str(), heur.block_m});
+        if (m > 256 && heur.block_m != 192) exps.push_back({128, MC::None, g_exp_pool.insert(ex).first->c_str(), 192});
+        if (m > 256 && heur.block_n != 192) exps.push_back({192, MC::None, g_exp_pool.insert(ex).first->c_str(), 128});
+      }
+    } else if (g_rows192) {  // the cost split of 128- and 192-row tiles at block_n 128
       if (m > 256)
         for (int bm : {128, 192})
           for (const char* ex : {"noload", "noload_nopromote", "bulk_nopromote"}) exps.push_back({128, MC::None, ex, bm});
@@ -820,6 +838,15 @@ int main(int argc, char** argv) {
     else if (s == "--only" && i + 1 < argc) only = argv[++i];
     else if (s == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (s == "--experiments") g_experiments = true;
+    else if (s == "--exp" && i + 1 < argc) {
+      g_experiments = true;
+      std::string list = argv[++i];
+      for (size_t pos = 0; pos <= list.size();) {
+        const size_t comma = std::min(list.find(',', pos), list.size());
+        if (comma > pos) g_exp_names.push_back(list.substr(pos, comma - pos));
+        pos = comma + 1;
+      }
+    }
     else if (s == "--split-sweep") g_split_sweep = true;
     else if (s == "--floor") g_floor = true;
     else if (s == "--clean-flush") g_clean_flush = true;
@@ -840,7 +867,7 @@ int main(int argc, char** argv) {
     }
     else {
       std::fprintf(stderr,
-                   "usage: h8_bench [--sweep] [--split-sweep] [--floor] [--clean-flush] [--rows192] [--quick] [--no-baselines] [--experiments] [--only dense|grouped|wgrad]"
+                   "usage: h8_bench [--sweep] [--split-sweep] [--floor] [--clean-flush] [--rows192] [--quick] [--no-baselines] [--experiments] [--exp NAME,...] [--only dense|grouped|wgrad]"
                    " [--reps N] [--data uniform|tri] [--profile M N K BLOCK_N MC] [--mcdiag M N K BLOCK_N] [--lt M N K]\n");
       return 2;
     }

@@ -133,9 +133,9 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
   using Mma = Fp8Wgmma<BN>;
   constexpr int kBM = block_m_of(kWgs);
   constexpr int kMathThr = 128 * kWgs;
-  static_assert(kWgs == 2 || (kWgs == 3 && kSched != Schedule::GroupedM && kMc == Multicast::None &&
+  static_assert(kWgs == 2 || (kWgs == 3 && kSched != Schedule::GroupedM && kMc != Multicast::ShareA &&
                               kOut != Output::Bf16SplitK && BN <= 128),
-                "three math warpgroups: dense or Wgrad, no multicast, no split-K, block_n <= 128 (160 registers)");
+                "three math warpgroups: dense or Wgrad, no A multicast, no split-K, block_n <= 128 (160 registers)");
   constexpr int S = Plan::kStages;
   constexpr int kAcc = BN / 2;
   constexpr int kCluster = cluster_size(kMc);
@@ -157,6 +157,9 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
   auto empty_bar = [&](uint32_t s) { return smem_base + Plan::kBarOffset + 8 * (S + s); };
   auto sfa_stage = [&](uint32_t s) { return reinterpret_cast<float*>(smem + Plan::kSfaOffset + s * Plan::kSfaBytes); };
   auto sfb_stage = [&](uint32_t s) { return reinterpret_cast<float*>(smem + Plan::kSfbOffset + s * Plan::kSfbBytes); };
+  // Shared-window addresses of the same scale slots (the math warpgroups read them with LDS: lds_f32).
+  auto sfa_addr = [&](uint32_t s) { return smem_base + Plan::kSfaOffset + s * Plan::kSfaBytes; };
+  auto sfb_addr = [&](uint32_t s) { return smem_base + Plan::kSfbOffset + s * Plan::kSfbBytes; };
 
   const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 32, 0);
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -319,64 +322,77 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
           if (lane == 0) mbar_arrive_cluster(peer_bar_base + 8 * (S + s));
         }
       };
-      auto promote_release = [&](float (&P)[kAcc], uint32_t s, int kb) {
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) fence_register(P[i]);
-        const float* sfa = sfa_stage(s);
-        const float* sfb = sfb_stage(s);
-        const float sa0 = sfa[wg * 64 + row_in_wg];
-        const float sa1 = sfa[wg * 64 + row_in_wg + 8];
-        if constexpr (kScaleB == ScaleB::Uniform) {
-          const float sb = kBulkScales ? sfb[args.sfb_group4_along_kb ? (kb & 3) : ((t.n0 / 128) & 3)] : sfb[0];
-          const float p0 = __fmul_rn(sa0, sb), p1 = __fmul_rn(sa1, sb);
-#pragma unroll
-          for (int j = 0; j < kAcc / 4; ++j) {
-            acc[4 * j + 0] = __fmaf_rn(p0, P[4 * j + 0], acc[4 * j + 0]);
-            acc[4 * j + 1] = __fmaf_rn(p0, P[4 * j + 1], acc[4 * j + 1]);
-            acc[4 * j + 2] = __fmaf_rn(p1, P[4 * j + 2], acc[4 * j + 2]);
-            acc[4 * j + 3] = __fmaf_rn(p1, P[4 * j + 3], acc[4 * j + 3]);
-          }
-        } else if constexpr (kScaleB == ScaleB::TwoBlocks) {
+      // The scale products of a K block for this thread's two rows: (sa0*sb, sa1*sb) for ScaleB::Uniform,
+      // (sa0*sb0, sa1*sb0, sa0*sb1, sa1*sb1) for ScaleB::TwoBlocks (sb0: block n0/128, sb1: the next one).
+      auto scale_products = [&](uint32_t s, int kb) {
+        const uint32_t sfa = sfa_addr(s) + 4 * (wg * 64 + row_in_wg);
+        const uint32_t sfb = sfb_addr(s);
+        const float sa0 = lds_f32(sfa);
+        const float sa1 = lds_f32(sfa + 32);
+        if constexpr (kScaleB == ScaleB::TwoBlocks) {
           // Slot of this K block's value in each group of four (bulk copies), or slot 0 (cp.async).
           auto slot = [&](int q) {
             if constexpr (!kBulkScales) return 0;
             const int blk = min(t.n0 / 128 + q, (args.n - 1) / 128);
             return args.sfb_group4_along_kb ? (kb & 3) : (blk & 3);
           };
-          const float sb0 = sfb[slot(0)], sb1 = sfb[4 + slot(1)];
-          const float p00 = __fmul_rn(sa0, sb0), p10 = __fmul_rn(sa1, sb0);
-          const float p01 = __fmul_rn(sa0, sb1), p11 = __fmul_rn(sa1, sb1);
-          // Chunks [0, kSplit) lie in block n0/128, the rest in the next one (kSplit = 16 or 8 for BN = 192).
-          auto fma_all = [&]<int kSplit>() {
+          const float sb0 = lds_f32(sfb + 4 * slot(0)), sb1 = lds_f32(sfb + 16 + 4 * slot(1));
+          return make_float4(__fmul_rn(sa0, sb0), __fmul_rn(sa1, sb0), __fmul_rn(sa0, sb1), __fmul_rn(sa1, sb1));
+        } else {
+          const float sb = lds_f32(sfb + (kBulkScales ? 4 * (args.sfb_group4_along_kb ? (kb & 3) : ((t.n0 / 128) & 3)) : 0));
+          const float p0 = __fmul_rn(sa0, sb), p1 = __fmul_rn(sa1, sb);
+          return make_float4(p0, p1, p0, p1);
+        }
+      };
+      // acc = fma(product, P, acc) for ScaleB::Uniform / TwoBlocks. TwoBlocks: chunks [0, kSplit) lie in block
+      // n0/128, the rest in the next one (kSplit = 16 or 8 for BN = 192: two unrolled copies, no per-chunk select).
+      auto fma_products = [&](float (&P)[kAcc], float4 q) {
+        auto fma_all = [&]<int kSplit>() {
 #pragma unroll
-            for (int j = 0; j < kAcc / 4; ++j) {
-              const float q0 = j < kSplit ? p00 : p01, q1 = j < kSplit ? p10 : p11;
-              acc[4 * j + 0] = __fmaf_rn(q0, P[4 * j + 0], acc[4 * j + 0]);
-              acc[4 * j + 1] = __fmaf_rn(q0, P[4 * j + 1], acc[4 * j + 1]);
-              acc[4 * j + 2] = __fmaf_rn(q1, P[4 * j + 2], acc[4 * j + 2]);
-              acc[4 * j + 3] = __fmaf_rn(q1, P[4 * j + 3], acc[4 * j + 3]);
-            }
-          };
+          for (int j = 0; j < kAcc / 4; ++j) {
+            const float q0 = j < kSplit ? q.x : q.z, q1 = j < kSplit ? q.y : q.w;
+            acc[4 * j + 0] = __fmaf_rn(q0, P[4 * j + 0], acc[4 * j + 0]);
+            acc[4 * j + 1] = __fmaf_rn(q0, P[4 * j + 1], acc[4 * j + 1]);
+            acc[4 * j + 2] = __fmaf_rn(q1, P[4 * j + 2], acc[4 * j + 2]);
+            acc[4 * j + 3] = __fmaf_rn(q1, P[4 * j + 3], acc[4 * j + 3]);
+          }
+        };
+        if constexpr (kScaleB == ScaleB::TwoBlocks) {
           if ((t.n0 & 127) == 0) fma_all.template operator()<16>();
           else fma_all.template operator()<8>();
-        } else if constexpr (kScaleB == ScaleB::PerChunk) {
-#pragma unroll
-          for (int j = 0; j < kAcc / 4; ++j) {
-            const float sb = sfb[j];
-            const float p0 = __fmul_rn(sa0, sb), p1 = __fmul_rn(sa1, sb);
-            acc[4 * j + 0] = __fmaf_rn(p0, P[4 * j + 0], acc[4 * j + 0]);
-            acc[4 * j + 1] = __fmaf_rn(p0, P[4 * j + 1], acc[4 * j + 1]);
-            acc[4 * j + 2] = __fmaf_rn(p1, P[4 * j + 2], acc[4 * j + 2]);
-            acc[4 * j + 3] = __fmaf_rn(p1, P[4 * j + 3], acc[4 * j + 3]);
-          }
         } else {
+          fma_all.template operator()<kAcc / 4>();
+        }
+      };
+      auto promote_release = [&](float (&P)[kAcc], uint32_t s, int kb) {
 #pragma unroll
-          for (int j = 0; j < kAcc / 4; ++j) {
-            const float2 sb = *reinterpret_cast<const float2*>(sfb + 8 * j + quad_col);
-            acc[4 * j + 0] = __fmaf_rn(__fmul_rn(sa0, sb.x), P[4 * j + 0], acc[4 * j + 0]);
-            acc[4 * j + 1] = __fmaf_rn(__fmul_rn(sa0, sb.y), P[4 * j + 1], acc[4 * j + 1]);
-            acc[4 * j + 2] = __fmaf_rn(__fmul_rn(sa1, sb.x), P[4 * j + 2], acc[4 * j + 2]);
-            acc[4 * j + 3] = __fmaf_rn(__fmul_rn(sa1, sb.y), P[4 * j + 3], acc[4 * j + 3]);
+        for (int i = 0; i < kAcc; ++i) fence_register(P[i]);
+        if constexpr (kScaleB == ScaleB::Uniform || kScaleB == ScaleB::TwoBlocks) {
+          fma_products(P, scale_products(s, kb));
+        } else {
+          const uint32_t sfa = sfa_addr(s) + 4 * (wg * 64 + row_in_wg);
+          const uint32_t sfb = sfb_addr(s);
+          const float sa0 = lds_f32(sfa);
+          const float sa1 = lds_f32(sfa + 32);
+          if constexpr (kScaleB == ScaleB::PerChunk) {
+#pragma unroll
+            for (int j = 0; j < kAcc / 4; ++j) {
+              const float sb = lds_f32(sfb + 4 * j);
+              const float p0 = __fmul_rn(sa0, sb), p1 = __fmul_rn(sa1, sb);
+              acc[4 * j + 0] = __fmaf_rn(p0, P[4 * j + 0], acc[4 * j + 0]);
+              acc[4 * j + 1] = __fmaf_rn(p0, P[4 * j + 1], acc[4 * j + 1]);
+              acc[4 * j + 2] = __fmaf_rn(p1, P[4 * j + 2], acc[4 * j + 2]);
+              acc[4 * j + 3] = __fmaf_rn(p1, P[4 * j + 3], acc[4 * j + 3]);
+            }
+          } else {  // ScaleB::PerColumn (Wgrad): two multiplies per element
+#pragma unroll
+            for (int j = 0; j < kAcc / 4; ++j) {
+              const float2 sb = lds_f32x2(sfb + 4 * (8 * j + quad_col));
+              acc[4 * j + 0] = __fmaf_rn(__fmul_rn(sa0, sb.x), P[4 * j + 0], acc[4 * j + 0]);
+              acc[4 * j + 1] = __fmaf_rn(__fmul_rn(sa0, sb.y), P[4 * j + 1], acc[4 * j + 1]);
+              acc[4 * j + 2] = __fmaf_rn(__fmul_rn(sa1, sb.x), P[4 * j + 2], acc[4 * j + 2]);
+              acc[4 * j + 3] = __fmaf_rn(__fmul_rn(sa1, sb.y), P[4 * j + 3], acc[4 * j + 3]);
+            }
           }
         }
         release(s);
@@ -448,6 +464,45 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
           named_barrier_arrive(wg == 0 ? 3 : 4, 256);
           promote_release(partial, it % S, kb);
         }
+      } else if constexpr (kScaleB == ScaleB::Uniform || kScaleB == ScaleB::TwoBlocks) {
+        // The K block's scale products are read from shared memory (LDS) after its WGMMAs are issued, while they
+        // run; after wgmma.wait_group the stage is released and only the FMAs remain. (Measured, run 27: reading
+        // them after the wait, as the generic loads of earlier versions did, cost 3-6 % on the large shapes;
+        // reading them before the issue made the WGMMA issue wait for the loads.)
+        for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
+          wait_full(it);
+          issue(partial, it % S);
+          const float4 q = scale_products(it % S, kb);
+          wgmma_wait<0>();
+#pragma unroll
+          for (int i = 0; i < kAcc; ++i) fence_register(partial[i]);
+          release(it % S);
+          fma_products(partial, q);
+        }
+      } else if constexpr (kScaleB == ScaleB::PerColumn && kWgs == 2) {
+        // Wgrad with 232 registers: the same, with this thread's two A scales and its 2 x BN/8 column scales
+        // (BN/4 registers) read while the WGMMAs run; the promotion forms each product sa*sb and adds it.
+        for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
+          wait_full(it);
+          issue(partial, it % S);
+          const uint32_t sfa = sfa_addr(it % S) + 4 * (wg * 64 + row_in_wg);
+          const uint32_t sfb = sfb_addr(it % S) + 4 * quad_col;
+          const float sa0 = lds_f32(sfa), sa1 = lds_f32(sfa + 32);
+          float2 sb[kAcc / 4];
+#pragma unroll
+          for (int j = 0; j < kAcc / 4; ++j) sb[j] = lds_f32x2(sfb + 32 * j);
+          wgmma_wait<0>();
+#pragma unroll
+          for (int i = 0; i < kAcc; ++i) fence_register(partial[i]);
+          release(it % S);
+#pragma unroll
+          for (int j = 0; j < kAcc / 4; ++j) {
+            acc[4 * j + 0] = __fmaf_rn(__fmul_rn(sa0, sb[j].x), partial[4 * j + 0], acc[4 * j + 0]);
+            acc[4 * j + 1] = __fmaf_rn(__fmul_rn(sa0, sb[j].y), partial[4 * j + 1], acc[4 * j + 1]);
+            acc[4 * j + 2] = __fmaf_rn(__fmul_rn(sa1, sb[j].x), partial[4 * j + 2], acc[4 * j + 2]);
+            acc[4 * j + 3] = __fmaf_rn(__fmul_rn(sa1, sb[j].y), partial[4 * j + 3], acc[4 * j + 3]);
+          }
+        }
       } else {
         for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
           wait_full(it);
@@ -465,14 +520,14 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
         // Swizzle: the 16-byte chunk index inside a row is XORed with address bits 7.. of the row start;
         // rows r and r + 8 share that value, so it is computed once per thread.
         const int chunk_xor = ((row_in_wg * Plan::kAtomBytes) >> 7) & (Plan::kAtomBytes / 16 - 1);
-        uint8_t* d_thread = d_wg + row_in_wg * Plan::kAtomBytes + quad_col * 2;
+        const uint32_t d_thread = smem_addr(d_wg) + row_in_wg * Plan::kAtomBytes + quad_col * 2;
 #pragma unroll
         for (int j = 0; j < kAcc / 4; ++j) {
           const int atom = (8 * j) / Plan::kAtomCols;
           const int chunk = ((8 * j) % Plan::kAtomCols) / 8;
-          uint8_t* p = d_thread + atom * (64 * Plan::kAtomBytes) + ((chunk ^ chunk_xor) << 4);
-          *reinterpret_cast<uint32_t*>(p) = pack_bf16x2(acc[4 * j + 0], acc[4 * j + 1]);
-          *reinterpret_cast<uint32_t*>(p + 8 * Plan::kAtomBytes) = pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]);
+          const uint32_t p = d_thread + atom * (64 * Plan::kAtomBytes) + ((chunk ^ chunk_xor) << 4);
+          sts_u32(p, pack_bf16x2(acc[4 * j + 0], acc[4 * j + 1]));
+          sts_u32(p + 8 * Plan::kAtomBytes, pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]));
         }
         fence_proxy_async_smem();
         named_barrier_sync(1 + wg, 128);
