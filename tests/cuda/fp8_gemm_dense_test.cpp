@@ -281,7 +281,8 @@ TEST(Fp8GemmDense, SplitKBitExactAgainstTheSplitModel) {
 }
 
 // Tiles of 192 rows (three math warpgroups, block_n 128): ragged M (a last tile of 1..191 rows, one or two of
-// its warpgroups entirely outside), K = 128 and long K, both scale paths, both epilogues, few CTAs.
+// its warpgroups entirely outside), K = 128 and long K, both scale paths, both epilogues, few CTAs, B multicast
+// pairs.
 TEST(Fp8GemmDense, ThreeWarpgroup192RowTilesBitExact) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -308,11 +309,22 @@ TEST(Fp8GemmDense, ThreeWarpgroup192RowTilesBitExact) {
   bulk.block_m = 192;
   bulk.bulk_layout = true;
   cases.push_back(bulk);
+  // B multicast in pairs of 192-row tiles: the last pair's second tile partial (577 rows: pairs of 384 + 193)
+  // or wholly outside (385 rows: tiles 0, 1 and 2, so the second pair's partner has no row inside), few CTAs
+  // (the stage ring wraps across units), both scale paths.
+  for (int64_t m : {64, 385, 577, 1000}) {
+    DenseCase c{m, 400, 640, 128};
+    c.block_m = 192;
+    c.multicast = ops::cuda::Fp8GemmMulticast::ShareB;
+    c.grid = 4;
+    c.bulk_layout = m != 577;
+    cases.push_back(c);
+  }
   for (size_t i = 0; i < cases.size(); ++i) {
     SCOPED_TRACE(describe(cases[i]));
     EXPECT_TRUE(run_dense_case(cases[i], seed + 17 * i));
   }
-  // Only block_n 128, no multicast, no split-K.
+  // Only block_n 128, no A multicast, no split-K.
   DeviceArray<uint8_t> buf(1 << 20);
   DeviceArray<float> scales(1024);
   DeviceArray<uint16_t> out(1 << 16);
@@ -333,7 +345,7 @@ TEST(Fp8GemmDense, ThreeWarpgroup192RowTilesBitExact) {
   bad.k_splits = 2;
   EXPECT_THROW(ops::cuda::fp8_gemm_dense(p, bad, nullptr), Error);
   bad.k_splits = 1;
-  bad.multicast = ops::cuda::Fp8GemmMulticast::ShareB;
+  bad.multicast = ops::cuda::Fp8GemmMulticast::ShareA;
   EXPECT_THROW(ops::cuda::fp8_gemm_dense(p, bad, nullptr), Error);
   bad.multicast = ops::cuda::Fp8GemmMulticast::None;
   bad.block_m = 256;
@@ -343,12 +355,22 @@ TEST(Fp8GemmDense, ThreeWarpgroup192RowTilesBitExact) {
   large.m = 4096;
   large.n = 7168;
   large.k = 2048;
-  ASSERT_EQ(ops::cuda::fp8gemm::prepare_dense(large, Fp8GemmConfig{}).spec.warpgroups, 3);  // the heuristic's
+  const auto heur = ops::cuda::fp8gemm::prepare_dense(large, Fp8GemmConfig{});  // 128 x 192, B multicast
+  EXPECT_EQ(heur.spec.warpgroups, 2);
+  EXPECT_EQ(heur.spec.block_n, 192);
+  EXPECT_EQ(heur.spec.multicast, ops::cuda::fp8gemm::Multicast::ShareB);
   Fp8GemmConfig mc;
-  mc.multicast = ops::cuda::Fp8GemmMulticast::ShareB;
+  mc.multicast = ops::cuda::Fp8GemmMulticast::ShareA;
   const auto with_mc = ops::cuda::fp8gemm::prepare_dense(large, mc);
   EXPECT_EQ(with_mc.spec.warpgroups, 2);
-  EXPECT_EQ(with_mc.spec.multicast, ops::cuda::fp8gemm::Multicast::ShareB);
+  EXPECT_EQ(with_mc.spec.multicast, ops::cuda::fp8gemm::Multicast::ShareA);
+  Fp8GemmConfig rows192;  // 192-row tiles asked for with the heuristic's width: block_n 128
+  rows192.block_m = 192;
+  rows192.multicast = ops::cuda::Fp8GemmMulticast::ShareB;
+  const auto with_rows192 = ops::cuda::fp8gemm::prepare_dense(large, rows192);
+  EXPECT_EQ(with_rows192.spec.warpgroups, 3);
+  EXPECT_EQ(with_rows192.spec.block_n, 128);
+  EXPECT_EQ(with_rows192.spec.multicast, ops::cuda::fp8gemm::Multicast::ShareB);
   Fp8GemmConfig split;
   split.k_splits = 2;
   large.m = 256;  // (the heuristic alone: 128 x 128, no split)

@@ -43,17 +43,22 @@ TEST(Fp8GemmHeuristic, PicksBuiltWidthsTileRowsAndSplitsAsMeasured) {
   EXPECT_EQ(n4096.block_n, 64);  // 64 tiles x 2 ranges
   EXPECT_EQ(n4096.k_splits, 2);
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 4096, 768, 132).k_splits, 1);  // ranges would be < 8 K blocks
-  // ... many row blocks: waves x per-tile cost, 192-row tiles (block_n 128) where they need no more waves
-  // (bench/h8_runs/run21_rows192.log: 192 x 128 vs 128 x 192 +9.6 % / +0.5 % / +4 % / +4.7 % / +5 % on the
-  // shapes below that take it; 4096 x 4096 x 7168 keeps 128 x 128: 6 waves of 192-row tiles vs 8 of 128 rows).
-  auto shape_of = [](const Fp8GemmConfig& c) { return std::to_string(c.block_m) + "x" + std::to_string(c.block_n); };
-  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 2112, 7168, 132)), "192x128");
-  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 24576, 1536, 132)), "192x128");
-  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 7168, 16384, 132)), "192x128");
-  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 7168, 2048, 132)), "192x128");
-  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 32768, 512, 132)), "128x192");
-  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 4096, 7168, 132)), "128x128");
-  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(8192, 8192, 8192, 132)), "192x128");
+  // ... many row blocks: 128-row tiles of the width with the fewest waves x per-tile cost, in pairs sharing B
+  // (bench/gemm_notes.md runs 27-33: 128 x 192 with B multicast at or above 192 x 128 everywhere; 4096 x 4096 x
+  // 7168 keeps 128 x 128, 8 waves against 6 of 128 x 192 at 3/4 of the work per wave).
+  using MC = ops::cuda::Fp8GemmMulticast;
+  auto shape_of = [](const Fp8GemmConfig& c) {
+    return std::to_string(c.block_m) + "x" + std::to_string(c.block_n) +
+           (c.multicast == MC::ShareB ? " mcB" : (c.multicast == MC::ShareA ? " mcA" : ""));
+  };
+  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 2112, 7168, 132)), "128x192 mcB");
+  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 24576, 1536, 132)), "128x192 mcB");
+  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 7168, 16384, 132)), "128x192 mcB");
+  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 7168, 2048, 132)), "128x192 mcB");
+  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 32768, 512, 132)), "128x192 mcB");
+  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 4096, 7168, 132)), "128x128 mcB");
+  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(8192, 8192, 8192, 132)), "128x192 mcB");
+  EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(128, 7168, 16384, 132)), "128x64");  // few rows: no pairs
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 7168, 16384, 132).block_m, 128);  // few rows: always 128
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 2112, 7168, 132).k_splits, 1);  // many row blocks: never
   EXPECT_EQ(ops::cuda::fp8_gemm_grouped_heuristic(8 * 4096, 4096, 7168, 132).block_n, 192);
@@ -63,8 +68,9 @@ TEST(Fp8GemmHeuristic, PicksBuiltWidthsTileRowsAndSplitsAsMeasured) {
   EXPECT_EQ(ops::cuda::fp8_gemm_wgrad_heuristic(256, 2048, 16384, 1, 132).block_m, 128);
   EXPECT_EQ(ops::cuda::fp8_gemm_grouped_heuristic(8 * 4096, 4096, 7168, 132).block_m, 128);  // experts pad to 128
   EXPECT_EQ(ops::cuda::fp8_gemm_grouped_heuristic(8 * 4096, 4096, 7168, 132).k_splits, 1);
-  // Multicast stays opt-in: within +-3 % of none on the H200 (bench/gemm_notes.md run 5).
-  EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 7168, 16384, 132).multicast, ops::cuda::Fp8GemmMulticast::None);
+  // Grouped: pairs of column tiles sharing A (run 31: 1149 vs 1090 TFLOP/s); Wgrad: none.
+  EXPECT_EQ(ops::cuda::fp8_gemm_grouped_heuristic(8 * 4096, 4096, 7168, 132).multicast, MC::ShareA);
+  EXPECT_EQ(ops::cuda::fp8_gemm_wgrad_heuristic(7168, 2048, 16384, 1, 132).multicast, MC::None);
 }
 
 }  // namespace

@@ -12,21 +12,24 @@
 // the stage -- as two bulk copies completing on the stage's barrier when the layouts allow it (A scales
 // MN-major and padded to 4 rows, B scale rows padded to 4 K blocks: cuBLASLt's native layouts; +15-18 %,
 // bench/gemm_notes.md runs 5-6), else with 4-byte cp.async (QuantTensor's row-major layout). A math thread
-// reads its two rows' A scales and the B scale of its columns after the full barrier, forms sa*sb (one FP32
-// multiply, as the CPU model does) and promotes the 128-deep partial sum with one FMA. The B scale per tile:
+// reads its two rows' A scales and the B scale of its columns with shared-memory loads issued right after the
+// block's WGMMAs (while they run), forms sa*sb (one FP32 multiply, as the CPU model does), releases the stage after
+// wgmma.wait_group and promotes the 128-deep partial sum with one FMA per element. The B scale per tile:
 // BN dividing 128: one (ScaleB::Uniform); BN 192: two, the split at chunk 16 or 8 known per tile
 // (ScaleB::TwoBlocks); other widths: one per 8-column chunk (ScaleB::PerChunk, cp.async only).
 // Register budget (math thread): BN/2 partial + BN/2 accumulators; BN = 192 is the widest that fits 232.
 // Tile rows: 128 (two math warpgroups) or 192 (three, block_n 128 only: Fp8GemmConfig::block_m, kWgs = 3 in the
-// kernel), chosen by rows192_cost when its tiles need no more waves (fp8_gemm_host.cpp; run 21/22: 4096x7168x16384
-// 1153 TFLOP/s vs 1086-1102 with 128 x 192).
+// kernel; B multicast or none). The heuristic uses 128 rows: with the scale reads issued while the WGMMAs run,
+// 128 x 192 tiles in B-sharing pairs measured at or above 192 x 128 on every DeepSeek-V3 shape (runs 27-33).
 // Block-size heuristic (fp8_gemm_host.cpp, choose_block_n, fitted to the H200 sweeps): BLOCK_M = 128 (above);
 // BLOCK_N from {32, 64, 96, 128, 160, 176, 192}: for M <= 256 the narrowest of 32/64/128/192 whose tiles fit in one
 // wave, else the fewest ceil(tiles / SMs) x per-tile cost (K blocks x (BN + 48, + 48 for per-chunk B scales)
 // + epilogue). Split-K (M <= 256 only, widths 32/64, Output::Bf16SplitK): when the narrowest of 32/64
 // leaves more than half the SMs idle, K is cut into SMs / tiles ranges (choose_split; measured: 128x2112x7168
-// 32 x 2 ranges, 1.16x cuBLASLt; 128x4096x7168 64 x 2, 1.08x; run 14/19/20 in bench/gemm_notes.md). TMA multicast (2-CTA clusters sharing A or B, Fp8GemmConfig::multicast) is opt-in: measured
-// within +-3 % of no multicast once its remote arrivals lost `.release.cluster` (run 5).
+// 32 x 2 ranges, 1.16x cuBLASLt; 128x4096x7168 64 x 2, 1.08x; run 14/19/20 in bench/gemm_notes.md). TMA multicast
+// (2-CTA clusters sharing A or B, Fp8GemmConfig::multicast): the heuristic pairs row blocks sharing B for block_n
+// 128 / 192 when there are more than two row blocks (+0-5 %, runs 29-33); within +-3 % of none before the scale
+// reads moved (run 5: the K loop, not L2 traffic, was the limit then).
 #include "ops/cuda/fp8_gemm_launch.cuh"
 
 namespace fp8train::ops::cuda::fp8gemm {
@@ -51,8 +54,12 @@ cudaError_t launch_dense_flags(const LaunchSpec& spec, const CUtensorMap& a, con
     }
     return cudaErrorInvalidValue;
   }
-  if (spec.warpgroups == 3) {  // tiles of 192 rows: block_n 128, no multicast
+  if (spec.warpgroups == 3) {  // tiles of 192 rows: block_n 128, no multicast or B multicast
     if constexpr (BN == 128) {
+      if (spec.multicast == Multicast::ShareA) return cudaErrorInvalidValue;
+      if (spec.out == Output::Bf16Tma && spec.multicast == Multicast::ShareB)
+        return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::ShareB, kFlags, 3>(a, b, d, args,
+                                                                                                 spec.max_ctas, stream);
       if (spec.multicast != Multicast::None) return cudaErrorInvalidValue;
       if (spec.out == Output::Bf16Tma)
         return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::None, kFlags, 3>(a, b, d, args,

@@ -99,7 +99,7 @@ bool is_built(int v, const int* values, int count) {
 // Ties go to the narrower tile. Predicted vs measured on the 13 dense shapes and the grouped shape: the
 // measured best (or within 1 %) everywhere.
 int choose_block_n(int64_t m_blocks, int64_t n, int64_t k, int64_t groups, int num_sms, const int* candidates,
-                   int count, double* cost_out = nullptr) {
+                   int count) {
   FP8T_CHECK(count > 0 && num_sms > 0, "block-size heuristic needs candidates and a positive SM count");
   auto built = [&](int bn) { return is_built(bn, candidates, count); };
   if (m_blocks <= 2) {
@@ -126,20 +126,7 @@ int choose_block_n(int64_t m_blocks, int64_t n, int64_t k, int64_t groups, int n
       best_cost = cost;
     }
   }
-  if (cost_out != nullptr) *cost_out = best_cost;
   return best;
-}
-
-// The same cost for 192-row tiles of block_n 128 (three math warpgroups): a tile holds the MACs of a 128 x 192 one,
-// so it is charged 128 x 192's per-K-block cost (192 + 48) less 2 %, and 192's epilogue. Fitted to the H200 run
-// of both tile shapes on the DeepSeek-V3 shapes (bench/gemm_notes.md, 192-row tiles): 192 x 128 is 0.5-10 %
-// faster than 128 x 192 at equal waves; where it needs more waves (4096 x 4096 x 7168: 6 vs 8 of 128 x 128) the
-// model keeps 128 rows.
-double rows192_cost(int64_t m, int64_t n, int64_t k, int num_sms) {
-  const int64_t tiles = ((m + 191) / 192) * ((n + 127) / 128);
-  const int64_t per_cta = (tiles + num_sms - 1) / num_sms;
-  const int64_t kb = (k + 127) / 128;
-  return static_cast<double>(per_cta) * (static_cast<double>(kb) * (192 + 48) * 0.98 + 192.0);
 }
 
 bool is_one_of(int v, const int* values, int count) { return is_built(v, values, count); }
@@ -179,10 +166,8 @@ const char* multicast_name(Fp8GemmMulticast m) {
   return "?";
 }
 
-// Multicast default: none. The cluster-of-two TMA-multicast path (ShareA / ShareB) is bit-exact and tested
-// (tests/cuda/fp8_gemm_*_test.cpp) and, measured on the H200, within +-3 % of no multicast on the DeepSeek-V3
-// shapes (bench/gemm_notes.md run 5: the kernels are limited by tile bytes arriving per SM, which multicast does
-// not reduce), so only an explicit Fp8GemmConfig::multicast selects it.
+// Multicast for an explicit block_n with multicast Auto: none. The heuristics (block_n 0) choose TMA multicast
+// where it measured faster (dense: B shared by row pairs; grouped: A shared by column pairs).
 Fp8GemmMulticast default_multicast() { return Fp8GemmMulticast::None; }
 
 // Scheduling units for the multicast mode (see KernelArgs), the raster band converted to row units, and the
@@ -352,17 +337,20 @@ const int* fp8_gemm_dense_split_block_ns(int* count) {
   return kDenseSplitBlockNs;
 }
 
+// Many row blocks: 128-row tiles of the cost model's width, in clusters of two sharing B (TMA multicast) for the
+// 128 / 192 widths. Measured on the H200 once the scale reads became shared-memory loads issued while the WGMMAs
+// run (bench/gemm_notes.md, runs 27-33): 128 x 192 with B multicast is at or above the 192 x 128 tiles (three math
+// warpgroups) on every DeepSeek-V3 shape (4096 x 7168 x 16384 1219 vs 1166 TFLOP/s, 4096 x 24576 x 1536 1166 vs
+// 1121, ties on the others), and B multicast is +0-5 % over none. 192-row tiles stay available by
+// Fp8GemmConfig::block_m. Few row blocks: the widths that fill the SMs, split-K where half of them would idle.
 Fp8GemmConfig fp8_gemm_dense_heuristic(int64_t m, int64_t n, int64_t k, int num_sms) {
   Fp8GemmConfig config;
   const int64_t m_blocks = (m + kBlockM - 1) / kBlockM;
-  double cost128 = 0;
-  config.block_n = choose_block_n(m_blocks, n, k, 1, num_sms, kDenseBlockNs, kNumDense, &cost128);
+  config.block_n = choose_block_n(m_blocks, n, k, 1, num_sms, kDenseBlockNs, kNumDense);
   config.block_m = kBlockM;
   config.k_splits = 1;
-  if (m_blocks > 2 && rows192_cost(m, n, k, num_sms) < cost128) {
-    config.block_m = 192;
-    config.block_n = 128;
-  }
+  config.multicast = Fp8GemmMulticast::None;
+  if (m_blocks > 2 && (config.block_n == 128 || config.block_n == 192)) config.multicast = Fp8GemmMulticast::ShareB;
   if (m_blocks <= 2) {
     const auto [bn, splits] = choose_split(m_blocks, n, k / kBlockK, num_sms);
     if (splits > 1) {
@@ -370,7 +358,6 @@ Fp8GemmConfig fp8_gemm_dense_heuristic(int64_t m, int64_t n, int64_t k, int num_
       config.k_splits = splits;
     }
   }
-  config.multicast = default_multicast();
   return config;
 }
 
@@ -395,13 +382,19 @@ PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& 
              std::min<int64_t>(kMaxKSplits, kb), kb, kMaxKSplits);
   if (config.block_n == 0) {
     // The heuristic's tile, unless the config asks for something it does not combine with: split-K (then the
-    // heuristic's split width, or 64) or multicast (then 128-row tiles).
-    const bool mc = config.multicast == Fp8GemmMulticast::ShareA || config.multicast == Fp8GemmMulticast::ShareB;
+    // heuristic's split width, or 64), A multicast (then 128-row tiles) or 192-row tiles (then block_n 128);
+    // the heuristic's multicast with its own tile.
+    const bool mc = config.multicast == Fp8GemmMulticast::ShareA;
     config.block_n = config.k_splits > 1 && heuristic.k_splits == 1 ? 64 : heuristic.block_n;
     if (config.k_splits == 0) config.k_splits = heuristic.k_splits;
     if (config.block_m == 0) config.block_m = mc || config.k_splits > 1 ? kBlockM : heuristic.block_m;
     if (config.block_m == kBlockM && heuristic.block_m != kBlockM && config.k_splits <= 1)
       config.block_n = choose_block_n((p.m + kBlockM - 1) / kBlockM, p.n, p.k, 1, num_sms, kDenseBlockNs, kNumDense);
+    if (config.block_m == 192) config.block_n = 128;  // the width 192-row tiles are built for
+    if (config.multicast == Fp8GemmMulticast::Auto && config.block_n == heuristic.block_n &&
+        config.block_m == heuristic.block_m && config.k_splits == heuristic.k_splits &&
+        config.epilogue == Fp8GemmEpilogue::TmaStore)
+      config.multicast = heuristic.multicast;
   }
   FP8T_CHECK(is_one_of(config.block_n, kDenseBlockNs, kNumDense), "dense FP8 GEMM: block_n {} is not built (one of {})",
              config.block_n, list_of(kDenseBlockNs, kNumDense));
@@ -410,9 +403,8 @@ PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& 
   FP8T_CHECK(config.block_m == kBlockM || config.block_m == 192, "dense FP8 GEMM: block_m {} is not built (128 or 192)",
              config.block_m);
   const bool rows192 = config.block_m == 192;
-  FP8T_CHECK(!rows192 || (config.block_n == 128 && config.k_splits <= 1 &&
-                          (config.multicast == Fp8GemmMulticast::Auto || config.multicast == Fp8GemmMulticast::None)),
-             "dense FP8 GEMM: 192-row tiles are built for block_n 128 without multicast or split-K (asked for {})",
+  FP8T_CHECK(!rows192 || (config.block_n == 128 && config.k_splits <= 1 && config.multicast != Fp8GemmMulticast::ShareA),
+             "dense FP8 GEMM: 192-row tiles are built for block_n 128 without split-K or A multicast (asked for {})",
              config.describe());
   const bool split = config.k_splits > 1;
   FP8T_CHECK(!split || is_one_of(config.block_n, kDenseSplitBlockNs, kNumDenseSplit),
@@ -475,7 +467,10 @@ Fp8GemmConfig fp8_gemm_grouped_heuristic(int64_t m_total, int64_t n, int64_t k, 
   config.block_n = choose_block_n(m_total / kBlockM, n, k, 1, num_sms, kGroupedBlockNs, kNumGrouped);
   config.block_m = kBlockM;  // experts' rows are padded to 128: a 192-row tile could straddle two
   config.k_splits = 1;       // (dense only)
-  config.multicast = default_multicast();
+  // Pairs of column tiles sharing A (B multicast would pair two experts' tiles): 8 x 4096 tokens, N 4096, K 7168
+  // at block_n 192: 1149 vs 1090 TFLOP/s without (bench/gemm_notes.md run 31).
+  const int64_t n_blocks = (n + config.block_n - 1) / config.block_n;
+  config.multicast = config.block_n >= 128 && n_blocks >= 2 ? Fp8GemmMulticast::ShareA : Fp8GemmMulticast::None;
   return config;
 }
 
@@ -499,8 +494,12 @@ PreparedLaunch prepare_grouped(const Fp8GemmGroupedProblem& p, const Fp8GemmConf
   check_scales(p.a_scales, "grouped", "A");
   check_scales(p.b_scales, "grouped", "B");
   Fp8GemmConfig config = config_in;
-  if (config.block_n == 0)
-    config.block_n = fp8_gemm_grouped_heuristic(p.m_total, p.n, p.k, fp8_gemm_num_sms()).block_n;
+  if (config.block_n == 0) {
+    const Fp8GemmConfig heuristic = fp8_gemm_grouped_heuristic(p.m_total, p.n, p.k, fp8_gemm_num_sms());
+    config.block_n = heuristic.block_n;
+    if (config.multicast == Fp8GemmMulticast::Auto && config.epilogue == Fp8GemmEpilogue::TmaStore)
+      config.multicast = heuristic.multicast;
+  }
   FP8T_CHECK(is_one_of(config.block_n, kGroupedBlockNs, kNumGrouped),
              "grouped FP8 GEMM: block_n {} is not built (one of {})", config.block_n,
              list_of(kGroupedBlockNs, kNumGrouped));
