@@ -209,7 +209,8 @@ TEST(Fp8GemmDense, MulticastClustersBitExact) {
 }
 
 // Padded (cuBLASLt-native) scale layouts: the stage's scales arrive by bulk copy (block widths with one or two B
-// blocks per tile: 64, 128, 192; the others keep cp.async). Ragged M (not a multiple of 4: the copy reads the
+// blocks per tile: 32, 64, 128, 160, 192 -- 160-wide tiles start at all four 32-column offsets of a B block here;
+// the others keep cp.async). Ragged M (not a multiple of 4: the copy reads the
 // padding rows) and N (the last tile's second B block is clamped), K blocks not a multiple of 4, multicast pairs
 // with a member outside the matrix, a persistent grid that wraps the stage ring, the direct epilogue.
 TEST(Fp8GemmDense, BulkScaleCopiesBitExact) {
@@ -217,7 +218,7 @@ TEST(Fp8GemmDense, BulkScaleCopiesBitExact) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   using MC = ops::cuda::Fp8GemmMulticast;
   for (MC mc : {MC::None, MC::ShareA, MC::ShareB})
-    for (int block_n : {32, 64, 128, 192}) {
+    for (int block_n : {32, 64, 128, 160, 192}) {
       DenseCase c{3 * 128 + 17, 5 * block_n - 16, 640, block_n};
       c.multicast = mc;
       c.grid = 6;

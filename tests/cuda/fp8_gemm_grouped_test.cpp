@@ -125,7 +125,7 @@ TEST(Fp8GemmGrouped, BulkScaleCopiesBitExact) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   using MC = ops::cuda::Fp8GemmMulticast;
   for (MC mc : {MC::None, MC::ShareA})
-    for (int block_n : {64, 128, 192}) {
+    for (int block_n : {64, 128, 160, 192}) {
       SCOPED_TRACE("block_n " + std::to_string(block_n) + " multicast " + std::to_string(static_cast<int>(mc)));
       EXPECT_TRUE(run_grouped_case({130, 0, 256, 7}, 3 * block_n + 16, 640, block_n,
                                    ops::cuda::Fp8GemmEpilogue::TmaStore, seed + block_n, mc, 5, true));

@@ -15,12 +15,13 @@
 // reads its two rows' A scales and the B scale of its columns with shared-memory loads issued right after the
 // block's WGMMAs (while they run), forms sa*sb (one FP32 multiply, as the CPU model does), releases the stage after
 // wgmma.wait_group and promotes the 128-deep partial sum with one FMA per element. The B scale per tile:
-// BN dividing 128: one (ScaleB::Uniform); BN 192: two, the split at chunk 16 or 8 known per tile
-// (ScaleB::TwoBlocks); other widths: one per 8-column chunk (ScaleB::PerChunk, cp.async only).
+// BN dividing 128: one (ScaleB::Uniform); BN 160 / 192: two (every such tile spans exactly two B blocks), the split
+// at chunk (128 - n0 % 128) / 8 known per tile (ScaleB::TwoBlocks); 96 and 176: one per 8-column chunk
+// (ScaleB::PerChunk, cp.async only).
 // Register budget (math thread): BN/2 partial + BN/2 accumulators; BN = 192 is the widest that fits 232.
 // Tile rows: 128 (two math warpgroups) or 192 (three, block_n 128 only: Fp8GemmConfig::block_m, kWgs = 3 in the
 // kernel; B multicast or none). The heuristic uses 128 rows: with the scale reads issued while the WGMMAs run,
-// 128 x 192 tiles in B-sharing pairs measured at or above 192 x 128 on every DeepSeek-V3 shape (runs 27-33).
+// 128 x 192 tiles in B-sharing pairs measured at or above 192 x 128 on every DeepSeek-V3 shape (runs 28-34).
 // Block-size heuristic (fp8_gemm_host.cpp, choose_block_n, fitted to the H200 sweeps): BLOCK_M = 128 (above);
 // BLOCK_N from {32, 64, 96, 128, 160, 176, 192}: for M <= 256 the narrowest of 32/64/128/192 whose tiles fit in one
 // wave, else the fewest ceil(tiles / SMs) x per-tile cost (K blocks x (BN + 48, + 48 for per-chunk B scales)
@@ -28,7 +29,7 @@
 // leaves more than half the SMs idle, K is cut into SMs / tiles ranges (choose_split; measured: 128x2112x7168
 // 32 x 2 ranges, 1.16x cuBLASLt; 128x4096x7168 64 x 2, 1.08x; run 14/19/20 in bench/gemm_notes.md). TMA multicast
 // (2-CTA clusters sharing A or B, Fp8GemmConfig::multicast): the heuristic pairs row blocks sharing B for block_n
-// 128 / 192 when there are more than two row blocks (+0-5 %, runs 29-33); within +-3 % of none before the scale
+// 128 / 192 when there are more than two row blocks (+0-5 %, runs 28-34); within +-3 % of none before the scale
 // reads moved (run 5: the K loop, not L2 traffic, was the limit then).
 #include "ops/cuda/fp8_gemm_launch.cuh"
 

@@ -7,11 +7,11 @@
 //   one FP32 scale of A per (row, 128-wide K block); B's scale per (128-row block or row, K block).
 //
 // CTA = 3 warpgroups (384 threads), one CTA per SM, persistent over "units" (a 128 x BN output tile, or with
-// TMA multicast the pair of neighbouring tiles a 2-CTA cluster computes together). Template kWgs = 3 (dense,
-// BN <= 128, no multicast): 4 warpgroups (512 threads), three math warpgroups own 192-row tiles, producer 24 and
-// math 160 registers (128 * 24 + 384 * 160 = 64512); same tile bytes per MAC as 128 x 192 but a third of the
-// promotion per warpgroup, and three warpgroups sharing the tensor cores (run 21: 192 x 128 beats 128 x 192 by
-// 0.5-10 % at equal waves; the promotion's share of the no-load K loop drops from 16 % to 12 %).
+// TMA multicast the pair of neighbouring tiles a 2-CTA cluster computes together). Template kWgs = 3 (dense or
+// Wgrad, BN <= 128, no A multicast): 4 warpgroups (512 threads), three math warpgroups own 192-row tiles, producer
+// 24 and math 160 registers (128 * 24 + 384 * 160 = 64512); same tile bytes per MAC as 128 x 192 but a third of
+// the promotion per warpgroup (Wgrad's heuristic uses it; for dense, 128 x 192 in B-sharing pairs measured at or
+// above it once the scale reads moved, bench/gemm_notes.md runs 28-34).
 //   warpgroup 2 (producer; setmaxnreg 40): warp 8 alone issues, per K block of 128 and stage s,
 //       - 32 lanes: cp.async of the 128 A-scales (and the B-scales: 1, BN/8 or BN values) into the stage,
 //         then cp.async.mbarrier.arrive.noinc on full[s] (so the scales are part of the stage's arrival),
@@ -25,27 +25,34 @@
 //     reads, complete at wgmma.wait_group (a remote arrival is expensive: see mbar_arrive_cluster).
 //   warpgroups 0 and 1 (math; setmaxnreg 232; 0..2 with kWgs = 3): warpgroup w owns rows 64w..64w+63. Per K block:
 //       wait full[s]; 4 x wgmma m64nBNk32 into `partial` (the first with scale-d = 0, i.e. into zeroed
-//       registers); commit; wait; then PROMOTION in FP32 on the CUDA cores:
+//       registers); commit; SCALE FLOW: while those run, the thread's two A scales and the tile's B scale(s)
+//       come from the stage by ld.shared (lds_f32: the stage pointers are integer-aligned, so plain C++ loads
+//       were generic LD.E -- 3-6 % on the large shapes, run 27) and are multiplied, sa*sb per row (and per B
+//       block); wait; release the stage (empty[s], and the partner CTA's empty[s] in a cluster); then
+//       PROMOTION in FP32 on the CUDA cores, no memory access left on that path:
 //           acc = fma(scale_a * scale_b, partial, acc)        (__fmul_rn then __fmaf_rn, per element)
-//       then release the stage (empty[s], and the partner CTA's empty[s] in a cluster). While one warpgroup
-//       promotes, the other's WGMMAs keep the tensor cores busy; the producer runs up to kStages K blocks
-//       ahead, across tile boundaries.
+//       (Wgrad's per-column B scales: read after the wait with three math warpgroups -- 160 registers leave no
+//       room for BN/4 more --, while the WGMMAs run with two.) While one warpgroup promotes, the other's
+//       WGMMAs keep the tensor cores busy; the producer runs up to kStages K blocks ahead, across tile
+//       boundaries. ptxas 13.0 alternates the yield hint on the promotion's FFMAs by itself (the SASS patch
+//       DeepGEMM describes; scripts/gpu/ffma_yield.py: forcing all set -11 %, all clear -2 %, run 26).
 //   This is exactly the CPU Hopper model num::hopper_dot_scaled with promote_interval 128: four FP22 blocks
 //   of 32 products chained from zero, then acc = fma(sa*sb, chain, acc) in K order.
 // Register budget (per math thread): BN/2 partial + BN/2 acc FP32 registers (BN = 192: 192) + ~30 for
-// addresses and scales, under the 232 setmaxnreg grants; 128*40 + 256*232 = 64512 <= 65536 registers.
+// addresses and scales (+ BN/4 column scales for the two-warpgroup Wgrad), under the 232 setmaxnreg grants;
+// 128*40 + 256*232 = 64512 <= 65536 registers. ptxas reports no spills for the production instantiations.
 // Shared memory (dynamic, 1024-aligned): [D staging BM*BN*2 (BF16 TMA-store epilogue only)]
 //   [kStages x A 16 KiB][kStages x B BN*128][kStages x 128 A-scales][kStages x B-scales][barriers];
 //   kStages is the largest count that fits in 227 KiB (at most 8).
-// Epilogues: Bf16Tma (each warpgroup writes its 64 x BN BF16 block into swizzled shared memory in atoms of
-//   64/32/16 columns -- 128/64/32-byte swizzle, conflict-free -- fence.proxy.async, then one thread issues
+// Epilogues: Bf16Tma (each warpgroup writes its 64 x BN BF16 block into swizzled shared memory (st.shared) in
+//   atoms of 64/32/16 columns -- 128/64/32-byte swizzle, conflict-free -- fence.proxy.async, then one thread issues
 //   one TMA store per atom; the next tile waits only for the store to finish reading), Bf16Direct and
 //   Fp32Direct (st.global per thread, edges predicated; Fp32Direct optionally adds C: d = c + acc), and
 //   Bf16SplitK (dense, few row blocks): a unit is one K range of a tile; its FP32 block goes to a workspace,
 //   an arrival counter per (tile, warpgroup) finds the last range to finish, and that warpgroup adds the
 //   ranges in range order (its own from registers, reusing the partial-sum registers for the total) and
 //   stores BF16 -- the arithmetic of num::hopper_dot_scaled_split, deterministic for a given k_splits.
-// Measured on the H200 (bench/gemm_notes.md, runs 1-5): every variant here, bit-exact and sanitizer-clean.
+// Measured on the H200 (bench/gemm_notes.md, runs 1-41): every variant here, bit-exact and sanitizer-clean.
 // Experiment flags (fp8_gemm_plan.h; production kernels use 0): kFlagNoPromote, kFlagDoubleBuffer (serialised
 // by ptxas, C7514), kFlagNoLoad, kFlagNoTiles, kFlagNoScaleLoads, kFlagPingPong, stage caps.
 #pragma once
@@ -147,7 +154,7 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
   constexpr bool kPingPong = (kFlags & kFlagPingPong) != 0;
   constexpr bool kBulkScales = (kFlags & kFlagBulkScales) != 0;
   static_assert(!kBulkScales || kScaleB != ScaleB::PerChunk, "bulk scale copies: not for per-chunk B scales");
-  static_assert(kScaleB != ScaleB::TwoBlocks || BN == 192, "ScaleB::TwoBlocks is the BN = 192 split");
+  static_assert(kScaleB != ScaleB::TwoBlocks || BN == 160 || BN == 192, "ScaleB::TwoBlocks: block_n 160 or 192");
   static_assert(!kDoubleBuffer || BN <= 128, "double-buffered partial sums need block_n <= 128 (registers)");
 
   extern __shared__ uint8_t smem_raw[];
@@ -345,7 +352,8 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
         }
       };
       // acc = fma(product, P, acc) for ScaleB::Uniform / TwoBlocks. TwoBlocks: chunks [0, kSplit) lie in block
-      // n0/128, the rest in the next one (kSplit = 16 or 8 for BN = 192: two unrolled copies, no per-chunk select).
+      // n0/128, the rest in the next one (kSplit = (128 - n0 % 128) / 8: 16 or 8 for BN = 192, 16, 12, 8 or 4 for
+      // BN = 160; one unrolled copy per value, no per-chunk select).
       auto fma_products = [&](float (&P)[kAcc], float4 q) {
         auto fma_all = [&]<int kSplit>() {
 #pragma unroll
@@ -357,9 +365,16 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
             acc[4 * j + 3] = __fmaf_rn(q1, P[4 * j + 3], acc[4 * j + 3]);
           }
         };
-        if constexpr (kScaleB == ScaleB::TwoBlocks) {
+        if constexpr (kScaleB == ScaleB::TwoBlocks && BN == 192) {
           if ((t.n0 & 127) == 0) fma_all.template operator()<16>();
           else fma_all.template operator()<8>();
+        } else if constexpr (kScaleB == ScaleB::TwoBlocks) {
+          switch ((t.n0 & 127) >> 5) {
+            case 0: fma_all.template operator()<16>(); break;
+            case 1: fma_all.template operator()<12>(); break;
+            case 2: fma_all.template operator()<8>(); break;
+            default: fma_all.template operator()<4>(); break;
+          }
         } else {
           fma_all.template operator()<kAcc / 4>();
         }

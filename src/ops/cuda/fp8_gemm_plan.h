@@ -25,8 +25,9 @@ inline constexpr int kSmemLimit = 232448;  // sm_90 opt-in dynamic shared memory
 enum class ScaleB : int {
   Uniform,    // 128x128 blocks and BN divides 128: one value per tile and K block
   PerChunk,   // 128x128 blocks, any BN: one value per 8-column chunk (a chunk never straddles a block)
-  TwoBlocks,  // 128x128 blocks, BN = 192: tiles start at column 0 or 64 of a block, so the first 16 or 8 chunks
-              // use block n0/128 and the rest the next one; two values per tile and K block
+  TwoBlocks,  // 128x128 blocks, BN = 160 or 192: every tile spans exactly two B blocks (it starts at column 0, 32,
+              // 64 or 96 of a block for 160; 0 or 64 for 192), so its first (128 - n0 % 128) / 8 chunks use block
+              // n0/128 and the rest the next one; two values per tile and K block
   PerColumn,  // 1x128 tiles of B (Wgrad): one value per column
 };
 enum class Schedule : int {
@@ -47,7 +48,7 @@ enum class Multicast : int {
 constexpr int cluster_size(Multicast mc) { return mc == Multicast::None ? 1 : 2; }
 // The B-scale shape of a dense/grouped tile width (128x128 B blocks).
 constexpr ScaleB block_scale_b(int bn) {
-  return 128 % bn == 0 ? ScaleB::Uniform : (bn == 192 ? ScaleB::TwoBlocks : ScaleB::PerChunk);
+  return 128 % bn == 0 ? ScaleB::Uniform : (bn == 160 || bn == 192 ? ScaleB::TwoBlocks : ScaleB::PerChunk);
 }
 
 // Experiment switches (template flags; production kernels use 0). kFlagNoPromote: WGMMA accumulates over the
