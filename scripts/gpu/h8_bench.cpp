@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -443,11 +444,20 @@ void bench_dense(Timing& timing, int64_t m, int64_t n, int64_t k, bool sweep, bo
     };
     using MC = Fp8GemmMulticast;
     std::vector<Exp> exps;
-    if (!g_exp_names.empty()) {  // --exp NAMES: each named experiment at the heuristic's tile (and 128/192 wide)
-      for (const std::string& ex : g_exp_names) {
-        exps.push_back({heur.block_n, heur.multicast, g_exp_pool.insert(ex).first->c_str(), heur.block_m});
-        if (m > 256 && heur.block_m != 192) exps.push_back({128, MC::None, g_exp_pool.insert(ex).first->c_str(), 192});
-        if (m > 256 && heur.block_n != 192) exps.push_back({192, MC::None, g_exp_pool.insert(ex).first->c_str(), 128});
+    if (!g_exp_names.empty()) {
+      // --exp NAME[@BN[-|A|B]],...: each named experiment at the heuristic's tile, or at 128 x BN with the given
+      // multicast (none, A, B)
+      for (const std::string& spec : g_exp_names) {
+        const size_t at = spec.find('@');
+        const char* name = g_exp_pool.insert(spec.substr(0, at)).first->c_str();
+        if (at == std::string::npos) {
+          exps.push_back({heur.block_n, heur.multicast, name, heur.block_m});
+          continue;
+        }
+        const std::string tile = spec.substr(at + 1);
+        const char mc = tile.empty() ? '-' : tile.back();
+        const int bn = std::atoi(tile.c_str());
+        exps.push_back({bn, mc == 'A' ? MC::ShareA : (mc == 'B' ? MC::ShareB : MC::None), name, 128});
       }
     } else if (g_rows192) {  // the cost split of 128- and 192-row tiles at block_n 128
       if (m > 256)
@@ -562,12 +572,23 @@ void bench_grouped(Timing& timing, const std::vector<int>& tokens, int64_t n, in
   const bool even = std::all_of(tokens.begin(), tokens.end(), [&](int t) { return t == tokens[0]; });
   const std::string shape = fmt::format("{}e {}tok{} n{} k{}", groups, real_rows, even ? "" : " uneven", n, k);
   const std::vector<uint8_t> ha = random_e4m3(static_cast<size_t>(m * k), 21), hb = random_e4m3(static_cast<size_t>(groups * n * k), 22);
+  // Scales in both layouts: row-major ([m][kb], [e][nb][kb]: QuantTensor's) and cuBLASLt-native padded (A MN-major
+  // [kb][m], B rows padded to a multiple of 4 K blocks: [e][nb][ld]), which takes the bulk scale copies.
+  const int64_t ld = (kb + 3) / 4 * 4;
   const std::vector<float> hsa = random_scales(static_cast<size_t>(m * kb), 23), hsb = random_scales(static_cast<size_t>(groups * nb * kb), 24);
-  Buf a(ha.size()), b(hb.size()), sa(hsa.size() * 4), sb(hsb.size() * 4), d(static_cast<size_t>(m * n) * 2), doff(off.size() * 4);
+  std::vector<float> hsa_mn(static_cast<size_t>(kb * m)), hsb_pad(static_cast<size_t>(groups * nb * ld), 1.0f);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t g = 0; g < kb; ++g) hsa_mn[g * m + i] = hsa[i * kb + g];
+  for (int64_t r = 0; r < groups * nb; ++r)
+    for (int64_t g = 0; g < kb; ++g) hsb_pad[r * ld + g] = hsb[r * kb + g];
+  Buf a(ha.size()), b(hb.size()), sa(hsa.size() * 4), sb(hsb.size() * 4), sa_mn(hsa_mn.size() * 4),
+      sb_pad(hsb_pad.size() * 4), d(static_cast<size_t>(m * n) * 2), doff(off.size() * 4);
   upload(a, ha);
   upload(b, hb);
   upload(sa, hsa);
   upload(sb, hsb);
+  upload(sa_mn, hsa_mn);
+  upload(sb_pad, hsb_pad);
   upload(doff, off);
   Fp8GemmGroupedProblem p;
   p.m_total = m;
@@ -576,10 +597,13 @@ void bench_grouped(Timing& timing, const std::vector<int>& tokens, int64_t n, in
   p.num_groups = groups;
   p.row_offsets = doff.as<int32_t>();
   p.a = a.as<uint8_t>();
-  p.a_scales = row_major_scale_view(sa.as<float>(), kb);
+  p.a_scales = ScaleView{sa_mn.as<float>(), 1, m, 0};
   p.b = b.as<uint8_t>();
-  p.b_scales = row_major_scale_view(sb.as<float>(), kb, nb * kb);
+  p.b_scales = ScaleView{sb_pad.as<float>(), ld, 1, nb * ld};
   p.d = d.as<uint16_t>();
+  Fp8GemmGroupedProblem p_rowmajor = p;
+  p_rowmajor.a_scales = row_major_scale_view(sa.as<float>(), kb);
+  p_rowmajor.b_scales = row_major_scale_view(sb.as<float>(), kb, nb * kb);
   // FLOPs of the real tokens (padding rows are overhead the kernel pays).
   const double flops = 2.0 * real_rows * n * k;
   const double bytes = static_cast<double>(m * k + groups * n * k + 2 * m * n);
@@ -595,11 +619,14 @@ void bench_grouped(Timing& timing, const std::vector<int>& tokens, int64_t n, in
         if (c.block_n != variants[0].block_n || c.multicast != variants[0].multicast) variants.push_back(c);
       }
   }
+  variants.push_back(variants[0]);  // last: the heuristic's configuration with row-major scales (cp.async path)
   std::vector<uint16_t> hd;
   for (size_t vi = 0; vi < variants.size(); ++vi) {
     const Fp8GemmConfig& cfg = variants[vi];
+    const bool rowmajor = vi + 1 == variants.size();
+    const Fp8GemmGroupedProblem& pv = rowmajor ? p_rowmajor : p;
     CK(cudaMemset(d.p, 0xA5, d.bytes));
-    fp8_gemm_grouped(p, cfg, nullptr);
+    fp8_gemm_grouped(pv, cfg, nullptr);
     hd = download<uint16_t>(d, static_cast<size_t>(m * n));
     SampleCheck total;
     for (int e = 0; e < groups; ++e) {
@@ -615,8 +642,10 @@ void bench_grouped(Timing& timing, const std::vector<int>& tokens, int64_t n, in
       if (c.bad && total.bad == 0) total.first = fmt::format("expert {} {}", e, c.first);
       total.bad += c.bad;
     }
-    Result r{"grouped", shape, fmt::format("ours bn{} mc{}{}", cfg.block_n, mc_name(cfg.multicast), vi == 0 ? " (heur)" : "")};
-    r.ms = timing.ms([&] { fp8_gemm_grouped(p, cfg, nullptr); });
+    Result r{"grouped", shape,
+             fmt::format("ours bn{} mc{}{}", cfg.block_n, mc_name(cfg.multicast),
+                         rowmajor ? " row-major scales" : (vi == 0 ? " (heur)" : ""))};
+    r.ms = timing.ms([&] { fp8_gemm_grouped(pv, cfg, nullptr); });
     r.note = check_note(total);
     report(r, flops, bytes);
   }
