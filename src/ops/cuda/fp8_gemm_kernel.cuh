@@ -295,6 +295,24 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
     uint32_t it = 0;
     for (int unit = cluster_id; unit < args.num_units; unit += num_clusters) {
       const TileCoord t = tile_coord<kSched, kMc, BN, kBM>(args, unit, rank);
+      if constexpr (kOut == Output::Fp32Direct) {
+        // Wgrad += C: the tile's C lines go to L2 now, so that the epilogue's loads after the K loop hit L2 and
+        // C's DRAM traffic overlaps the K loop. The quad of threads holding a row's fragments splits its lines.
+        if (args.c != nullptr) {
+          const long long base =
+              (kSched == Schedule::GroupedK ? static_cast<long long>(t.group) * args.m * args.n : 0) + t.n0;
+          constexpr int kLines = BN * 4 / 128;  // 128-byte lines per tile row
+          for (int l = lane % 4; l < kLines; l += 4) {
+            const int col = t.n0 + 32 * l;
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int row = t.m0 + wg * 64 + row_in_wg + 8 * half;
+              if (row < args.m && col < args.n)
+                prefetch_l2(args.c + base + static_cast<long long>(row) * args.n + 32 * l);
+            }
+          }
+        }
+      }
       float acc[kAcc];
       if constexpr (kPromote) {
 #pragma unroll
