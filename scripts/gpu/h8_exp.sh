@@ -30,7 +30,7 @@ if has sassdump; then  # SASS of the production dense kernels (192x128 three war
   for k in ILi128ELNS2_6ScaleBE0ELNS2_8ScheduleE0ELNS2_6OutputE0ELNS2_9MulticastE0ELi128ELi3E \
            ILi128ELNS2_6ScaleBE0ELNS2_8ScheduleE0ELNS2_6OutputE0ELNS2_9MulticastE0ELi128ELi2E \
            ILi192ELNS2_6ScaleBE2ELNS2_8ScheduleE0ELNS2_6OutputE0ELNS2_9MulticastE0ELi128ELi2E; do
-    awk -v k="$k" '/Function :/ {p = index($0, k) > 0} p' "$L/sass_all.txt" > "$L/sass_$(echo $k | cut -c1-8)_$(echo $k | grep -o 'Li[0-9]ELi[23]E$' | cut -c1-8).txt"
+    awk -v k="$k" '/Function :/ {p = index($0, k) > 0} p' "$L/sass_all.txt" > "$L/sass_bn$(echo $k | cut -c4-6)_wg$(echo $k | grep -o '[23]E$' | cut -c1).txt"
   done
   ls -la "$L"/sass_*; gzip "$L/sass_all.txt"
 fi

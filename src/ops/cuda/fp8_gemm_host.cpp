@@ -387,10 +387,10 @@ PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& 
     // The heuristic's tile, unless the config asks for something it does not combine with: split-K (then the
     // heuristic's split width, or 64), A multicast (then 128-row tiles) or 192-row tiles (then block_n 128);
     // the heuristic's multicast with its own tile.
-    const bool mc = config.multicast == Fp8GemmMulticast::ShareA;
+    const bool share_a = config.multicast == Fp8GemmMulticast::ShareA;
     config.block_n = config.k_splits > 1 && heuristic.k_splits == 1 ? 64 : heuristic.block_n;
     if (config.k_splits == 0) config.k_splits = heuristic.k_splits;
-    if (config.block_m == 0) config.block_m = mc || config.k_splits > 1 ? kBlockM : heuristic.block_m;
+    if (config.block_m == 0) config.block_m = share_a || config.k_splits > 1 ? kBlockM : heuristic.block_m;
     if (config.block_m == kBlockM && heuristic.block_m != kBlockM && config.k_splits <= 1)
       config.block_n = choose_block_n((p.m + kBlockM - 1) / kBlockM, p.n, p.k, 1, num_sms, kDenseBlockNs, kNumDense);
     if (config.block_m == 192) config.block_n = 128;  // the width 192-row tiles are built for

@@ -314,10 +314,8 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
         }
       }
       float acc[kAcc];
-      if constexpr (kPromote) {
 #pragma unroll
-        for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
-      }
+      for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;  // (the no-promotion experiment overwrites it: scale-d 0)
       float partial[kAcc];
 
       // One K block: 4 WGMMAs (K = 32 each) of the stage into P, the first into zeroed registers (scale-d 0).
@@ -347,13 +345,24 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
           if (lane == 0) mbar_arrive_cluster(peer_bar_base + 8 * (S + s));
         }
       };
+      // This thread's two A scales of stage s (rows row_in_wg and row_in_wg + 8 of its warpgroup).
+      auto a_scales = [&](uint32_t s) {
+        const uint32_t sfa = sfa_addr(s) + 4 * (wg * 64 + row_in_wg);
+        return make_float2(lds_f32(sfa), lds_f32(sfa + 32));
+      };
+      // Per-column promotion (Wgrad) of 8-column chunk j: two products sa*sb per element (the model's order).
+      auto fma_column_chunk = [&](float (&P)[kAcc], int j, float2 sa, float2 sb) {
+        acc[4 * j + 0] = __fmaf_rn(__fmul_rn(sa.x, sb.x), P[4 * j + 0], acc[4 * j + 0]);
+        acc[4 * j + 1] = __fmaf_rn(__fmul_rn(sa.x, sb.y), P[4 * j + 1], acc[4 * j + 1]);
+        acc[4 * j + 2] = __fmaf_rn(__fmul_rn(sa.y, sb.x), P[4 * j + 2], acc[4 * j + 2]);
+        acc[4 * j + 3] = __fmaf_rn(__fmul_rn(sa.y, sb.y), P[4 * j + 3], acc[4 * j + 3]);
+      };
       // The scale products of a K block for this thread's two rows: (sa0*sb, sa1*sb) for ScaleB::Uniform,
       // (sa0*sb0, sa1*sb0, sa0*sb1, sa1*sb1) for ScaleB::TwoBlocks (sb0: block n0/128, sb1: the next one).
       auto scale_products = [&](uint32_t s, int kb) {
-        const uint32_t sfa = sfa_addr(s) + 4 * (wg * 64 + row_in_wg);
         const uint32_t sfb = sfb_addr(s);
-        const float sa0 = lds_f32(sfa);
-        const float sa1 = lds_f32(sfa + 32);
+        const float2 sa = a_scales(s);
+        const float sa0 = sa.x, sa1 = sa.y;
         if constexpr (kScaleB == ScaleB::TwoBlocks) {
           // Slot of this K block's value in each group of four (bulk copies), or slot 0 (cp.async).
           auto slot = [&](int q) {
@@ -403,15 +412,13 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
         if constexpr (kScaleB == ScaleB::Uniform || kScaleB == ScaleB::TwoBlocks) {
           fma_products(P, scale_products(s, kb));
         } else {
-          const uint32_t sfa = sfa_addr(s) + 4 * (wg * 64 + row_in_wg);
           const uint32_t sfb = sfb_addr(s);
-          const float sa0 = lds_f32(sfa);
-          const float sa1 = lds_f32(sfa + 32);
+          const float2 sa = a_scales(s);
           if constexpr (kScaleB == ScaleB::PerChunk) {
 #pragma unroll
             for (int j = 0; j < kAcc / 4; ++j) {
               const float sb = lds_f32(sfb + 4 * j);
-              const float p0 = __fmul_rn(sa0, sb), p1 = __fmul_rn(sa1, sb);
+              const float p0 = __fmul_rn(sa.x, sb), p1 = __fmul_rn(sa.y, sb);
               acc[4 * j + 0] = __fmaf_rn(p0, P[4 * j + 0], acc[4 * j + 0]);
               acc[4 * j + 1] = __fmaf_rn(p0, P[4 * j + 1], acc[4 * j + 1]);
               acc[4 * j + 2] = __fmaf_rn(p1, P[4 * j + 2], acc[4 * j + 2]);
@@ -419,13 +426,7 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
             }
           } else {  // ScaleB::PerColumn (Wgrad): two multiplies per element
 #pragma unroll
-            for (int j = 0; j < kAcc / 4; ++j) {
-              const float2 sb = lds_f32x2(sfb + 4 * (8 * j + quad_col));
-              acc[4 * j + 0] = __fmaf_rn(__fmul_rn(sa0, sb.x), P[4 * j + 0], acc[4 * j + 0]);
-              acc[4 * j + 1] = __fmaf_rn(__fmul_rn(sa0, sb.y), P[4 * j + 1], acc[4 * j + 1]);
-              acc[4 * j + 2] = __fmaf_rn(__fmul_rn(sa1, sb.x), P[4 * j + 2], acc[4 * j + 2]);
-              acc[4 * j + 3] = __fmaf_rn(__fmul_rn(sa1, sb.y), P[4 * j + 3], acc[4 * j + 3]);
-            }
+            for (int j = 0; j < kAcc / 4; ++j) fma_column_chunk(P, j, sa, lds_f32x2(sfb + 4 * (8 * j + quad_col)));
           }
         }
         release(s);
@@ -518,9 +519,8 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
         for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
           wait_full(it);
           issue(partial, it % S);
-          const uint32_t sfa = sfa_addr(it % S) + 4 * (wg * 64 + row_in_wg);
           const uint32_t sfb = sfb_addr(it % S) + 4 * quad_col;
-          const float sa0 = lds_f32(sfa), sa1 = lds_f32(sfa + 32);
+          const float2 sa = a_scales(it % S);
           float2 sb[kAcc / 4];
 #pragma unroll
           for (int j = 0; j < kAcc / 4; ++j) sb[j] = lds_f32x2(sfb + 32 * j);
@@ -529,12 +529,7 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
           for (int i = 0; i < kAcc; ++i) fence_register(partial[i]);
           release(it % S);
 #pragma unroll
-          for (int j = 0; j < kAcc / 4; ++j) {
-            acc[4 * j + 0] = __fmaf_rn(__fmul_rn(sa0, sb[j].x), partial[4 * j + 0], acc[4 * j + 0]);
-            acc[4 * j + 1] = __fmaf_rn(__fmul_rn(sa0, sb[j].y), partial[4 * j + 1], acc[4 * j + 1]);
-            acc[4 * j + 2] = __fmaf_rn(__fmul_rn(sa1, sb[j].x), partial[4 * j + 2], acc[4 * j + 2]);
-            acc[4 * j + 3] = __fmaf_rn(__fmul_rn(sa1, sb[j].y), partial[4 * j + 3], acc[4 * j + 3]);
-          }
+          for (int j = 0; j < kAcc / 4; ++j) fma_column_chunk(partial, j, sa, sb[j]);
         }
       } else {
         for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
