@@ -22,7 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/model.h"
-#include "ops/kernels.h"
+#include "ops/op_table.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
 

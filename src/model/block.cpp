@@ -22,12 +22,12 @@ Tensor Block::forward(const StepContext& ctx, const Tensor& x, State* st, double
   // h = x + MLA(RMSNorm(x))
   const Tensor a = attn_norm_.forward(ctx, x, prefix_ + ".attn_norm", keep ? &st->attn_norm : nullptr);
   const Tensor h = attn_.forward(ctx, a, keep ? &st->attn : nullptr);
-  ops::axpy(1.0, x, h);
+  ops::axpy(ctx.exec, 1.0, x, h);
   // y = h + FFN(RMSNorm(h))
   const Tensor b = ffn_norm_.forward(ctx, h, prefix_ + ".ffn_norm", keep ? &st->ffn_norm : nullptr);
   const Tensor y = moe_ ? moe_->forward(ctx, b, keep ? &st->moe : nullptr, balance_loss)
                         : ffn_.forward(ctx, b, keep ? &st->ffn : nullptr);
-  ops::axpy(1.0, h, y);
+  ops::axpy(ctx.exec, 1.0, h, y);
   return y;
 }
 

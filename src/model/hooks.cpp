@@ -55,16 +55,17 @@ SavedTensor ActivationCache::maybe_save(const Tensor& t, const CacheSite& site) 
 }
 
 void GemmLinearCompute::fprop(const LinearSite&, const Tensor& x, const Tensor& w, const Tensor& y) {
-  ops::gemm(x, false, w, true, y, {.alpha = 1.0, .beta = 0.0, .round_inputs_bf16 = bf16_});
+  ops::gemm(ExecCtx::on(x.device()), x, false, w, true, y, {.alpha = 1.0, .beta = 0.0, .round_inputs_bf16 = bf16_});
 }
 
 void GemmLinearCompute::dgrad(const LinearSite&, const Tensor& dy, const Tensor& w, const Tensor& dx,
                               bool accumulate) {
-  ops::gemm(dy, false, w, false, dx, {.alpha = 1.0, .beta = accumulate ? 1.0 : 0.0, .round_inputs_bf16 = bf16_});
+  ops::gemm(ExecCtx::on(dy.device()), dy, false, w, false, dx,
+            {.alpha = 1.0, .beta = accumulate ? 1.0 : 0.0, .round_inputs_bf16 = bf16_});
 }
 
 void GemmLinearCompute::wgrad(const LinearSite&, const Tensor& dy, const Tensor& x, const Tensor& dw) {
-  ops::gemm(dy, true, x, false, dw, {.alpha = 1.0, .beta = 1.0, .round_inputs_bf16 = bf16_});
+  ops::gemm(ExecCtx::on(dy.device()), dy, true, x, false, dw, {.alpha = 1.0, .beta = 1.0, .round_inputs_bf16 = bf16_});
 }
 
 void LinearCompute::grouped_fprop(const std::vector<LinearGroupItem>& items) {

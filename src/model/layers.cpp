@@ -47,7 +47,7 @@ Tensor RMSNorm::forward(const StepContext& ctx, const Tensor& x, const std::stri
 void RMSNorm::forward(const StepContext& ctx, const Tensor& x, const Tensor& y, const std::string& site,
                       State* state, bool keep_output) const {
   Tensor rstd = Tensor::empty({x.size(0)}, x.dtype(), MemCategory::Workspace, x.device());
-  ops::rmsnorm_forward(x, weight_, eps_, y, rstd);
+  ops::rmsnorm_forward(ctx.exec, x, weight_, eps_, y, rstd);
   if (ctx.training && state) {
     state->x = ctx.cache->save(x, {site, CacheKind::NormInput});
     state->rstd = ctx.cache->save(rstd, {site, CacheKind::NormRstd});
@@ -60,13 +60,14 @@ Tensor RMSNorm::output(const StepContext& ctx, const State& state) const {
   if (y.defined()) return y;
   const Tensor x = ctx.cache->load(state.x);
   y = Tensor::empty({x.size(0), x.size(1)}, x.dtype(), MemCategory::Workspace, x.device());
-  ops::rmsnorm_forward(x, weight_, eps_, y, Tensor());
+  ops::rmsnorm_forward(ctx.exec, x, weight_, eps_, y, Tensor());
   return y;
 }
 
 void RMSNorm::backward(const StepContext& ctx, const State& state, const Tensor& dy, const Tensor& dx,
                        bool accumulate) const {
-  ops::rmsnorm_backward(ctx.cache->load(state.x), weight_, ctx.cache->load(state.rstd), dy, dx, grad_, accumulate);
+  ops::rmsnorm_backward(ctx.exec, ctx.cache->load(state.x), weight_, ctx.cache->load(state.rstd), dy, dx, grad_,
+                        accumulate);
 }
 
 SwigluFFN::SwigluFFN(ParameterSet& params, const std::string& name, int64_t hidden, int64_t ffn_dim, DType dtype,
@@ -83,7 +84,7 @@ SwigluFFN::SwigluFFN(ParameterSet& params, const std::string& name, int64_t hidd
 Tensor SwigluFFN::forward(const StepContext& ctx, const Tensor& x, State* state) const {
   const Tensor gate_up = w13_.forward(ctx, x);  // [tokens, 2F]: W1·x | W3·x
   const Tensor act = Tensor::empty({x.size(0), ffn_dim()}, x.dtype(), MemCategory::Workspace, x.device());
-  ops::swiglu_forward(gate_up, act);  // silu(W1·x) ∘ (W3·x)
+  ops::swiglu_forward(ctx.exec, gate_up, act);  // silu(W1·x) ∘ (W3·x)
   if (ctx.training && state) {
     state->gate_up = ctx.cache->save(gate_up, {name_, CacheKind::SwigluInput});
     state->act = ctx.cache->maybe_save(act, {name_, CacheKind::SwigluOutput});
@@ -97,12 +98,12 @@ void SwigluFFN::backward(const StepContext& ctx, const State& state, const Tenso
   Tensor act = ctx.cache->load(state.act);
   if (!act.defined()) {  // recompute silu(gate)∘up from the kept gate|up
     act = Tensor::empty({x.size(0), ffn_dim()}, x.dtype(), MemCategory::Workspace, x.device());
-    ops::swiglu_forward(gate_up, act);
+    ops::swiglu_forward(ctx.exec, gate_up, act);
   }
   const Tensor dact = Tensor::empty({x.size(0), ffn_dim()}, x.dtype(), MemCategory::Workspace, x.device());
   w2_.backward(ctx, dy, act, dact, false);
   const Tensor dgate_up = Tensor::empty({x.size(0), 2 * ffn_dim()}, x.dtype(), MemCategory::Workspace, x.device());
-  ops::swiglu_backward(gate_up, dact, dgate_up);
+  ops::swiglu_backward(ctx.exec, gate_up, dact, dgate_up);
   w13_.backward(ctx, dgate_up, x, dx, accumulate);
 }
 

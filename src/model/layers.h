@@ -8,11 +8,13 @@
 
 #include "model/hooks.h"
 #include "model/parameter.h"
+#include "tensor/exec_ctx.h"
 
 namespace fp8train::model {
 
 // Per-call settings shared by every layer of one forward/backward.
 struct StepContext {
+  ExecCtx exec;  // the device and stream every op of this pass runs on
   int64_t batch = 0, seq = 0;
   bool training = false;  // keep what backward needs (through `cache`)
   LinearCompute* linear = nullptr;

@@ -30,17 +30,18 @@ MLA::MLA(ParameterSet& params, const std::string& name, const ModelConfig& c, DT
 Tensor MLA::up_project_q(const StepContext& ctx, const Tensor& c_q_normed) const {
   const int64_t n = c_q_normed.size(0), dqk = nope_ + rope_;
   Tensor q = wq_b_.forward(ctx, c_q_normed).view({n, heads_, dqk});  // q^C_i | W_QR_i·c_Q per head
-  ops::rope_(q.narrow(2, nope_, rope_), ctx.seq, theta_, false);      // q^R = RoPE(W_QR·c_Q)
+  ops::rope_(ctx.exec, q.narrow(2, nope_, rope_), ctx.seq, theta_, false);  // q^R = RoPE(W_QR·c_Q)
   return q;
 }
 
-Tensor MLA::assemble_k(const Tensor& kv, const Tensor& k_rope) const {
+Tensor MLA::assemble_k(const StepContext& ctx, const Tensor& kv, const Tensor& k_rope) const {
   const int64_t n = kv.size(0), dqk = nope_ + rope_, dkv = nope_ + vdim_;
   Tensor k = Tensor::empty({n, heads_, dqk}, kv.dtype(), MemCategory::Workspace, kv.device());
   // k^C_i: the first d_nope of each head's k|v, seen as [tokens·heads, d_nope] matrices
-  ops::copy(kv.as_strided({n * heads_, nope_}, {dkv, 1}), k.as_strided({n * heads_, nope_}, {dqk, 1}));
+  ops::copy(ctx.exec, kv.as_strided({n * heads_, nope_}, {dkv, 1}), k.as_strided({n * heads_, nope_}, {dqk, 1}));
   // k^R: the same rotated key for every head
-  for (int64_t h = 0; h < heads_; ++h) ops::copy(k_rope, k.as_strided({n, rope_}, {heads_ * dqk, 1}, h * dqk + nope_));
+  for (int64_t h = 0; h < heads_; ++h)
+    ops::copy(ctx.exec, k_rope, k.as_strided({n, rope_}, {heads_ * dqk, 1}, h * dqk + nope_));
   return k;
 }
 
@@ -61,13 +62,13 @@ Tensor MLA::forward(const StepContext& ctx, const Tensor& h, State* st) const {
   const Tensor c_kv_normed = kv_norm_.forward(ctx, kva.cols(0, kv_rank_), name_ + ".kv_norm",
                                               keep ? &st->kv_norm : nullptr);
   const Tensor k_rope = kva.cols(kv_rank_, kv_rank_ + rope_);
-  ops::rope_(kva.as_strided({n, 1, rope_}, {kv_rank_ + rope_, rope_, 1}, kv_rank_), ctx.seq, theta_, false);
+  ops::rope_(ctx.exec, kva.as_strided({n, 1, rope_}, {kv_rank_ + rope_, rope_, 1}, kv_rank_), ctx.seq, theta_, false);
   const Tensor kv = wkv_b_.forward(ctx, c_kv_normed);  // [k^C_i | v_i] per head = [W_UK; W_UV]·c_KV
-  const Tensor k = assemble_k(kv, k_rope);
+  const Tensor k = assemble_k(ctx, kv, k_rope);
   // causal attention with scale 1/sqrt(d_nope + d_rope)
   const Tensor o = Tensor::empty({n, heads_, vdim_}, h.dtype(), MemCategory::Workspace, h.device());
   const Tensor lse = Tensor::empty({ctx.batch, heads_, ctx.seq}, h.dtype(), MemCategory::Workspace, h.device());
-  ops::attention_forward(q, k, value_view(kv), o, lse, ctx.batch, scale_);
+  ops::attention_forward(ctx.exec, q, k, value_view(kv), o, lse, ctx.batch, scale_);
   const Tensor o2 = o.view({n, heads_ * vdim_});
   if (keep) {
     st->q = ctx.cache->maybe_save(q, {name_, CacheKind::MlaUpProjection});
@@ -104,21 +105,22 @@ void MLA::backward(const StepContext& ctx, const State& st, const Tensor& dy, co
     kv = wkv_b_.forward(ctx, c_kv_normed);
   }
   Tensor k = ctx.cache->load(st.k);
-  if (!k.defined()) k = assemble_k(kv, k_rope);
+  if (!k.defined()) k = assemble_k(ctx, kv, k_rope);
   // attention core
   const Tensor dq = Tensor::empty({n, heads_, dqk}, dt, MemCategory::Workspace, dev);
   const Tensor dk = Tensor::empty({n, heads_, dqk}, dt, MemCategory::Workspace, dev);
   const Tensor dkv = Tensor::empty({n, heads_ * kv_width}, dt, MemCategory::Workspace, dev);
-  ops::attention_backward(q, k, value_view(kv), o2.view({n, heads_, vdim_}), lse, d_o.view({n, heads_, vdim_}), dq,
-                          dk, value_view(dkv), ctx.batch, scale_);
+  ops::attention_backward(ctx.exec, q, k, value_view(kv), o2.view({n, heads_, vdim_}), lse,
+                          d_o.view({n, heads_, vdim_}), dq, dk, value_view(dkv), ctx.batch, scale_);
   // k_i = [k^C_i; k^R]: dk^C_i goes to the W_UK rows of dkv, dk^R = Σ_i dk^R_i
-  ops::copy(dk.as_strided({n * heads_, nope_}, {dqk, 1}), dkv.as_strided({n * heads_, nope_}, {kv_width, 1}));
+  ops::copy(ctx.exec, dk.as_strided({n * heads_, nope_}, {dqk, 1}), dkv.as_strided({n * heads_, nope_}, {kv_width, 1}));
   const Tensor dkva = Tensor::empty({n, kv_rank_ + rope_}, dt, MemCategory::Workspace, dev);
   const Tensor dk_rope = dkva.cols(kv_rank_, kv_rank_ + rope_);
-  ops::copy(dk.as_strided({n, rope_}, {heads_ * dqk, 1}, nope_), dk_rope);
-  for (int64_t i = 1; i < heads_; ++i) ops::axpy(1.0, dk.as_strided({n, rope_}, {heads_ * dqk, 1}, i * dqk + nope_), dk_rope);
-  ops::rope_(dkva.as_strided({n, 1, rope_}, {kv_rank_ + rope_, rope_, 1}, kv_rank_), ctx.seq, theta_, true);
-  ops::rope_(dq.narrow(2, nope_, rope_), ctx.seq, theta_, true);
+  ops::copy(ctx.exec, dk.as_strided({n, rope_}, {heads_ * dqk, 1}, nope_), dk_rope);
+  for (int64_t i = 1; i < heads_; ++i)
+    ops::axpy(ctx.exec, 1.0, dk.as_strided({n, rope_}, {heads_ * dqk, 1}, i * dqk + nope_), dk_rope);
+  ops::rope_(ctx.exec, dkva.as_strided({n, 1, rope_}, {kv_rank_ + rope_, rope_, 1}, kv_rank_), ctx.seq, theta_, true);
+  ops::rope_(ctx.exec, dq.narrow(2, nope_, rope_), ctx.seq, theta_, true);
   // kv = [W_UK; W_UV]·c_KV;  c_KV = RMSNorm(c_KV pre-norm)
   if (!c_kv_normed.defined()) c_kv_normed = kv_norm_.output(ctx, st.kv_norm);
   const Tensor dc_kv = Tensor::empty({n, kv_rank_}, dt, MemCategory::Workspace, dev);

@@ -37,7 +37,7 @@ class MLA {
 
  private:
   Tensor up_project_q(const StepContext& ctx, const Tensor& c_q_normed) const;  // q = [W_UQ; W_QR]·c_Q, RoPE on q^R
-  Tensor assemble_k(const Tensor& kv, const Tensor& k_rope) const;              // k_i = [k^C_i; k^R]
+  Tensor assemble_k(const StepContext& ctx, const Tensor& kv, const Tensor& k_rope) const;  // k_i = [k^C_i; k^R]
   Tensor value_view(const Tensor& kv) const;                                    // v_i inside kv
 
   std::string name_;

@@ -134,8 +134,8 @@ void DeepSeekV3Model::clear_expert_loads() {
   for (MoE* m : moe_layers()) m->clear_load();
 }
 
-std::pair<double, int64_t> DeepSeekV3Model::head_loss(const Tensor& h, const Tensor& targets, double scale,
-                                                      const Tensor& dh) {
+std::pair<double, int64_t> DeepSeekV3Model::head_loss(const StepContext& ctx, const Tensor& h, const Tensor& targets,
+                                                      double scale, const Tensor& dh) {
   const int64_t n = h.size(0), vocab = config_.vocab_size;
   // rows per chunk: at most ~4M logits live at once, whatever the vocabulary
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(n, (int64_t{1} << 22) / vocab));
@@ -144,14 +144,14 @@ std::pair<double, int64_t> DeepSeekV3Model::head_loss(const Tensor& h, const Ten
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t r1 = std::min(n, r0 + chunk);
     const Tensor hc = h.rows(r0, r1);
-    const Tensor logits = ops::matmul(hc, false, head_, true);  // [rows, vocab], high precision
+    const Tensor logits = ops::matmul(ctx.exec, hc, false, head_, true);  // [rows, vocab], high precision
     const ops::CrossEntropyResult ce =
-        ops::cross_entropy_fused(logits, targets.narrow(0, r0, r1 - r0), dh.defined(), scale);
+        ops::cross_entropy_fused(ctx.exec, logits, targets.narrow(0, r0, r1 - r0), dh.defined(), scale);
     loss += ce.loss_sum;
     count += ce.count;
     if (dh.defined()) {  // logits now hold ∂(scale·CE)/∂logits
-      ops::gemm(logits, false, head_, false, dh.rows(r0, r1));
-      ops::gemm(logits, true, hc, false, head_grad_, {.beta = 1.0});
+      ops::gemm(ctx.exec, logits, false, head_, false, dh.rows(r0, r1));
+      ops::gemm(ctx.exec, logits, true, hc, false, head_grad_, {.beta = 1.0});
     }
   }
   return {loss, count};
@@ -170,6 +170,7 @@ LossBreakdown DeepSeekV3Model::run(const Tensor& inputs, const Tensor& targets, 
   const int64_t n = inputs.numel(), seq = n / batch, d = c.hidden_size;
   const Device dev = inputs.device();
   StepContext ctx;
+  ctx.exec = ExecCtx::on(dev);
   ctx.batch = batch;
   ctx.seq = seq;
   ctx.training = training;
@@ -182,7 +183,7 @@ LossBreakdown DeepSeekV3Model::run(const Tensor& inputs, const Tensor& targets, 
   double balance = 0;
   // embedding and the main blocks
   Tensor x = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
-  ops::embedding_forward(inputs, embed_, x);
+  ops::embedding_forward(ctx.exec, inputs, embed_, x);
   std::vector<Block::State> states(training ? layers_.size() : 0);
   for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i]->forward(ctx, x, training ? &states[i] : nullptr, &balance);
   const Tensor h_main = x;  // h^0 for MTP: the last block's output, before the final norm
@@ -193,7 +194,7 @@ LossBreakdown DeepSeekV3Model::run(const Tensor& inputs, const Tensor& targets, 
   const std::vector<int32_t> tg = targets.to_vector<int32_t>();
   const int64_t main_count = std::count_if(tg.begin(), tg.end(), [](int32_t t) { return t >= 0; });
   const Tensor dhn = training ? Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev) : Tensor();
-  const auto [main_sum, counted] = head_loss(hn, targets, grad_scale / std::max<int64_t>(main_count, 1), dhn);
+  const auto [main_sum, counted] = head_loss(ctx, hn, targets, grad_scale / std::max<int64_t>(main_count, 1), dhn);
   out.main = counted > 0 ? main_sum / static_cast<double>(counted) : 0.0;
   out.main_tokens = counted;
 
@@ -217,7 +218,7 @@ LossBreakdown DeepSeekV3Model::run(const Tensor& inputs, const Tensor& targets, 
       st.ids = Tensor::from_vector(ids, {n}, MemCategory::Workspace, dev);
       const Tensor targets_k = Tensor::from_vector(tk, {n}, MemCategory::Workspace, dev);
       const Tensor emb = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
-      ops::embedding_forward(st.ids, embed_, emb);
+      ops::embedding_forward(ctx.exec, st.ids, embed_, emb);
       const Tensor cat = Tensor::empty({n, 2 * d}, dtype_, MemCategory::Workspace, dev);
       m.hnorm.forward(ctx, h_prev, cat.cols(0, d), m.prefix + ".hnorm", training ? &st.hnorm : nullptr, false);
       m.enorm.forward(ctx, emb, cat.cols(d, 2 * d), m.prefix + ".enorm", training ? &st.enorm : nullptr, false);
@@ -229,7 +230,7 @@ LossBreakdown DeepSeekV3Model::run(const Tensor& inputs, const Tensor& targets, 
       const int64_t count_k = std::count_if(tk.begin(), tk.end(), [](int32_t t) { return t >= 0; });
       if (training) st.dnorm = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
       const auto [sum_k, counted_k] =
-          head_loss(on, targets_k, grad_scale * weight / std::max<int64_t>(count_k, 1), st.dnorm);
+          head_loss(ctx, on, targets_k, grad_scale * weight / std::max<int64_t>(count_k, 1), st.dnorm);
       const double lk = counted_k > 0 ? sum_k / static_cast<double>(counted_k) : 0.0;  // L^k
       out.mtp_per_depth.push_back(lk);
       out.mtp += weight * lk;  // L_MTP = λ/D·Σ_k L^k
@@ -247,22 +248,22 @@ LossBreakdown DeepSeekV3Model::run(const Tensor& inputs, const Tensor& targets, 
     const Mtp::State& st = mtp_states[kk];
     const Tensor dhk = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
     m.norm.backward(ctx, st.norm, st.dnorm, dhk, false);
-    if (dh_next.defined()) ops::axpy(1.0, dh_next, dhk);
+    if (dh_next.defined()) ops::axpy(ctx.exec, 1.0, dh_next, dhk);
     m.block->backward(ctx, st.block, dhk);  // now ∂L/∂h'^k
     const Tensor dcat = Tensor::empty({n, 2 * d}, dtype_, MemCategory::Workspace, dev);
     m.eh_proj.backward(ctx, dhk, cache_->load(st.cat), dcat, false);
     const Tensor demb = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
     m.enorm.backward(ctx, st.enorm, dcat.cols(d, 2 * d), demb, false);
-    ops::embedding_backward(st.ids, demb, embed_grad_);
+    ops::embedding_backward(ctx.exec, st.ids, demb, embed_grad_);
     const Tensor dprev = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
     m.hnorm.backward(ctx, st.hnorm, dcat.cols(0, d), dprev, false);
     dh_next = dprev;
   }
   const Tensor dx = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
   norm_.backward(ctx, final_norm, dhn, dx, false);
-  if (dh_next.defined()) ops::axpy(1.0, dh_next, dx);
+  if (dh_next.defined()) ops::axpy(ctx.exec, 1.0, dh_next, dx);
   for (size_t i = layers_.size(); i-- > 0;) layers_[i]->backward(ctx, states[i], dx);
-  ops::embedding_backward(inputs, dx, embed_grad_);
+  ops::embedding_backward(ctx.exec, inputs, dx, embed_grad_);
   return out;
 }
 
@@ -282,18 +283,20 @@ Tensor DeepSeekV3Model::last_logits(const Tensor& inputs, int64_t batch) {
   const int64_t n = inputs.numel(), seq = n / batch, d = config_.hidden_size;
   const Device dev = inputs.device();
   StepContext ctx;
+  ctx.exec = ExecCtx::on(dev);
   ctx.batch = batch;
   ctx.seq = seq;
   ctx.linear = linear_.get();
   ctx.cache = cache_.get();
   ctx.dtype = dtype_;
   Tensor x = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
-  ops::embedding_forward(inputs, embed_, x);
+  ops::embedding_forward(ctx.exec, inputs, embed_, x);
   for (auto& layer : layers_) x = layer->forward(ctx, x, nullptr, nullptr);
   const Tensor last = Tensor::empty({batch, d}, dtype_, MemCategory::Workspace, dev);
-  for (int64_t b = 0; b < batch; ++b) ops::copy(x.rows((b + 1) * seq - 1, (b + 1) * seq), last.rows(b, b + 1));
+  for (int64_t b = 0; b < batch; ++b)
+    ops::copy(ctx.exec, x.rows((b + 1) * seq - 1, (b + 1) * seq), last.rows(b, b + 1));
   const Tensor hn = norm_.forward(ctx, last, "norm", nullptr);
-  return ops::matmul(hn, false, head_, true);
+  return ops::matmul(ctx.exec, hn, false, head_, true);
 }
 
 }  // namespace fp8train::model

@@ -97,7 +97,8 @@ class DeepSeekV3Model {
                     double grad_scale);
   // Fused head + cross-entropy over row chunks; with dh defined, writes ∂(scale·Σ CE)/∂h into it and accumulates
   // the head weight's gradient. Returns Σ CE and the number of targeted rows.
-  std::pair<double, int64_t> head_loss(const Tensor& h, const Tensor& targets, double scale, const Tensor& dh);
+  std::pair<double, int64_t> head_loss(const StepContext& ctx, const Tensor& h, const Tensor& targets, double scale,
+                                       const Tensor& dh);
 
   ModelConfig config_;
   DType dtype_;

@@ -64,8 +64,8 @@ Tensor MoE::forward(const StepContext& ctx, const Tensor& u, State* st, double* 
   const DType dt = u.dtype();
   const Device dev = u.device();
   // router: s_i = sigmoid(u·e_i); top-K of s_i + b_i (group-limited); g_i = s_i/Σ s_sel × routed_scaling_factor
-  const Tensor logits = ops::matmul(u, false, gate_weight_, true);
-  const ops::RouterOutputs r = ops::router_forward(logits, bias_, router_);
+  const Tensor logits = ops::matmul(ctx.exec, u, false, gate_weight_, true);
+  const ops::RouterOutputs r = ops::router_forward(ctx.exec, logits, bias_, router_);
   if (ctx.training) {
     const std::vector<int32_t> counts = r.expert_counts.to_vector<int32_t>();
     for (int64_t e = 0; e < n_experts_; ++e) {
@@ -73,16 +73,17 @@ Tensor MoE::forward(const StepContext& ctx, const Tensor& u, State* st, double* 
       load_[e] += counts[e];
     }
   }
-  if (balance_loss && alpha_ > 0) *balance_loss += ops::seq_balance_loss(r.scores, r.selected, ctx.batch, alpha_);
+  if (balance_loss && alpha_ > 0)
+    *balance_loss += ops::seq_balance_loss(ctx.exec, r.scores, r.selected, ctx.batch, alpha_);
   // dispatch: every (token, choice) pair to its expert's rows — no token dropped
-  ops::MoePlan plan = ops::moe_build_plan(r.selected, n_experts_);
+  ops::MoePlan plan = ops::moe_build_plan(ctx.exec, r.selected, n_experts_);
   const Tensor xp = Tensor::empty({n * K, hidden_}, dt, MemCategory::Workspace, dev);
-  ops::moe_permute(u, plan, xp);
+  ops::moe_permute(ctx.exec, u, plan, xp);
   // routed experts: FFN_i(x) = W2_i·(silu(W1_i·x) ∘ (W3_i·x)) on each expert's rows
   const Tensor gate_up = Tensor::empty({n * K, 2 * F}, dt, MemCategory::Workspace, dev);
   ctx.linear->grouped_fprop(expert_items(expert_w13_, plan, xp, gate_up, Tensor(), Tensor()));
   const Tensor act = Tensor::empty({n * K, F}, dt, MemCategory::Workspace, dev);
-  ops::swiglu_forward(gate_up, act);
+  ops::swiglu_forward(ctx.exec, gate_up, act);
   const Tensor yp = Tensor::empty({n * K, hidden_}, dt, MemCategory::Workspace, dev);
   ctx.linear->grouped_fprop(expert_items(expert_w2_, plan, act, yp, Tensor(), Tensor()));
   // combine: h' = Σ shared FFN(u) + Σ_selected g_i·FFN_i(u)
@@ -92,7 +93,7 @@ Tensor MoE::forward(const StepContext& ctx, const Tensor& u, State* st, double* 
   } else {
     y = Tensor::zeros({n, hidden_}, dt, MemCategory::Workspace, dev);
   }
-  ops::moe_unpermute(yp, plan, r.gates, y, true);
+  ops::moe_unpermute(ctx.exec, yp, plan, r.gates, y, true);
   if (ctx.training && st) {
     const CacheSite router_site{name_, CacheKind::RouterState};
     st->scores = ctx.cache->save(r.scores, router_site);
@@ -122,35 +123,35 @@ void MoE::backward(const StepContext& ctx, const State& st, const Tensor& dy, co
   if (has_shared_) {
     shared_.backward(ctx, st.shared, dy, u, du, accumulate);
   } else if (!accumulate) {
-    ops::fill(du, 0.0);
+    ops::fill(ctx.exec, du, 0.0);
   }
   // combine: dyp = g·dy per (token, choice) row; dg = <dy, FFN_i(u)>
   const Tensor dyp = Tensor::empty({n * K, hidden_}, dt, MemCategory::Workspace, dev);
   const Tensor dgates = Tensor::empty({n, K}, dt, MemCategory::Workspace, dev);
-  ops::moe_unpermute_backward(dy, yp, plan, gates, dyp, dgates);
+  ops::moe_unpermute_backward(ctx.exec, dy, yp, plan, gates, dyp, dgates);
   // routed experts
   Tensor act = ctx.cache->load(st.act);
   if (!act.defined()) {
     act = Tensor::empty({n * K, F}, dt, MemCategory::Workspace, dev);
-    ops::swiglu_forward(gate_up, act);
+    ops::swiglu_forward(ctx.exec, gate_up, act);
   }
   const Tensor dact = Tensor::empty({n * K, F}, dt, MemCategory::Workspace, dev);
   ctx.linear->grouped_backward(expert_items(expert_w2_, plan, act, Tensor(), dyp, dact));
   const Tensor dgate_up = Tensor::empty({n * K, 2 * F}, dt, MemCategory::Workspace, dev);
-  ops::swiglu_backward(gate_up, dact, dgate_up);
+  ops::swiglu_backward(ctx.exec, gate_up, dact, dgate_up);
   const Tensor dxp = Tensor::empty({n * K, hidden_}, dt, MemCategory::Workspace, dev);
   ctx.linear->grouped_backward(expert_items(expert_w13_, plan, xp, Tensor(), dgate_up, dxp));
-  ops::moe_permute_backward(dxp, plan, du, true);
+  ops::moe_permute_backward(ctx.exec, dxp, plan, du, true);
   // router: gates and (through the balance loss) scores depend on the logits u·e_i
   Tensor dscores;
   if (alpha_ > 0) {
     dscores = Tensor::zeros({n, n_experts_}, dt, MemCategory::Workspace, dev);
-    ops::seq_balance_loss_backward(scores, selected, ctx.batch, alpha_, ctx.grad_scale, dscores);
+    ops::seq_balance_loss_backward(ctx.exec, scores, selected, ctx.batch, alpha_, ctx.grad_scale, dscores);
   }
   const Tensor dlogits = Tensor::empty({n, n_experts_}, dt, MemCategory::Workspace, dev);
-  ops::router_backward(scores, selected, dgates, dscores, router_, dlogits);
-  ops::gemm(dlogits, true, u, false, gate_grad_, {.beta = 1.0});
-  ops::gemm(dlogits, false, gate_weight_, false, du, {.beta = 1.0});
+  ops::router_backward(ctx.exec, scores, selected, dgates, dscores, router_, dlogits);
+  ops::gemm(ctx.exec, dlogits, true, u, false, gate_grad_, {.beta = 1.0});
+  ops::gemm(ctx.exec, dlogits, false, gate_weight_, false, du, {.beta = 1.0});
 }
 
 void MoE::update_bias(double gamma) {

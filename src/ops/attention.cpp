@@ -2,7 +2,6 @@
 #include "ops/attention.h"
 
 #include "ops/checks.h"
-#include "ops/kernels.h"
 
 namespace fp8train::ops {
 
@@ -40,18 +39,19 @@ AttentionProblem problem(const char* op, const Tensor& q, const Tensor& k, const
 }
 }  // namespace
 
-void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, const Tensor& lse,
-                       int64_t batch, double scale) {
+void attention_forward(const ExecCtx& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                       const Tensor& lse, int64_t batch, double scale) {
   const char* op = "attention_forward";
   const AttentionProblem p = problem(op, q, k, v, o, lse, batch, scale);
   check::same_dtype(op, {&q, &k, &v, &o, &lse});
-  const Device device = check::same_device(op, {&q, &k, &v, &o, &lse});
-  kernels_for(device).attention_forward(p, q.raw(), k.raw(), v.raw(), o.raw(), lse.raw());
+  check::on_device(op, ctx, {&q, &k, &v, &o, &lse});
+  launcher(ctx, &OpTable::attention_forward, "attention_forward")(ctx, p, q.raw(), k.raw(), v.raw(), o.raw(),
+                                                                  lse.raw());
 }
 
-void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o, const Tensor& lse,
-                        const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv, int64_t batch,
-                        double scale) {
+void attention_backward(const ExecCtx& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
+                        const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        int64_t batch, double scale) {
   const char* op = "attention_backward";
   AttentionProblem p = problem(op, q, k, v, o, lse, batch, scale);
   const int64_t rows = q.size(0);
@@ -60,9 +60,9 @@ void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const
   p.dk = layout(op, "dk", dk, rows, p.heads, p.qk_dim);
   p.dv = layout(op, "dv", dv, rows, p.heads, p.v_dim);
   check::same_dtype(op, {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv});
-  const Device device = check::same_device(op, {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv});
-  kernels_for(device).attention_backward(p, q.raw(), k.raw(), v.raw(), o.raw(), lse.raw(), dout.raw(), dq.raw(),
-                                         dk.raw(), dv.raw());
+  check::on_device(op, ctx, {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv});
+  launcher(ctx, &OpTable::attention_backward, "attention_backward")(
+      ctx, p, q.raw(), k.raw(), v.raw(), o.raw(), lse.raw(), dout.raw(), dq.raw(), dk.raw(), dv.raw());
 }
 
 }  // namespace fp8train::ops

@@ -27,19 +27,12 @@ void vector(std::string_view op, std::string_view arg, const Tensor& t, int64_t 
   FP8T_CHECK(n < 0 || t.numel() == n, "{}: {} must have {} elements, got {}", op, arg, n, t.str());
 }
 
-Device same_device(std::string_view op, std::initializer_list<const Tensor*> tensors) {
-  const Tensor* first = nullptr;
+void on_device(std::string_view op, const ExecCtx& ctx, std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors) {
     if (!t->defined()) continue;
-    if (!first) {
-      first = t;
-      continue;
-    }
-    FP8T_CHECK(t->device() == first->device(), "{}: tensors on different devices ({} and {})", op,
-               first->device().str(), t->device().str());
+    FP8T_CHECK(t->device() == ctx.device, "{}: a tensor is on {} but the op runs on {} ({})", op, t->device().str(),
+               ctx.device.str(), t->str());
   }
-  FP8T_CHECK(first != nullptr, "{}: no tensor given", op);
-  return first->device();
 }
 
 void same_dtype(std::string_view op, std::initializer_list<const Tensor*> tensors) {

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "common/error.h"
+#include "tensor/exec_ctx.h"
 #include "tensor/tensor.h"
 
 namespace fp8train::ops::check {
@@ -15,8 +16,8 @@ void dtype(std::string_view op, std::string_view arg, const Tensor& t, DType exp
 void float_dtype(std::string_view op, std::string_view arg, const Tensor& t);  // F32 or F64
 // A contiguous 1-D tensor of n elements (−1: any).
 void vector(std::string_view op, std::string_view arg, const Tensor& t, int64_t n = -1);
-// Every defined tensor lives on the same device as the first; returns that device.
-Device same_device(std::string_view op, std::initializer_list<const Tensor*> tensors);
+// Every defined tensor lives on ctx's device.
+void on_device(std::string_view op, const ExecCtx& ctx, std::initializer_list<const Tensor*> tensors);
 void same_dtype(std::string_view op, std::initializer_list<const Tensor*> tensors);
 // Leading dims collapsed into rows: contiguous tensors of any rank, or matrix views, become a matrix view.
 Tensor as_matrix(std::string_view op, std::string_view arg, const Tensor& t);

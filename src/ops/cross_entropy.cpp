@@ -4,18 +4,17 @@
 #include <vector>
 
 #include "ops/checks.h"
-#include "ops/kernels.h"
 
 namespace fp8train::ops {
 
-CrossEntropyResult cross_entropy_fused(const Tensor& logits, const Tensor& targets, bool compute_grad,
-                                       double grad_scale) {
+CrossEntropyResult cross_entropy_fused(const ExecCtx& ctx, const Tensor& logits, const Tensor& targets,
+                                       bool compute_grad, double grad_scale) {
   const char* op = "cross_entropy_fused";
   check::matrix(op, "logits", logits);
   check::float_dtype(op, "logits", logits);
   check::vector(op, "targets", targets, logits.size(0));
   check::dtype(op, "targets", targets, DType::I32);
-  const Device device = check::same_device(op, {&logits, &targets});
+  check::on_device(op, ctx, {&logits, &targets});
   CrossEntropyProblem p;
   p.dtype = logits.dtype();
   p.rows = logits.size(0);
@@ -23,8 +22,9 @@ CrossEntropyResult cross_entropy_fused(const Tensor& logits, const Tensor& targe
   p.ld = logits.size(0) > 1 ? logits.ld() : p.vocab;
   p.grad_scale = grad_scale;
   p.compute_grad = compute_grad;
-  const Tensor row_loss = Tensor::empty({p.rows}, DType::F64, MemCategory::Workspace, device);
-  kernels_for(device).cross_entropy(p, logits.raw(), targets.data<int32_t>(), row_loss.data<double>());
+  const Tensor row_loss = Tensor::empty({p.rows}, DType::F64, MemCategory::Workspace, ctx.device);
+  launcher(ctx, &OpTable::cross_entropy, "cross_entropy")(ctx, p, logits.raw(), targets.data<int32_t>(),
+                                                          row_loss.data<double>());
   const std::vector<double> losses = row_loss.to_vector<double>();
   const std::vector<int32_t> t = targets.to_vector<int32_t>();
   CrossEntropyResult r;

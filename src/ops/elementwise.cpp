@@ -2,12 +2,12 @@
 #include "ops/elementwise.h"
 
 #include "ops/checks.h"
-#include "ops/kernels.h"
 
 namespace fp8train::ops {
 
 namespace {
-void run_axpby(const char* op, double alpha, const Tensor& a, double beta, const Tensor* b, const Tensor& out) {
+void run_axpby(const ExecCtx& ctx, const char* op, double alpha, const Tensor& a, double beta, const Tensor* b,
+               const Tensor& out) {
   const Tensor ma = check::as_matrix(op, "a", a);
   const Tensor mo = check::as_matrix(op, "out", out);
   check::float_dtype(op, "a", a);
@@ -20,7 +20,7 @@ void run_axpby(const char* op, double alpha, const Tensor& a, double beta, const
                out.str());
   }
   check::same_dtype(op, {&a, &mb, &out});
-  const Device device = check::same_device(op, {&a, &mb, &out});
+  check::on_device(op, ctx, {&a, &mb, &out});
   AxpbyProblem p;
   p.dtype = a.dtype();
   p.rows = mo.size(0);
@@ -30,19 +30,25 @@ void run_axpby(const char* op, double alpha, const Tensor& a, double beta, const
   p.ld_out = mo.ld();
   p.alpha = alpha;
   p.beta = beta;
-  kernels_for(device).axpby(p, ma.raw(), b ? mb.raw() : nullptr, mo.raw());
+  launcher(ctx, &OpTable::axpby, "axpby")(ctx, p, ma.raw(), b ? mb.raw() : nullptr, mo.raw());
 }
 }  // namespace
 
-void axpby(double alpha, const Tensor& a, double beta, const Tensor& b, const Tensor& out) {
-  run_axpby("axpby", alpha, a, beta, &b, out);
+void axpby(const ExecCtx& ctx, double alpha, const Tensor& a, double beta, const Tensor& b, const Tensor& out) {
+  run_axpby(ctx, "axpby", alpha, a, beta, &b, out);
 }
-void copy(const Tensor& src, const Tensor& dst) { run_axpby("copy", 1.0, src, 0.0, nullptr, dst); }
-void add(const Tensor& a, const Tensor& b, const Tensor& out) { run_axpby("add", 1.0, a, 1.0, &b, out); }
-void axpy(double alpha, const Tensor& x, const Tensor& y) { run_axpby("axpy", alpha, x, 1.0, &y, y); }
-void scale(const Tensor& x, double alpha) { run_axpby("scale", alpha, x, 0.0, nullptr, x); }
+void copy(const ExecCtx& ctx, const Tensor& src, const Tensor& dst) {
+  run_axpby(ctx, "copy", 1.0, src, 0.0, nullptr, dst);
+}
+void add(const ExecCtx& ctx, const Tensor& a, const Tensor& b, const Tensor& out) {
+  run_axpby(ctx, "add", 1.0, a, 1.0, &b, out);
+}
+void axpy(const ExecCtx& ctx, double alpha, const Tensor& x, const Tensor& y) {
+  run_axpby(ctx, "axpy", alpha, x, 1.0, &y, y);
+}
+void scale(const ExecCtx& ctx, const Tensor& x, double alpha) { run_axpby(ctx, "scale", alpha, x, 0.0, nullptr, x); }
 
-void fill(const Tensor& x, double value) {
+void fill(const ExecCtx& ctx, const Tensor& x, double value) {
   const Tensor m = check::as_matrix("fill", "x", x);
   check::float_dtype("fill", "x", x);
   AxpbyProblem p;
@@ -50,7 +56,7 @@ void fill(const Tensor& x, double value) {
   p.rows = m.size(0);
   p.cols = m.size(1);
   p.ld_out = m.ld();
-  kernels_for(x.device()).fill(p, value, m.raw());
+  launcher(ctx, &OpTable::fill, "fill")(ctx, p, value, m.raw());
 }
 
 }  // namespace fp8train::ops

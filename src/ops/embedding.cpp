@@ -2,12 +2,12 @@
 #include "ops/embedding.h"
 
 #include "ops/checks.h"
-#include "ops/kernels.h"
 
 namespace fp8train::ops {
 
 namespace {
-EmbeddingProblem problem(const char* op, const Tensor& ids, const Tensor& table, const Tensor& rows) {
+EmbeddingProblem problem(const ExecCtx& ctx, const char* op, const Tensor& ids, const Tensor& table,
+                         const Tensor& rows) {
   check::vector(op, "ids", ids);
   check::dtype(op, "ids", ids, DType::I32);
   check::matrix(op, "table", table);
@@ -15,7 +15,7 @@ EmbeddingProblem problem(const char* op, const Tensor& ids, const Tensor& table,
   check::float_dtype(op, "table", table);
   check::matrix(op, "token rows", rows, ids.numel(), table.size(1));
   check::same_dtype(op, {&table, &rows});
-  check::same_device(op, {&ids, &table, &rows});
+  check::on_device(op, ctx, {&ids, &table, &rows});
   EmbeddingProblem p;
   p.dtype = table.dtype();
   p.tokens = ids.numel();
@@ -26,14 +26,15 @@ EmbeddingProblem problem(const char* op, const Tensor& ids, const Tensor& table,
 }
 }  // namespace
 
-void embedding_forward(const Tensor& ids, const Tensor& table, const Tensor& out) {
-  const EmbeddingProblem p = problem("embedding_forward", ids, table, out);
-  kernels_for(table.device()).embedding_forward(p, ids.data<int32_t>(), table.raw(), out.raw());
+void embedding_forward(const ExecCtx& ctx, const Tensor& ids, const Tensor& table, const Tensor& out) {
+  const EmbeddingProblem p = problem(ctx, "embedding_forward", ids, table, out);
+  launcher(ctx, &OpTable::embedding_forward, "embedding_forward")(ctx, p, ids.data<int32_t>(), table.raw(), out.raw());
 }
 
-void embedding_backward(const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
-  const EmbeddingProblem p = problem("embedding_backward", ids, dtable, dout);
-  kernels_for(dtable.device()).embedding_backward(p, ids.data<int32_t>(), dout.raw(), dtable.raw());
+void embedding_backward(const ExecCtx& ctx, const Tensor& ids, const Tensor& dout, const Tensor& dtable) {
+  const EmbeddingProblem p = problem(ctx, "embedding_backward", ids, dtable, dout);
+  launcher(ctx, &OpTable::embedding_backward, "embedding_backward")(ctx, p, ids.data<int32_t>(), dout.raw(),
+                                                                    dtable.raw());
 }
 
 }  // namespace fp8train::ops

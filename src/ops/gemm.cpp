@@ -2,17 +2,17 @@
 #include "ops/gemm.h"
 
 #include "ops/checks.h"
-#include "ops/kernels.h"
 
 namespace fp8train::ops {
 
-void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, const GemmOptions& options) {
+void gemm(const ExecCtx& ctx, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
+          const GemmOptions& options) {
   check::matrix("gemm", "a", a);
   check::matrix("gemm", "b", b);
   check::matrix("gemm", "c", c);
   check::float_dtype("gemm", "a", a);
   check::same_dtype("gemm", {&a, &b, &c});
-  const Device device = check::same_device("gemm", {&a, &b, &c});
+  check::on_device("gemm", ctx, {&a, &b, &c});
   GemmProblem p;
   p.dtype = a.dtype();
   p.m = trans_a ? a.size(1) : a.size(0);
@@ -29,19 +29,19 @@ void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Te
   p.alpha = options.alpha;
   p.beta = options.beta;
   p.round_inputs_bf16 = options.round_inputs_bf16;
-  kernels_for(device).gemm(p, a.raw(), b.raw(), c.raw());
+  launcher(ctx, &OpTable::gemm, "gemm")(ctx, p, a.raw(), b.raw(), c.raw());
 }
 
-Tensor matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, MemCategory category,
+Tensor matmul(const ExecCtx& ctx, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, MemCategory category,
               const GemmOptions& options) {
   check::matrix("matmul", "a", a);
   check::matrix("matmul", "b", b);
   const int64_t m = trans_a ? a.size(1) : a.size(0);
   const int64_t n = trans_b ? b.size(0) : b.size(1);
-  Tensor c = Tensor::empty({m, n}, a.dtype(), category, a.device());
+  Tensor c = Tensor::empty({m, n}, a.dtype(), category, ctx.device);
   GemmOptions o = options;
   o.beta = 0.0;
-  gemm(a, trans_a, b, trans_b, c, o);
+  gemm(ctx, a, trans_a, b, trans_b, c, o);
   return c;
 }
 

@@ -3,9 +3,22 @@
 // exact BF16-input product (inputs rounded to nearest-even BF16, FP32 accumulation) — the BF16 baseline.
 //   a: [m,k] or [k,m] (trans_a);  b: [k,n] or [n,k] (trans_b);  c: [m,n]
 #pragma once
+#include "ops/op_table.h"
 #include "tensor/tensor.h"
 
 namespace fp8train::ops {
+
+// C[m,n] = alpha·op(A)·op(B) + beta·C. op(A) is [m,k] (A stored [m,k], or [k,m] when trans_a); op(B) is [k,n]
+// (B stored [k,n], or [n,k] when trans_b). round_inputs_bf16 rounds every A and B element to BF16 (nearest even)
+// before multiplying — the exact BF16-input product with FP32 accumulation (F32 only).
+struct GemmProblem {
+  DType dtype = DType::F32;
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  double alpha = 1.0, beta = 0.0;
+  bool round_inputs_bf16 = false;
+};
 
 struct GemmOptions {
   double alpha = 1.0;
@@ -13,10 +26,11 @@ struct GemmOptions {
   bool round_inputs_bf16 = false;
 };
 
-void gemm(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c, const GemmOptions& options = {});
+void gemm(const ExecCtx& ctx, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
+          const GemmOptions& options = {});
 
 // A new [m,n] tensor op(a)·op(b) on a's device.
-Tensor matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
+Tensor matmul(const ExecCtx& ctx, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
               MemCategory category = MemCategory::Workspace, const GemmOptions& options = {});
 
 }  // namespace fp8train::ops

@@ -2,11 +2,10 @@
 #include "ops/moe_dispatch.h"
 
 #include "ops/checks.h"
-#include "ops/kernels.h"
 
 namespace fp8train::ops {
 
-MoePlan moe_build_plan(const Tensor& selected, int64_t n_experts, MemCategory category) {
+MoePlan moe_build_plan(const ExecCtx& ctx, const Tensor& selected, int64_t n_experts, MemCategory category) {
   const char* op = "moe_build_plan";
   check::matrix(op, "selected", selected);
   check::dtype(op, "selected", selected, DType::I32);
@@ -16,26 +15,27 @@ MoePlan moe_build_plan(const Tensor& selected, int64_t n_experts, MemCategory ca
   plan.tokens = selected.size(0);
   plan.top_k = selected.size(1);
   plan.n_experts = n_experts;
-  const Device device = selected.device();
-  plan.expert_offsets = Tensor::empty({n_experts + 1}, DType::I32, category, device);
-  plan.slot_token = Tensor::empty({plan.tokens * plan.top_k}, DType::I32, category, device);
-  plan.choice_slot = Tensor::empty({plan.tokens, plan.top_k}, DType::I32, category, device);
+  check::on_device(op, ctx, {&selected});
+  plan.expert_offsets = Tensor::empty({n_experts + 1}, DType::I32, category, ctx.device);
+  plan.slot_token = Tensor::empty({plan.tokens * plan.top_k}, DType::I32, category, ctx.device);
+  plan.choice_slot = Tensor::empty({plan.tokens, plan.top_k}, DType::I32, category, ctx.device);
   MoePlanProblem p{plan.tokens, plan.top_k, n_experts};
-  kernels_for(device).moe_build_plan(p, selected.data<int32_t>(), plan.expert_offsets.data<int32_t>(),
-                                     plan.slot_token.data<int32_t>(), plan.choice_slot.data<int32_t>());
+  launcher(ctx, &OpTable::moe_build_plan, "moe_build_plan")(
+      ctx, p, selected.data<int32_t>(), plan.expert_offsets.data<int32_t>(), plan.slot_token.data<int32_t>(),
+      plan.choice_slot.data<int32_t>());
   const std::vector<int32_t> offsets = plan.expert_offsets.to_vector<int32_t>();
   plan.offsets.assign(offsets.begin(), offsets.end());
   return plan;
 }
 
 namespace {
-MoePermuteProblem problem(const char* op, const Tensor& token_rows, const Tensor& expert_rows, const MoePlan& plan,
-                          bool accumulate) {
+MoePermuteProblem problem(const ExecCtx& ctx, const char* op, const Tensor& token_rows, const Tensor& expert_rows,
+                          const MoePlan& plan, bool accumulate) {
   check::matrix(op, "token-ordered matrix", token_rows, plan.tokens);
   check::matrix(op, "expert-ordered matrix", expert_rows, plan.tokens * plan.top_k, token_rows.size(1));
   check::float_dtype(op, "token-ordered matrix", token_rows);
   check::same_dtype(op, {&token_rows, &expert_rows});
-  check::same_device(op, {&token_rows, &expert_rows, &plan.slot_token});
+  check::on_device(op, ctx, {&token_rows, &expert_rows, &plan.slot_token});
   MoePermuteProblem p;
   p.dtype = token_rows.dtype();
   p.tokens = plan.tokens;
@@ -52,33 +52,37 @@ void check_gates(const char* op, const Tensor& gates, const MoePlan& plan, const
 }
 }  // namespace
 
-void moe_permute(const Tensor& x, const MoePlan& plan, const Tensor& xp) {
-  const MoePermuteProblem p = problem("moe_permute", x, xp, plan, false);
-  kernels_for(x.device()).moe_permute(p, x.raw(), plan.slot_token.data<int32_t>(), xp.raw());
+void moe_permute(const ExecCtx& ctx, const Tensor& x, const MoePlan& plan, const Tensor& xp) {
+  const MoePermuteProblem p = problem(ctx, "moe_permute", x, xp, plan, false);
+  launcher(ctx, &OpTable::moe_permute, "moe_permute")(ctx, p, x.raw(), plan.slot_token.data<int32_t>(), xp.raw());
 }
 
-void moe_permute_backward(const Tensor& dxp, const MoePlan& plan, const Tensor& dx, bool accumulate) {
-  const MoePermuteProblem p = problem("moe_permute_backward", dx, dxp, plan, accumulate);
-  kernels_for(dx.device()).moe_permute_backward(p, dxp.raw(), plan.choice_slot.data<int32_t>(), dx.raw());
+void moe_permute_backward(const ExecCtx& ctx, const Tensor& dxp, const MoePlan& plan, const Tensor& dx,
+                          bool accumulate) {
+  const MoePermuteProblem p = problem(ctx, "moe_permute_backward", dx, dxp, plan, accumulate);
+  launcher(ctx, &OpTable::moe_permute_backward, "moe_permute_backward")(ctx, p, dxp.raw(),
+                                                                        plan.choice_slot.data<int32_t>(), dx.raw());
 }
 
-void moe_unpermute(const Tensor& yp, const MoePlan& plan, const Tensor& gates, const Tensor& y, bool accumulate) {
-  const MoePermuteProblem p = problem("moe_unpermute", y, yp, plan, accumulate);
+void moe_unpermute(const ExecCtx& ctx, const Tensor& yp, const MoePlan& plan, const Tensor& gates, const Tensor& y,
+                   bool accumulate) {
+  const MoePermuteProblem p = problem(ctx, "moe_unpermute", y, yp, plan, accumulate);
   check_gates("moe_unpermute", gates, plan, y);
-  kernels_for(y.device()).moe_unpermute(p, yp.raw(), plan.choice_slot.data<int32_t>(), gates.raw(), y.raw());
+  launcher(ctx, &OpTable::moe_unpermute, "moe_unpermute")(ctx, p, yp.raw(), plan.choice_slot.data<int32_t>(),
+                                                          gates.raw(), y.raw());
 }
 
-void moe_unpermute_backward(const Tensor& dy, const Tensor& yp, const MoePlan& plan, const Tensor& gates,
-                            const Tensor& dyp, const Tensor& dgates) {
+void moe_unpermute_backward(const ExecCtx& ctx, const Tensor& dy, const Tensor& yp, const MoePlan& plan,
+                            const Tensor& gates, const Tensor& dyp, const Tensor& dgates) {
   const char* op = "moe_unpermute_backward";
-  const MoePermuteProblem p = problem(op, dy, yp, plan, false);
+  const MoePermuteProblem p = problem(ctx, op, dy, yp, plan, false);
   FP8T_CHECK(dyp.defined() && dyp.is_matrix() && dyp.size(0) == yp.size(0) && dyp.size(1) == yp.size(1) &&
                  (dyp.size(0) <= 1 || dyp.ld() == p.ld_xp),
              "{}: dyp must match yp's shape and row stride, got {} vs {}", op, dyp.str(), yp.str());
   check_gates(op, gates, plan, dy);
   check_gates(op, dgates, plan, dy);
-  kernels_for(dy.device()).moe_unpermute_backward(p, dy.raw(), yp.raw(), plan.choice_slot.data<int32_t>(),
-                                                   gates.raw(), dyp.raw(), dgates.raw());
+  launcher(ctx, &OpTable::moe_unpermute_backward, "moe_unpermute_backward")(
+      ctx, p, dy.raw(), yp.raw(), plan.choice_slot.data<int32_t>(), gates.raw(), dyp.raw(), dgates.raw());
 }
 
 }  // namespace fp8train::ops

@@ -2,7 +2,6 @@
 #include "ops/rmsnorm.h"
 
 #include "ops/checks.h"
-#include "ops/kernels.h"
 
 namespace fp8train::ops {
 
@@ -10,7 +9,8 @@ namespace {
 int64_t ld_of(const Tensor& m) { return m.size(0) > 1 ? m.ld() : m.size(1); }
 }  // namespace
 
-void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd) {
+void rmsnorm_forward(const ExecCtx& ctx, const Tensor& x, const Tensor& weight, double eps, const Tensor& y,
+                     const Tensor& rstd) {
   const char* op = "rmsnorm_forward";
   check::matrix(op, "x", x);
   check::float_dtype(op, "x", x);
@@ -19,7 +19,7 @@ void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, const Te
   check::matrix(op, "y", y, rows, dim);
   if (rstd.defined()) check::vector(op, "rstd", rstd, rows);
   check::same_dtype(op, {&x, &weight, &y, &rstd});
-  const Device device = check::same_device(op, {&x, &weight, &y, &rstd});
+  check::on_device(op, ctx, {&x, &weight, &y, &rstd});
   FP8T_CHECK(eps > 0, "{}: eps must be positive, got {}", op, eps);
   RmsNormProblem p;
   p.dtype = x.dtype();
@@ -28,11 +28,12 @@ void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, const Te
   p.ld_x = ld_of(x);
   p.ld_y = ld_of(y);
   p.eps = eps;
-  kernels_for(device).rmsnorm_forward(p, x.raw(), weight.raw(), y.raw(), rstd.defined() ? rstd.raw() : nullptr);
+  launcher(ctx, &OpTable::rmsnorm_forward, "rmsnorm_forward")(ctx, p, x.raw(), weight.raw(), y.raw(),
+                                                              rstd.defined() ? rstd.raw() : nullptr);
 }
 
-void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
-                      const Tensor& dweight, bool accumulate_dx) {
+void rmsnorm_backward(const ExecCtx& ctx, const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dy,
+                      const Tensor& dx, const Tensor& dweight, bool accumulate_dx) {
   const char* op = "rmsnorm_backward";
   check::matrix(op, "x", x);
   check::float_dtype(op, "x", x);
@@ -43,7 +44,7 @@ void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
   check::matrix(op, "dx", dx, rows, dim);
   if (dweight.defined()) check::vector(op, "dweight", dweight, dim);
   check::same_dtype(op, {&x, &weight, &rstd, &dy, &dx, &dweight});
-  const Device device = check::same_device(op, {&x, &weight, &rstd, &dy, &dx, &dweight});
+  check::on_device(op, ctx, {&x, &weight, &rstd, &dy, &dx, &dweight});
   RmsNormProblem p;
   p.dtype = x.dtype();
   p.rows = rows;
@@ -52,8 +53,8 @@ void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
   p.ld_dy = ld_of(dy);
   p.ld_dx = ld_of(dx);
   p.accumulate_dx = accumulate_dx;
-  kernels_for(device).rmsnorm_backward(p, x.raw(), weight.raw(), rstd.raw(), dy.raw(), dx.raw(),
-                                       dweight.defined() ? dweight.raw() : nullptr);
+  launcher(ctx, &OpTable::rmsnorm_backward, "rmsnorm_backward")(ctx, p, x.raw(), weight.raw(), rstd.raw(), dy.raw(),
+                                                                dx.raw(), dweight.defined() ? dweight.raw() : nullptr);
 }
 
 }  // namespace fp8train::ops

@@ -2,12 +2,23 @@
 //   y = x · rstd · weight,   rstd = 1/sqrt(mean(x²) + eps)      (rstd: [rows] contiguous, same dtype; optional)
 // backward (g = dy∘weight):  dx (+)= rstd·g − x·rstd³·(Σ g∘x)/dim;   dweight += Σ_rows dy∘x·rstd
 #pragma once
+#include "ops/op_table.h"
 #include "tensor/tensor.h"
 
 namespace fp8train::ops {
 
-void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& y, const Tensor& rstd);
-void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dy, const Tensor& dx,
-                      const Tensor& dweight, bool accumulate_dx);
+// RMSNorm over the last dimension: y = x · rstd · w, rstd = 1/sqrt(mean(x²) + eps) (one per row).
+struct RmsNormProblem {
+  DType dtype = DType::F32;
+  int64_t rows = 0, dim = 0;
+  int64_t ld_x = 0, ld_y = 0, ld_dx = 0, ld_dy = 0;
+  double eps = 1e-6;
+  bool accumulate_dx = false;  // backward: dx += ... instead of dx = ...
+};
+
+void rmsnorm_forward(const ExecCtx& ctx, const Tensor& x, const Tensor& weight, double eps, const Tensor& y,
+                     const Tensor& rstd);
+void rmsnorm_backward(const ExecCtx& ctx, const Tensor& x, const Tensor& weight, const Tensor& rstd, const Tensor& dy,
+                      const Tensor& dx, const Tensor& dweight, bool accumulate_dx);
 
 }  // namespace fp8train::ops

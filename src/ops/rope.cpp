@@ -2,11 +2,10 @@
 #include "ops/rope.h"
 
 #include "ops/checks.h"
-#include "ops/kernels.h"
 
 namespace fp8train::ops {
 
-void rope_(const Tensor& x, int64_t seq_len, double theta, bool inverse) {
+void rope_(const ExecCtx& ctx, const Tensor& x, int64_t seq_len, double theta, bool inverse) {
   const char* op = "rope";
   check::float_dtype(op, "x", x);
   FP8T_CHECK(x.dim() == 3, "{}: x must be [rows, heads, rope_dim], got {}", op, x.str());
@@ -25,7 +24,7 @@ void rope_(const Tensor& x, int64_t seq_len, double theta, bool inverse) {
   p.seq_len = seq_len;
   p.theta = theta;
   p.inverse = inverse;
-  kernels_for(x.device()).rope(p, x.raw());
+  launcher(ctx, &OpTable::rope, "rope")(ctx, p, x.raw());
 }
 
 }  // namespace fp8train::ops

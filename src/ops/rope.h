@@ -3,10 +3,23 @@
 // Rows are [batch, seq] flattened: position = row % seq_len. Interleaved pairs (x[2i], x[2i+1]) rotate by
 // pos·θ_i, θ_i = theta^(−2i/rope_dim) (DeepSeek-V3's complex-pair form). `inverse` rotates back: the backward.
 #pragma once
+#include "ops/op_table.h"
 #include "tensor/tensor.h"
 
 namespace fp8train::ops {
 
-void rope_(const Tensor& x, int64_t seq_len, double theta, bool inverse);
+// Rotary position embedding on interleaved pairs (x[2i], x[2i+1]) of the last `rope_dim` elements of each head:
+// angle = pos·θ_i with θ_i = theta^(−2i/rope_dim), pos = row % seq_len (rows are [batch, seq] flattened).
+// In place; `inverse` rotates by −angle, which is the backward (the rotation is orthogonal).
+struct RopeProblem {
+  DType dtype = DType::F32;
+  int64_t rows = 0, heads = 0, rope_dim = 0;
+  int64_t ld = 0, head_stride = 0;
+  int64_t seq_len = 0;
+  double theta = 10000.0;
+  bool inverse = false;
+};
+
+void rope_(const ExecCtx& ctx, const Tensor& x, int64_t seq_len, double theta, bool inverse);
 
 }  // namespace fp8train::ops

@@ -2,7 +2,6 @@
 #include "ops/router.h"
 
 #include "ops/checks.h"
-#include "ops/kernels.h"
 
 namespace fp8train::ops {
 
@@ -30,26 +29,26 @@ RouterProblem problem(const char* op, const Tensor& scores_like, const RouterCon
 }
 }  // namespace
 
-RouterOutputs router_forward(const Tensor& logits, const Tensor& bias, const RouterConfig& config,
+RouterOutputs router_forward(const ExecCtx& ctx, const Tensor& logits, const Tensor& bias, const RouterConfig& config,
                              MemCategory category) {
   const char* op = "router_forward";
   const RouterProblem p = problem(op, logits, config);
   check::vector(op, "bias", bias, p.n_experts);
   check::dtype(op, "bias", bias, DType::F32);
-  const Device device = check::same_device(op, {&logits, &bias});
+  check::on_device(op, ctx, {&logits, &bias});
   RouterOutputs out;
-  out.scores = Tensor::empty({p.tokens, p.n_experts}, p.dtype, category, device);
-  out.selected = Tensor::empty({p.tokens, p.top_k}, DType::I32, category, device);
-  out.gates = Tensor::empty({p.tokens, p.top_k}, p.dtype, category, device);
-  out.expert_counts = Tensor::empty({p.n_experts}, DType::I32, MemCategory::Workspace, device);
-  kernels_for(device).router_forward(p, logits.raw(), bias.data<float>(), out.scores.raw(),
-                                     out.selected.data<int32_t>(), out.gates.raw(),
-                                     out.expert_counts.data<int32_t>());
+  out.scores = Tensor::empty({p.tokens, p.n_experts}, p.dtype, category, ctx.device);
+  out.selected = Tensor::empty({p.tokens, p.top_k}, DType::I32, category, ctx.device);
+  out.gates = Tensor::empty({p.tokens, p.top_k}, p.dtype, category, ctx.device);
+  out.expert_counts = Tensor::empty({p.n_experts}, DType::I32, MemCategory::Workspace, ctx.device);
+  launcher(ctx, &OpTable::router_forward, "router_forward")(ctx, p, logits.raw(), bias.data<float>(), out.scores.raw(),
+                                                            out.selected.data<int32_t>(), out.gates.raw(),
+                                                            out.expert_counts.data<int32_t>());
   return out;
 }
 
-void router_backward(const Tensor& scores, const Tensor& selected, const Tensor& dgates, const Tensor& dscores_extra,
-                     const RouterConfig& config, const Tensor& dlogits) {
+void router_backward(const ExecCtx& ctx, const Tensor& scores, const Tensor& selected, const Tensor& dgates,
+                     const Tensor& dscores_extra, const RouterConfig& config, const Tensor& dlogits) {
   const char* op = "router_backward";
   const RouterProblem p = problem(op, scores, config);
   check::vector(op, "selected", selected, p.tokens * p.top_k);
@@ -58,9 +57,10 @@ void router_backward(const Tensor& scores, const Tensor& selected, const Tensor&
   if (dscores_extra.defined()) check::vector(op, "dscores_extra", dscores_extra, p.tokens * p.n_experts);
   check::vector(op, "dlogits", dlogits, p.tokens * p.n_experts);
   check::same_dtype(op, {&scores, &dgates, &dscores_extra, &dlogits});
-  const Device device = check::same_device(op, {&scores, &selected, &dgates, &dscores_extra, &dlogits});
-  kernels_for(device).router_backward(p, scores.raw(), selected.data<int32_t>(), dgates.raw(),
-                                      dscores_extra.defined() ? dscores_extra.raw() : nullptr, dlogits.raw());
+  check::on_device(op, ctx, {&scores, &selected, &dgates, &dscores_extra, &dlogits});
+  launcher(ctx, &OpTable::router_backward, "router_backward")(
+      ctx, p, scores.raw(), selected.data<int32_t>(), dgates.raw(),
+      dscores_extra.defined() ? dscores_extra.raw() : nullptr, dlogits.raw());
 }
 
 namespace {
@@ -85,20 +85,22 @@ BalanceLossProblem balance_problem(const char* op, const Tensor& scores, const T
 }
 }  // namespace
 
-double seq_balance_loss(const Tensor& scores, const Tensor& selected, int64_t batch, double alpha) {
+double seq_balance_loss(const ExecCtx& ctx, const Tensor& scores, const Tensor& selected, int64_t batch, double alpha) {
   const BalanceLossProblem p = balance_problem("seq_balance_loss", scores, selected, batch, alpha);
-  const Device device = check::same_device("seq_balance_loss", {&scores, &selected});
-  return kernels_for(device).balance_loss_forward(p, scores.raw(), selected.data<int32_t>());
+  check::on_device("seq_balance_loss", ctx, {&scores, &selected});
+  return launcher(ctx, &OpTable::balance_loss_forward, "balance_loss_forward")(ctx, p, scores.raw(),
+                                                                               selected.data<int32_t>());
 }
 
-void seq_balance_loss_backward(const Tensor& scores, const Tensor& selected, int64_t batch, double alpha, double dloss,
-                               const Tensor& dscores) {
+void seq_balance_loss_backward(const ExecCtx& ctx, const Tensor& scores, const Tensor& selected, int64_t batch,
+                               double alpha, double dloss, const Tensor& dscores) {
   const char* op = "seq_balance_loss_backward";
   const BalanceLossProblem p = balance_problem(op, scores, selected, batch, alpha);
   check::vector(op, "dscores", dscores, scores.numel());
   check::same_dtype(op, {&scores, &dscores});
-  const Device device = check::same_device(op, {&scores, &selected, &dscores});
-  kernels_for(device).balance_loss_backward(p, scores.raw(), selected.data<int32_t>(), dloss, dscores.raw());
+  check::on_device(op, ctx, {&scores, &selected, &dscores});
+  launcher(ctx, &OpTable::balance_loss_backward, "balance_loss_backward")(
+      ctx, p, scores.raw(), selected.data<int32_t>(), dloss, dscores.raw());
 }
 
 }  // namespace fp8train::ops

@@ -198,7 +198,7 @@ GemmAccuracy against_reference(const std::vector<float>& d, const Tensor& a, boo
   FP8T_CHECK(static_cast<int64_t>(d.size()) == m * n, "gemm accuracy: product has {} elements, reference {}x{}",
              d.size(), m, n);
   Tensor r = Tensor::empty({m, n}, DType::F32, MemCategory::Workspace, Device::cpu());
-  ops::gemm(a, trans_a, b, trans_b, r);
+  ops::gemm(ExecCtx::cpu(), a, trans_a, b, trans_b, r);
   return measure_accuracy(d.data(), r.data<float>(), m, n);
 }
 
@@ -208,7 +208,7 @@ GemmAccuracy plain_accuracy(const Tensor& a, bool trans_a, const Tensor& b, bool
   Tensor y = Tensor::empty({m, n}, DType::F32, MemCategory::Workspace, Device::cpu());
   ops::GemmOptions o;
   o.round_inputs_bf16 = bf16;
-  ops::gemm(a, trans_a, b, trans_b, y, o);
+  ops::gemm(ExecCtx::cpu(), a, trans_a, b, trans_b, y, o);
   return against_reference(y.to_vector<float>(), a, trans_a, b, trans_b);
 }
 
@@ -253,7 +253,7 @@ CachedActivation LinearGemm::forward(const Tensor& x, const Tensor& w, const Ten
   if (!cfg.quantized_gemms()) {
     ops::GemmOptions o;
     o.round_inputs_bf16 = cfg.kind == RecipeKind::Bf16;
-    ops::gemm(x, false, w, true, y, o);
+    ops::gemm(ExecCtx::cpu(), x, false, w, true, y, o);
     if (context_->sampling_health())
       context_->record(name_, GemmKind::Fprop, plain_accuracy(x, false, w, true, o.round_inputs_bf16));
     weight_operand_bytes_ = static_cast<size_t>(w.numel()) * (o.round_inputs_bf16 ? 2 : 4);
@@ -312,7 +312,7 @@ void LinearGemm::dgrad(const Tensor& dy, const Tensor& w, const Tensor& dx, bool
     ops::GemmOptions o;
     o.round_inputs_bf16 = cfg.kind == RecipeKind::Bf16;
     o.beta = accumulate ? 1.0 : 0.0;
-    ops::gemm(dy, false, w, false, dx, o);
+    ops::gemm(ExecCtx::cpu(), dy, false, w, false, dx, o);
     if (context_->sampling_health())
       context_->record(name_, GemmKind::Dgrad, plain_accuracy(dy, false, w, false, o.round_inputs_bf16));
     return;
@@ -372,7 +372,7 @@ void LinearGemm::wgrad(const Tensor& dy, const Tensor& x, const Tensor& dw, bool
     ops::GemmOptions o;
     o.round_inputs_bf16 = context_->config().kind == RecipeKind::Bf16;
     o.beta = accumulate ? 1.0 : 0.0;
-    ops::gemm(dy, true, x, false, dw, o);
+    ops::gemm(ExecCtx::cpu(), dy, true, x, false, dw, o);
     if (context_->sampling_health())
       context_->record(name_, GemmKind::Wgrad, plain_accuracy(dy, true, x, false, o.round_inputs_bf16));
     return;

@@ -24,6 +24,8 @@ class Backend {
   virtual void fill_zero(void* dst, size_t bytes) = 0;
   // Waits until every queued operation on the device has finished (a no-op on the CPU).
   virtual void synchronize() = 0;
+  // The queue ops launch on by default (ExecCtx::on): a cudaStream_t on CUDA, null on the CPU.
+  virtual void* stream() const { return nullptr; }
 };
 
 class CpuBackend final : public Backend {

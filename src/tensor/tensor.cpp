@@ -241,6 +241,7 @@ std::string Tensor::str() const {
   template std::vector<T> Tensor::to_vector<T>() const;
 FP8T_TENSOR_INSTANTIATE(float)
 FP8T_TENSOR_INSTANTIATE(double)
+FP8T_TENSOR_INSTANTIATE(bf16)
 FP8T_TENSOR_INSTANTIATE(uint8_t)
 FP8T_TENSOR_INSTANTIATE(uint16_t)
 FP8T_TENSOR_INSTANTIATE(int32_t)

@@ -8,7 +8,7 @@
 
 #include "../ops/gradcheck.h"
 #include "model/model.h"
-#include "ops/kernels.h"
+#include "ops/op_table.h"
 #include "tensor/backend.h"
 
 namespace fp8train::model {
@@ -201,7 +201,8 @@ TEST(Router, BiasUpdateBalancesASkewedRouter) {
     gate.copy_from(Tensor::from_vector(g, gate.shape()));
     auto linear = make_fp32_linear_compute();
     ActivationCache cache;
-    StepContext ctx{.batch = 4, .seq = 64, .training = true, .linear = linear.get(), .cache = &cache};
+    StepContext ctx{
+        .exec = ExecCtx::cpu(), .batch = 4, .seq = 64, .training = true, .linear = linear.get(), .cache = &cache};
     std::mt19937_64 rng(7);
     std::vector<int64_t> window(static_cast<size_t>(c.n_routed_experts), 0);
     const int steps = 300;

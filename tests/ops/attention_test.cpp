@@ -62,7 +62,7 @@ TEST(Attention, ForwardMatchesNaiveAcrossQueryBlocks) {
   const Inputs in = make_inputs(rng, DType::F64, batch * T, H, D, Dv);
   const Tensor o = Tensor::empty({batch * T, H, Dv}, DType::F64), lse = Tensor::empty({batch, H, T}, DType::F64);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  ops::attention_forward(in.q, in.k, in.v, o, lse, batch, scale);
+  ops::attention_forward(ExecCtx::cpu(), in.q, in.k, in.v, o, lse, batch, scale);
   const Naive n = naive_attention(in.q, in.k, in.v, batch, scale);
   EXPECT_LT(testing::max_rel_diff(o.to_vector<double>(), n.o), 1e-13);
   EXPECT_LT(testing::max_rel_diff(lse.to_vector<double>(), n.lse), 1e-13);
@@ -79,13 +79,14 @@ TEST(Attention, GradCheckF64) {
   const Tensor o = Tensor::empty({batch * T, H, Dv}, DType::F64), lse = Tensor::empty({batch, H, T}, DType::F64);
   const double scale = 0.7;
   auto loss = [&] {
-    ops::attention_forward(in.q, in.k, in.v, o, lse, batch, scale);
+    ops::attention_forward(ExecCtx::cpu(), in.q, in.k, in.v, o, lse, batch, scale);
     return testing::weighted_sum(o, w);
   };
   loss();
   const Tensor dq = Tensor::empty({batch * T, H, D}, DType::F64);
   const Tensor dkv = Tensor::zeros({batch * T, H, D + Dv}, DType::F64);
-  ops::attention_backward(in.q, in.k, in.v, o, lse, w, dq, dkv.narrow(2, 0, D), dkv.narrow(2, D, Dv), batch, scale);
+  ops::attention_backward(ExecCtx::cpu(), in.q, in.k, in.v, o, lse, w, dq, dkv.narrow(2, 0, D), dkv.narrow(2, D, Dv),
+                          batch, scale);
   EXPECT_LT(testing::grad_check_error(loss, in.q, dq.to_vector<double>(), 1e-6, 400), 1e-6);
   EXPECT_LT(testing::grad_check_error(loss, in.kv_buf, dkv.to_vector<double>(), 1e-6, 600), 1e-6);
 }
@@ -101,8 +102,8 @@ TEST(Attention, F32MatchesF64) {
     const Tensor o = Tensor::empty({batch * T, H, Dv}, dt), lse = Tensor::empty({batch, H, T}, dt);
     const Tensor dq = Tensor::empty({batch * T, H, D}, dt), dk = Tensor::empty({batch * T, H, D}, dt);
     const Tensor dv = Tensor::empty({batch * T, H, Dv}, dt);
-    ops::attention_forward(q, k, v, o, lse, batch, 0.2);
-    ops::attention_backward(q, k, v, o, lse, d, dq, dk, dv, batch, 0.2);
+    ops::attention_forward(ExecCtx::cpu(), q, k, v, o, lse, batch, 0.2);
+    ops::attention_backward(ExecCtx::cpu(), q, k, v, o, lse, d, dq, dk, dv, batch, 0.2);
     return std::vector<std::vector<double>>{as_doubles(o), as_doubles(dq), as_doubles(dk), as_doubles(dv)};
   };
   const auto a = run(DType::F32), b = run(DType::F64);
@@ -112,10 +113,10 @@ TEST(Attention, F32MatchesF64) {
 TEST(Attention, RejectsBadShapes) {
   const Tensor q = Tensor::zeros({10, 2, 4}, DType::F32), v = Tensor::zeros({10, 2, 3}, DType::F32);
   const Tensor o = Tensor::zeros({10, 2, 3}, DType::F32), lse = Tensor::zeros({2, 2, 5}, DType::F32);
-  EXPECT_NO_THROW(ops::attention_forward(q, q, v, o, lse, 2, 1.0));
-  EXPECT_THROW(ops::attention_forward(q, q, v, o, lse, 3, 1.0), Error);  // 10 rows, 3 sequences
-  EXPECT_THROW(ops::attention_forward(q, v, v, o, lse, 2, 1.0), Error);  // k dim differs from q
-  EXPECT_THROW(ops::attention_forward(q, q, v, o, Tensor::zeros({4}, DType::F32), 2, 1.0), Error);
+  EXPECT_NO_THROW(ops::attention_forward(ExecCtx::cpu(), q, q, v, o, lse, 2, 1.0));
+  EXPECT_THROW(ops::attention_forward(ExecCtx::cpu(), q, q, v, o, lse, 3, 1.0), Error);  // 10 rows, 3 sequences
+  EXPECT_THROW(ops::attention_forward(ExecCtx::cpu(), q, v, v, o, lse, 2, 1.0), Error);  // k dim differs from q
+  EXPECT_THROW(ops::attention_forward(ExecCtx::cpu(), q, q, v, o, Tensor::zeros({4}, DType::F32), 2, 1.0), Error);
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ TEST(CrossEntropy, LossMatchesLogSoftmaxAndSkipsIgnoredRows) {
   tg[4] = -1;
   const Tensor targets = Tensor::from_vector(tg, {N});
   const std::vector<double> L = logits.to_vector<double>();
-  const ops::CrossEntropyResult r = ops::cross_entropy_fused(logits, targets, false, 1.0);
+  const ops::CrossEntropyResult r = ops::cross_entropy_fused(ExecCtx::cpu(), logits, targets, false, 1.0);
   double expect = 0;
   for (int64_t i = 0; i < N; ++i) {
     if (tg[i] < 0) continue;
@@ -31,7 +31,8 @@ TEST(CrossEntropy, LossMatchesLogSoftmaxAndSkipsIgnoredRows) {
   EXPECT_EQ(r.count, N - 1);
   EXPECT_NEAR(r.loss_sum, expect, 1e-12);
   EXPECT_EQ(logits.to_vector<double>(), L);  // without compute_grad the logits are untouched
-  EXPECT_THROW(ops::cross_entropy_fused(logits, Tensor::from_vector(std::vector<int32_t>(N, V), {N}), false, 1.0),
+  EXPECT_THROW(ops::cross_entropy_fused(ExecCtx::cpu(), logits, Tensor::from_vector(std::vector<int32_t>(N, V), {N}),
+                                        false, 1.0),
                Error);
 }
 
@@ -44,9 +45,11 @@ TEST(CrossEntropy, InPlaceGradientGradCheckF64) {
   tg[2] = -1;
   const Tensor targets = Tensor::from_vector(tg, {N});
   const double scale = 1.0 / 8;
-  auto loss = [&] { return scale * ops::cross_entropy_fused(logits.clone(), targets, false, 1.0).loss_sum; };
+  auto loss = [&] {
+    return scale * ops::cross_entropy_fused(ExecCtx::cpu(), logits.clone(), targets, false, 1.0).loss_sum;
+  };
   const Tensor grad = logits.clone();
-  ops::cross_entropy_fused(grad, targets, true, scale);
+  ops::cross_entropy_fused(ExecCtx::cpu(), grad, targets, true, scale);
   EXPECT_LT(testing::grad_check_error(loss, logits, grad.to_vector<double>()), 1e-6);
   // an ignored row has a zero gradient
   for (int64_t c = 0; c < V; ++c) EXPECT_EQ(grad.to_vector<double>()[2 * V + c], 0.0);
@@ -60,8 +63,8 @@ TEST(CrossEntropy, F32MatchesF64) {
   for (int64_t i = 0; i < N; ++i) tg[i] = static_cast<int32_t>((i * 37) % V);
   const Tensor targets = Tensor::from_vector(tg, {N});
   const Tensor l32 = testing::convert(logits, DType::F32), l64 = logits.clone();
-  const auto a = ops::cross_entropy_fused(l32, targets, true, 1.0 / N);
-  const auto b = ops::cross_entropy_fused(l64, targets, true, 1.0 / N);
+  const auto a = ops::cross_entropy_fused(ExecCtx::cpu(), l32, targets, true, 1.0 / N);
+  const auto b = ops::cross_entropy_fused(ExecCtx::cpu(), l64, targets, true, 1.0 / N);
   EXPECT_NEAR(a.loss_sum / b.loss_sum, 1.0, 1e-6);
   EXPECT_LT(testing::max_rel_diff(testing::as_doubles(l32), testing::as_doubles(l64)), 1e-5);
 }

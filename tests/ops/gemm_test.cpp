@@ -40,7 +40,7 @@ TEST(Gemm, TransposesAndStridesMatchNaiveF64) {
       const Tensor bbuf = random_tensor({tb ? n : k, (tb ? k : n) + 3}, DType::F64, rng);
       const Tensor a = abuf.cols(2, 2 + (ta ? m : k));
       const Tensor b = bbuf.cols(1, 1 + (tb ? k : n));
-      const Tensor c = ops::matmul(a, ta, b, tb);
+      const Tensor c = ops::matmul(ExecCtx::cpu(), a, ta, b, tb);
       EXPECT_LT(testing::max_rel_diff(as_doubles(c), naive(a, ta, b, tb)), 1e-14) << ta << tb;
     }
 }
@@ -50,7 +50,7 @@ TEST(Gemm, LargeSplitAcrossThreadsMatchesF64) {
   std::mt19937_64 rng(2);
   for (auto [m, n] : {std::pair<int64_t, int64_t>{300, 70}, {70, 300}}) {
     const Tensor a = random_tensor({m, 64}, DType::F32, rng), b = random_tensor({n, 64}, DType::F32, rng);
-    const Tensor c = ops::matmul(a, false, b, true);
+    const Tensor c = ops::matmul(ExecCtx::cpu(), a, false, b, true);
     EXPECT_LT(testing::max_rel_diff(as_doubles(c), naive(a, false, b, true)), 1e-5);
   }
 }
@@ -60,7 +60,7 @@ TEST(Gemm, AlphaBetaAccumulate) {
   const Tensor a = random_tensor({8, 6}, DType::F64, rng), b = random_tensor({6, 5}, DType::F64, rng);
   const Tensor c = random_tensor({8, 5}, DType::F64, rng);
   const std::vector<double> c0 = c.to_vector<double>(), ab = naive(a, false, b, false);
-  ops::gemm(a, false, b, false, c, {.alpha = 0.5, .beta = 2.0});
+  ops::gemm(ExecCtx::cpu(), a, false, b, false, c, {.alpha = 0.5, .beta = 2.0});
   const std::vector<double> got = c.to_vector<double>();
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], 0.5 * ab[i] + 2.0 * c0[i], 1e-14);
 }
@@ -71,13 +71,14 @@ TEST(Gemm, Bf16InputRoundingIsExact) {
   Tensor ar = a.clone(), br = b.clone();
   for (int64_t i = 0; i < ar.numel(); ++i) ar.data<float>()[i] = num::bf16_round(ar.data<float>()[i]);
   for (int64_t i = 0; i < br.numel(); ++i) br.data<float>()[i] = num::bf16_round(br.data<float>()[i]);
-  const Tensor rounded = ops::matmul(a, false, b, false, MemCategory::Workspace, {.round_inputs_bf16 = true});
-  const Tensor reference = ops::matmul(ar, false, br, false);
+  const Tensor rounded =
+      ops::matmul(ExecCtx::cpu(), a, false, b, false, MemCategory::Workspace, {.round_inputs_bf16 = true});
+  const Tensor reference = ops::matmul(ExecCtx::cpu(), ar, false, br, false);
   EXPECT_EQ(rounded.to_vector<float>(), reference.to_vector<float>());
   // and it differs from the unrounded product (the option is not a no-op)
-  EXPECT_NE(ops::matmul(a, false, b, false).to_vector<float>(), reference.to_vector<float>());
-  EXPECT_THROW(ops::matmul(testing::convert(a, DType::F64), false, testing::convert(b, DType::F64), false,
-                           MemCategory::Workspace, {.round_inputs_bf16 = true}),
+  EXPECT_NE(ops::matmul(ExecCtx::cpu(), a, false, b, false).to_vector<float>(), reference.to_vector<float>());
+  EXPECT_THROW(ops::matmul(ExecCtx::cpu(), testing::convert(a, DType::F64), false, testing::convert(b, DType::F64),
+                           false, MemCategory::Workspace, {.round_inputs_bf16 = true}),
                Error);
 }
 
@@ -86,21 +87,21 @@ TEST(Gemm, LinearGradientsByCentralDifferences) {
   std::mt19937_64 rng(5);
   const Tensor x = random_tensor({7, 5}, DType::F64, rng), W = random_tensor({4, 5}, DType::F64, rng);
   const Tensor w = random_tensor({7, 4}, DType::F64, rng);
-  auto loss = [&] { return testing::weighted_sum(ops::matmul(x, false, W, true), w); };
-  const Tensor dx = ops::matmul(w, false, W, false);
-  const Tensor dW = ops::matmul(w, true, x, false);
+  auto loss = [&] { return testing::weighted_sum(ops::matmul(ExecCtx::cpu(), x, false, W, true), w); };
+  const Tensor dx = ops::matmul(ExecCtx::cpu(), w, false, W, false);
+  const Tensor dW = ops::matmul(ExecCtx::cpu(), w, true, x, false);
   EXPECT_LT(testing::grad_check_error(loss, x, dx.to_vector<double>()), 1e-9);
   EXPECT_LT(testing::grad_check_error(loss, W, dW.to_vector<double>()), 1e-9);
 }
 
 TEST(Gemm, RejectsMismatchedShapesDtypesAndLayouts) {
   const Tensor a = Tensor::zeros({4, 3}, DType::F32), b = Tensor::zeros({4, 3}, DType::F32);
-  EXPECT_THROW(ops::matmul(a, false, b, false), Error);  // inner 3 vs 4
-  EXPECT_THROW(ops::matmul(a, false, Tensor::zeros({3, 2}, DType::F64), false), Error);
+  EXPECT_THROW(ops::matmul(ExecCtx::cpu(), a, false, b, false), Error);  // inner 3 vs 4
+  EXPECT_THROW(ops::matmul(ExecCtx::cpu(), a, false, Tensor::zeros({3, 2}, DType::F64), false), Error);
   const Tensor c = Tensor::zeros({4, 4}, DType::F32);
-  EXPECT_THROW(ops::gemm(a, false, b, true, c.cols(0, 3)), Error);
-  EXPECT_THROW(ops::gemm(Tensor::zeros({2, 4, 3}, DType::F32), false, b, true, c), Error);
-  EXPECT_NO_THROW(ops::gemm(a, false, b, true, c));
+  EXPECT_THROW(ops::gemm(ExecCtx::cpu(), a, false, b, true, c.cols(0, 3)), Error);
+  EXPECT_THROW(ops::gemm(ExecCtx::cpu(), Tensor::zeros({2, 4, 3}, DType::F32), false, b, true, c), Error);
+  EXPECT_NO_THROW(ops::gemm(ExecCtx::cpu(), a, false, b, true, c));
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ TEST(Embedding, ForwardGathersAndBackwardScatterAddsRepeatedIds) {
   const Tensor table = random_tensor({6, 40}, DType::F64, rng);
   const Tensor ids = Tensor::from_vector(std::vector<int32_t>{3, 0, 3, 5, 3}, {5});
   const Tensor out = Tensor::empty({5, 40}, DType::F64);
-  ops::embedding_forward(ids, table, out);
+  ops::embedding_forward(ExecCtx::cpu(), ids, table, out);
   const std::vector<double> T = table.to_vector<double>(), O = out.to_vector<double>();
   for (int c = 0; c < 40; ++c) {
     EXPECT_EQ(O[0 * 40 + c], T[3 * 40 + c]);
@@ -30,20 +30,22 @@ TEST(Embedding, ForwardGathersAndBackwardScatterAddsRepeatedIds) {
   }
   const Tensor w = random_tensor({5, 40}, DType::F64, rng);
   auto loss = [&] {
-    ops::embedding_forward(ids, table, out);
+    ops::embedding_forward(ExecCtx::cpu(), ids, table, out);
     return weighted_sum(out, w);
   };
   const Tensor dtable = Tensor::zeros({6, 40}, DType::F64);
-  ops::embedding_backward(ids, w, dtable);
+  ops::embedding_backward(ExecCtx::cpu(), ids, w, dtable);
   EXPECT_LT(grad_check_error(loss, table, dtable.to_vector<double>()), 1e-9);
-  EXPECT_THROW(ops::embedding_forward(Tensor::from_vector(std::vector<int32_t>{6}, {1}), table, out.rows(0, 1)), Error);
+  EXPECT_THROW(
+      ops::embedding_forward(ExecCtx::cpu(), Tensor::from_vector(std::vector<int32_t>{6}, {1}), table, out.rows(0, 1)),
+      Error);
 }
 
 TEST(RmsNorm, ForwardMatchesFormula) {
   std::mt19937_64 rng(2);
   const Tensor x = random_tensor({5, 24}, DType::F64, rng), w = random_tensor({24}, DType::F64, rng);
   const Tensor y = Tensor::empty({5, 24}, DType::F64), rstd = Tensor::empty({5}, DType::F64);
-  ops::rmsnorm_forward(x, w, 1e-6, y, rstd);
+  ops::rmsnorm_forward(ExecCtx::cpu(), x, w, 1e-6, y, rstd);
   const std::vector<double> X = x.to_vector<double>(), W = w.to_vector<double>(), Y = y.to_vector<double>();
   for (int r = 0; r < 5; ++r) {
     double ss = 0;
@@ -61,20 +63,20 @@ TEST(RmsNorm, GradCheckF64OnStridedViews) {
   const Tensor dy = random_tensor({130, 16}, DType::F64, rng);
   const Tensor y = Tensor::empty({130, 16}, DType::F64), rstd = Tensor::empty({130}, DType::F64);
   auto loss = [&] {
-    ops::rmsnorm_forward(x, w, 1e-6, y, rstd);
+    ops::rmsnorm_forward(ExecCtx::cpu(), x, w, 1e-6, y, rstd);
     return weighted_sum(y, dy);
   };
   loss();
   const Tensor dxbuf = Tensor::zeros({130, 20}, DType::F64);
   const Tensor dw = Tensor::zeros({16}, DType::F64);
-  ops::rmsnorm_backward(x, w, rstd, dy, dxbuf.cols(3, 19), dw, false);
+  ops::rmsnorm_backward(ExecCtx::cpu(), x, w, rstd, dy, dxbuf.cols(3, 19), dw, false);
   EXPECT_LT(grad_check_error(loss, xbuf, dxbuf.to_vector<double>()), 1e-6);
   EXPECT_LT(grad_check_error(loss, w, dw.to_vector<double>()), 1e-6);
   // accumulate_dx adds onto what is there
-  ops::rmsnorm_backward(x, w, rstd, dy, dxbuf.cols(3, 19), Tensor(), true);
+  ops::rmsnorm_backward(ExecCtx::cpu(), x, w, rstd, dy, dxbuf.cols(3, 19), Tensor(), true);
   const std::vector<double> twice = dxbuf.to_vector<double>();
   std::vector<double> once = twice;
-  ops::rmsnorm_backward(x, w, rstd, dy, dxbuf.cols(3, 19), Tensor(), false);
+  ops::rmsnorm_backward(ExecCtx::cpu(), x, w, rstd, dy, dxbuf.cols(3, 19), Tensor(), false);
   once = dxbuf.to_vector<double>();
   for (size_t i = 0; i < once.size(); ++i) EXPECT_NEAR(twice[i], 2 * once[i], 1e-12);
 }
@@ -87,8 +89,8 @@ TEST(RmsNorm, F32MatchesF64) {
     const Tensor xx = testing::convert(x, dt), ww = testing::convert(w, dt), dd = testing::convert(dy, dt);
     const Tensor y = Tensor::empty({70, 64}, dt), rstd = Tensor::empty({70}, dt), dx = Tensor::empty({70, 64}, dt);
     const Tensor dw = Tensor::zeros({64}, dt);
-    ops::rmsnorm_forward(xx, ww, 1e-6, y, rstd);
-    ops::rmsnorm_backward(xx, ww, rstd, dd, dx, dw, false);
+    ops::rmsnorm_forward(ExecCtx::cpu(), xx, ww, 1e-6, y, rstd);
+    ops::rmsnorm_backward(ExecCtx::cpu(), xx, ww, rstd, dd, dx, dw, false);
     return std::array<std::vector<double>, 3>{as_doubles(y), as_doubles(dx), as_doubles(dw)};
   };
   const auto f32 = run(DType::F32), f64 = run(DType::F64);
@@ -102,7 +104,7 @@ TEST(Rope, RotatesPairsByPositionAndInverseUndoes) {
   const Tensor buf = random_tensor({batch * seq, heads, 12}, DType::F64, rng);
   const std::vector<double> before = buf.to_vector<double>();
   const Tensor x = buf.narrow(2, 4, dim);
-  ops::rope_(x, seq, 10000.0, false);
+  ops::rope_(ExecCtx::cpu(), x, seq, 10000.0, false);
   const std::vector<double> after = buf.to_vector<double>();
   for (int64_t r = 0; r < batch * seq; ++r)
     for (int64_t h = 0; h < heads; ++h) {
@@ -115,7 +117,7 @@ TEST(Rope, RotatesPairsByPositionAndInverseUndoes) {
         EXPECT_NEAR(after[base + 5 + 2 * i], x0 * std::sin(angle) + x1 * std::cos(angle), 1e-14);
       }
     }
-  ops::rope_(x, seq, 10000.0, true);
+  ops::rope_(ExecCtx::cpu(), x, seq, 10000.0, true);
   EXPECT_LT(testing::max_rel_diff(buf.to_vector<double>(), before), 1e-15);
 }
 
@@ -124,13 +126,13 @@ TEST(Rope, GradCheckF64) {
   const Tensor x = random_tensor({10, 3, 6}, DType::F64, rng), w = random_tensor({10, 3, 6}, DType::F64, rng);
   auto loss = [&] {
     const Tensor y = x.clone();
-    ops::rope_(y, 5, 500.0, false);
+    ops::rope_(ExecCtx::cpu(), y, 5, 500.0, false);
     return weighted_sum(y, w);
   };
   const Tensor dx = w.clone();
-  ops::rope_(dx, 5, 500.0, true);  // the backward is the inverse rotation
+  ops::rope_(ExecCtx::cpu(), dx, 5, 500.0, true);  // the backward is the inverse rotation
   EXPECT_LT(grad_check_error(loss, x, dx.to_vector<double>()), 1e-6);
-  EXPECT_THROW(ops::rope_(x, 4, 500.0, false), Error);  // 10 rows are not whole sequences of 4
+  EXPECT_THROW(ops::rope_(ExecCtx::cpu(), x, 4, 500.0, false), Error);  // 10 rows are not whole sequences of 4
 }
 
 TEST(Swiglu, ForwardFormulaAndGradCheckF64) {
@@ -138,7 +140,7 @@ TEST(Swiglu, ForwardFormulaAndGradCheckF64) {
   const int64_t rows = 9, f = 7;
   const Tensor in = random_tensor({rows, 2 * f}, DType::F64, rng, -3, 3), w = random_tensor({rows, f}, DType::F64, rng);
   const Tensor out = Tensor::empty({rows, f}, DType::F64);
-  ops::swiglu_forward(in, out);
+  ops::swiglu_forward(ExecCtx::cpu(), in, out);
   const std::vector<double> I = in.to_vector<double>(), O = out.to_vector<double>();
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < f; ++c) {
@@ -146,11 +148,11 @@ TEST(Swiglu, ForwardFormulaAndGradCheckF64) {
       EXPECT_NEAR(O[r * f + c], g / (1 + std::exp(-g)) * u, 1e-14);
     }
   auto loss = [&] {
-    ops::swiglu_forward(in, out);
+    ops::swiglu_forward(ExecCtx::cpu(), in, out);
     return weighted_sum(out, w);
   };
   const Tensor din = Tensor::empty({rows, 2 * f}, DType::F64);
-  ops::swiglu_backward(in, w, din);
+  ops::swiglu_backward(ExecCtx::cpu(), in, w, din);
   EXPECT_LT(grad_check_error(loss, in, din.to_vector<double>()), 1e-6);
 }
 
@@ -160,8 +162,8 @@ TEST(Swiglu, F32MatchesF64) {
   auto run = [&](DType dt) {
     const Tensor i = testing::convert(in, dt), dd = testing::convert(d, dt);
     const Tensor o = Tensor::empty({50, 48}, dt), di = Tensor::empty({50, 96}, dt);
-    ops::swiglu_forward(i, o);
-    ops::swiglu_backward(i, dd, di);
+    ops::swiglu_forward(ExecCtx::cpu(), i, o);
+    ops::swiglu_backward(ExecCtx::cpu(), i, dd, di);
     return std::pair{as_doubles(o), as_doubles(di)};
   };
   const auto a = run(DType::F32), b = run(DType::F64);

@@ -21,7 +21,7 @@ TEST(Router, ScoresSelectionAndGatesFollowTheFormulas) {
   const int64_t N = 40, E = 8, K = 2;
   const Tensor logits = random_tensor({N, E}, DType::F64, rng, -3, 3);
   const ops::RouterConfig cfg{.top_k = K, .routed_scaling_factor = 2.5};
-  const ops::RouterOutputs r = ops::router_forward(logits, zeros_bias(E), cfg);
+  const ops::RouterOutputs r = ops::router_forward(ExecCtx::cpu(), logits, zeros_bias(E), cfg);
   const std::vector<double> L = logits.to_vector<double>(), S = r.scores.to_vector<double>();
   const std::vector<double> G = r.gates.to_vector<double>();
   const std::vector<int32_t> sel = r.selected.to_vector<int32_t>(), counts = r.expert_counts.to_vector<int32_t>();
@@ -46,10 +46,10 @@ TEST(Router, BiasChangesSelectionButNotGateValues) {
   const int64_t N = 64, E = 8, K = 2;
   const Tensor logits = random_tensor({N, E}, DType::F64, rng, -2, 2);
   const ops::RouterConfig cfg{.top_k = K, .routed_scaling_factor = 1.0};
-  const ops::RouterOutputs plain = ops::router_forward(logits, zeros_bias(E), cfg);
+  const ops::RouterOutputs plain = ops::router_forward(ExecCtx::cpu(), logits, zeros_bias(E), cfg);
   std::vector<float> b(E, 0.0f);
   b[5] = 10.0f;  // expert 5 wins every selection
-  const ops::RouterOutputs biased = ops::router_forward(logits, Tensor::from_vector(b, {E}), cfg);
+  const ops::RouterOutputs biased = ops::router_forward(ExecCtx::cpu(), logits, Tensor::from_vector(b, {E}), cfg);
   const std::vector<double> S = biased.scores.to_vector<double>(), G = biased.gates.to_vector<double>();
   const std::vector<int32_t> sel = biased.selected.to_vector<int32_t>(), sel0 = plain.selected.to_vector<int32_t>();
   EXPECT_EQ(biased.scores.to_vector<double>(), plain.scores.to_vector<double>());  // scores ignore the bias
@@ -74,8 +74,8 @@ TEST(Router, GroupLimitedRoutingStaysInsideTheKeptGroups) {
   for (auto& x : b) x = static_cast<float>(std::uniform_real_distribution<double>(-0.3, 0.3)(rng));
   const Tensor bias = Tensor::from_vector(b, {E});
   const ops::RouterConfig cfg{.top_k = K, .n_group = G, .topk_group = M, .routed_scaling_factor = 1.0};
-  const ops::RouterOutputs r = ops::router_forward(logits, bias, cfg);
-  const ops::RouterOutputs ungrouped = ops::router_forward(logits, bias, {.top_k = K});
+  const ops::RouterOutputs r = ops::router_forward(ExecCtx::cpu(), logits, bias, cfg);
+  const ops::RouterOutputs ungrouped = ops::router_forward(ExecCtx::cpu(), logits, bias, {.top_k = K});
   const std::vector<double> S = r.scores.to_vector<double>();
   const std::vector<int32_t> sel = r.selected.to_vector<int32_t>(), free_sel = ungrouped.selected.to_vector<int32_t>();
   int differs = 0;
@@ -109,10 +109,12 @@ TEST(Router, GroupLimitedRoutingStaysInsideTheKeptGroups) {
 
 TEST(Router, RejectsBadConfigs) {
   const Tensor logits = Tensor::zeros({4, 8}, DType::F32);
-  EXPECT_THROW(ops::router_forward(logits, zeros_bias(8), {.top_k = 2, .n_group = 3}), Error);
-  EXPECT_THROW(ops::router_forward(logits, zeros_bias(8), {.top_k = 3, .n_group = 4, .topk_group = 1}), Error);
-  EXPECT_THROW(ops::router_forward(logits, zeros_bias(8), {.top_k = 2, .n_group = 4, .topk_group = 5}), Error);
-  EXPECT_THROW(ops::router_forward(logits, zeros_bias(7), {.top_k = 2}), Error);
+  EXPECT_THROW(ops::router_forward(ExecCtx::cpu(), logits, zeros_bias(8), {.top_k = 2, .n_group = 3}), Error);
+  EXPECT_THROW(ops::router_forward(ExecCtx::cpu(), logits, zeros_bias(8), {.top_k = 3, .n_group = 4, .topk_group = 1}),
+               Error);
+  EXPECT_THROW(ops::router_forward(ExecCtx::cpu(), logits, zeros_bias(8), {.top_k = 2, .n_group = 4, .topk_group = 5}),
+               Error);
+  EXPECT_THROW(ops::router_forward(ExecCtx::cpu(), logits, zeros_bias(7), {.top_k = 2}), Error);
 }
 
 TEST(Router, GradCheckF64) {
@@ -123,12 +125,12 @@ TEST(Router, GradCheckF64) {
   const ops::RouterConfig cfg{.top_k = K, .n_group = 4, .topk_group = 2, .routed_scaling_factor = 1.7};
   const Tensor wg = random_tensor({N, K}, DType::F64, rng), ws = random_tensor({N, E}, DType::F64, rng);
   auto loss = [&] {
-    const ops::RouterOutputs r = ops::router_forward(logits, bias, cfg);
+    const ops::RouterOutputs r = ops::router_forward(ExecCtx::cpu(), logits, bias, cfg);
     return testing::weighted_sum(r.gates, wg) + testing::weighted_sum(r.scores, ws);
   };
-  const ops::RouterOutputs r = ops::router_forward(logits, bias, cfg);
+  const ops::RouterOutputs r = ops::router_forward(ExecCtx::cpu(), logits, bias, cfg);
   const Tensor dlogits = Tensor::empty({N, E}, DType::F64);
-  ops::router_backward(r.scores, r.selected, wg, ws, cfg, dlogits);
+  ops::router_backward(ExecCtx::cpu(), r.scores, r.selected, wg, ws, cfg, dlogits);
   EXPECT_LT(testing::grad_check_error(loss, logits, dlogits.to_vector<double>()), 1e-6);
 }
 
@@ -137,9 +139,9 @@ TEST(BalanceLoss, ValueMatchesFormulaAndGradCheckF64) {
   const int64_t batch = 3, T = 20, E = 8, K = 2;
   const Tensor logits = random_tensor({batch * T, E}, DType::F64, rng, -2, 2);
   const ops::RouterConfig cfg{.top_k = K};
-  const ops::RouterOutputs r = ops::router_forward(logits, zeros_bias(E), cfg);
+  const ops::RouterOutputs r = ops::router_forward(ExecCtx::cpu(), logits, zeros_bias(E), cfg);
   const double alpha = 0.01;
-  const double loss = ops::seq_balance_loss(r.scores, r.selected, batch, alpha);
+  const double loss = ops::seq_balance_loss(ExecCtx::cpu(), r.scores, r.selected, batch, alpha);
   // direct: per sequence α·Σ_i f_i·P_i, averaged
   const std::vector<double> S = r.scores.to_vector<double>();
   const std::vector<int32_t> sel = r.selected.to_vector<int32_t>();
@@ -158,9 +160,9 @@ TEST(BalanceLoss, ValueMatchesFormulaAndGradCheckF64) {
   // perfectly balanced f and uniform scores give α (the loss minimum for uniform affinities)
   // gradient w.r.t. the scores, selection held fixed
   const Tensor scores = r.scores.clone();
-  auto l = [&] { return ops::seq_balance_loss(scores, r.selected, batch, alpha); };
+  auto l = [&] { return ops::seq_balance_loss(ExecCtx::cpu(), scores, r.selected, batch, alpha); };
   const Tensor ds = Tensor::zeros({batch * T, E}, DType::F64);
-  ops::seq_balance_loss_backward(scores, r.selected, batch, alpha, 1.0, ds);
+  ops::seq_balance_loss_backward(ExecCtx::cpu(), scores, r.selected, batch, alpha, 1.0, ds);
   EXPECT_LT(testing::grad_check_error(l, scores, ds.to_vector<double>()), 1e-6);
 }
 
@@ -172,9 +174,9 @@ TEST(Router, F32MatchesF64) {
   const ops::RouterConfig cfg{.top_k = K, .n_group = 4, .topk_group = 2, .routed_scaling_factor = 2.0};
   auto run = [&](DType dt) {
     const Tensor lg = testing::convert(logits, dt);
-    const ops::RouterOutputs r = ops::router_forward(lg, zeros_bias(E), cfg);
+    const ops::RouterOutputs r = ops::router_forward(ExecCtx::cpu(), lg, zeros_bias(E), cfg);
     const Tensor dl = Tensor::empty({N, E}, dt);
-    ops::router_backward(r.scores, r.selected, testing::convert(dg, dt), Tensor(), cfg, dl);
+    ops::router_backward(ExecCtx::cpu(), r.scores, r.selected, testing::convert(dg, dt), Tensor(), cfg, dl);
     return std::tuple{r.selected.to_vector<int32_t>(), testing::as_doubles(r.gates), testing::as_doubles(dl)};
   };
   const auto a = run(DType::F32), b = run(DType::F64);

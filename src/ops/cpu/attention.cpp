@@ -10,8 +10,9 @@
 #include <limits>
 #include <vector>
 
+#include "ops/attention.h"
 #include "ops/cpu/blas.h"
-#include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/kernels.h"
 
 namespace fp8train::ops::cpu {
 namespace {
@@ -134,8 +135,9 @@ void backward_impl(const AttentionProblem& p, const T* q, const T* k, const T* v
 
 }  // namespace
 
-void attention_forward(const AttentionProblem& p, const void* q, const void* k, const void* v, void* o, void* lse) {
-  cpu_kernels();  // OpenBLAS pinned to one thread before the parallel region calls it
+void attention_forward(const ExecCtx&, const AttentionProblem& p, const void* q, const void* k, const void* v, void* o,
+                       void* lse) {
+  cpu_op_table();  // OpenBLAS pinned to one thread before the parallel region calls it
   dispatch_float(p.dtype, "attention_forward", [&](auto tag) {
     using T = decltype(tag);
     forward_impl<T>(p, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
@@ -143,9 +145,9 @@ void attention_forward(const AttentionProblem& p, const void* q, const void* k, 
   });
 }
 
-void attention_backward(const AttentionProblem& p, const void* q, const void* k, const void* v, const void* o,
-                        const void* lse, const void* dout, void* dq, void* dk, void* dv) {
-  cpu_kernels();
+void attention_backward(const ExecCtx&, const AttentionProblem& p, const void* q, const void* k, const void* v,
+                        const void* o, const void* lse, const void* dout, void* dq, void* dk, void* dv) {
+  cpu_op_table();
   dispatch_float(p.dtype, "attention_backward", [&](auto tag) {
     using T = decltype(tag);
     backward_impl<T>(p, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),

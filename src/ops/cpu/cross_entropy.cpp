@@ -6,7 +6,8 @@
 #include <limits>
 
 #include "common/error.h"
-#include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cross_entropy.h"
 
 namespace fp8train::ops::cpu {
 namespace {
@@ -38,7 +39,8 @@ void ce_impl(const CrossEntropyProblem& p, T* logits, const int32_t* targets, do
 
 }  // namespace
 
-void cross_entropy(const CrossEntropyProblem& p, void* logits, const int32_t* targets, double* row_loss) {
+void cross_entropy(const ExecCtx&, const CrossEntropyProblem& p, void* logits, const int32_t* targets,
+                   double* row_loss) {
   for (int64_t r = 0; r < p.rows; ++r)
     FP8T_CHECK(targets[r] >= -1 && targets[r] < p.vocab, "cross_entropy: target {} at row {} is outside [-1, {})",
                targets[r], r, p.vocab);

@@ -1,5 +1,6 @@
 // CPU elementwise ops on matrix views: out = alpha·a + beta·b, fill.
-#include "ops/cpu/cpu_kernels.h"
+#include "ops/elementwise.h"
+#include "ops/cpu/kernels.h"
 
 namespace fp8train::ops::cpu {
 namespace {
@@ -35,14 +36,14 @@ void fill_impl(const AxpbyProblem& p, double value, T* out) {
 
 }  // namespace
 
-void axpby(const AxpbyProblem& p, const void* a, const void* b, void* out) {
+void axpby(const ExecCtx&, const AxpbyProblem& p, const void* a, const void* b, void* out) {
   dispatch_float(p.dtype, "axpby", [&](auto tag) {
     using T = decltype(tag);
     axpby_impl<T>(p, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out));
   });
 }
 
-void fill(const AxpbyProblem& p, double value, void* out) {
+void fill(const ExecCtx&, const AxpbyProblem& p, double value, void* out) {
   dispatch_float(p.dtype, "fill", [&](auto tag) {
     using T = decltype(tag);
     fill_impl<T>(p, value, static_cast<T*>(out));

@@ -3,7 +3,8 @@
 #include <algorithm>
 
 #include "common/error.h"
-#include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/kernels.h"
+#include "ops/embedding.h"
 
 namespace fp8train::ops::cpu {
 namespace {
@@ -37,7 +38,7 @@ void backward_impl(const EmbeddingProblem& p, const int32_t* ids, const T* dout,
 
 }  // namespace
 
-void embedding_forward(const EmbeddingProblem& p, const int32_t* ids, const void* table, void* out) {
+void embedding_forward(const ExecCtx&, const EmbeddingProblem& p, const int32_t* ids, const void* table, void* out) {
   check_ids(p, ids);
   dispatch_float(p.dtype, "embedding_forward", [&](auto tag) {
     using T = decltype(tag);
@@ -45,7 +46,7 @@ void embedding_forward(const EmbeddingProblem& p, const int32_t* ids, const void
   });
 }
 
-void embedding_backward(const EmbeddingProblem& p, const int32_t* ids, const void* dout, void* dtable) {
+void embedding_backward(const ExecCtx&, const EmbeddingProblem& p, const int32_t* ids, const void* dout, void* dtable) {
   check_ids(p, ids);
   dispatch_float(p.dtype, "embedding_backward", [&](auto tag) {
     using T = decltype(tag);

@@ -11,7 +11,8 @@
 
 #include "common/error.h"
 #include "numerics/formats.h"
-#include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/kernels.h"
+#include "ops/gemm.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
 
@@ -79,8 +80,8 @@ void gemm_split(const GemmProblem& p, const T* a, const T* b, T* c) {
 
 }  // namespace
 
-void gemm(const GemmProblem& p, const void* a, const void* b, void* c) {
-  cpu_kernels();  // pins OpenBLAS to one thread before the first split call
+void gemm(const ExecCtx&, const GemmProblem& p, const void* a, const void* b, void* c) {
+  cpu_op_table();  // pins OpenBLAS to one thread before the first split call
   if (p.round_inputs_bf16) {
     FP8T_CHECK(p.dtype == DType::F32, "BF16 input rounding is defined for f32 GEMMs only");
     const int64_t a_rows = p.trans_a ? p.k : p.m, a_cols = p.trans_a ? p.m : p.k;

@@ -10,7 +10,8 @@
 #include <vector>
 
 #include "common/error.h"
-#include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/kernels.h"
+#include "ops/moe_dispatch.h"
 
 namespace fp8train::ops::cpu {
 namespace {
@@ -72,8 +73,8 @@ void unpermute_backward_impl(const MoePermuteProblem& p, const T* dy, const T* y
 
 }  // namespace
 
-void moe_build_plan(const MoePlanProblem& p, const int32_t* selected, int32_t* expert_offsets, int32_t* slot_token,
-                    int32_t* choice_slot) {
+void moe_build_plan(const ExecCtx&, const MoePlanProblem& p, const int32_t* selected, int32_t* expert_offsets,
+                    int32_t* slot_token, int32_t* choice_slot) {
   const int64_t n = p.tokens * p.top_k;
   std::vector<int32_t> counts(static_cast<size_t>(p.n_experts), 0);
   for (int64_t i = 0; i < n; ++i) {
@@ -92,30 +93,31 @@ void moe_build_plan(const MoePlanProblem& p, const int32_t* selected, int32_t* e
     }
 }
 
-void moe_permute(const MoePermuteProblem& p, const void* x, const int32_t* slot_token, void* xp) {
+void moe_permute(const ExecCtx&, const MoePermuteProblem& p, const void* x, const int32_t* slot_token, void* xp) {
   dispatch_float(p.dtype, "moe_permute", [&](auto tag) {
     using T = decltype(tag);
     permute_impl<T>(p, static_cast<const T*>(x), slot_token, static_cast<T*>(xp));
   });
 }
 
-void moe_permute_backward(const MoePermuteProblem& p, const void* dxp, const int32_t* choice_slot, void* dx) {
+void moe_permute_backward(const ExecCtx&, const MoePermuteProblem& p, const void* dxp, const int32_t* choice_slot,
+                          void* dx) {
   dispatch_float(p.dtype, "moe_permute_backward", [&](auto tag) {
     using T = decltype(tag);
     permute_backward_impl<T>(p, static_cast<const T*>(dxp), choice_slot, static_cast<T*>(dx));
   });
 }
 
-void moe_unpermute(const MoePermuteProblem& p, const void* yp, const int32_t* choice_slot, const void* gates,
-                   void* y) {
+void moe_unpermute(const ExecCtx&, const MoePermuteProblem& p, const void* yp, const int32_t* choice_slot,
+                   const void* gates, void* y) {
   dispatch_float(p.dtype, "moe_unpermute", [&](auto tag) {
     using T = decltype(tag);
     unpermute_impl<T>(p, static_cast<const T*>(yp), choice_slot, static_cast<const T*>(gates), static_cast<T*>(y));
   });
 }
 
-void moe_unpermute_backward(const MoePermuteProblem& p, const void* dy, const void* yp, const int32_t* choice_slot,
-                            const void* gates, void* dyp, void* dgates) {
+void moe_unpermute_backward(const ExecCtx&, const MoePermuteProblem& p, const void* dy, const void* yp,
+                            const int32_t* choice_slot, const void* gates, void* dyp, void* dgates) {
   dispatch_float(p.dtype, "moe_unpermute_backward", [&](auto tag) {
     using T = decltype(tag);
     unpermute_backward_impl<T>(p, static_cast<const T*>(dy), static_cast<const T*>(yp), choice_slot,

@@ -5,7 +5,8 @@
 #include <cmath>
 #include <vector>
 
-#include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/kernels.h"
+#include "ops/rmsnorm.h"
 
 namespace fp8train::ops::cpu {
 namespace {
@@ -61,15 +62,15 @@ void backward_impl(const RmsNormProblem& p, const T* x, const T* w, const T* rst
 
 }  // namespace
 
-void rmsnorm_forward(const RmsNormProblem& p, const void* x, const void* w, void* y, void* rstd) {
+void rmsnorm_forward(const ExecCtx&, const RmsNormProblem& p, const void* x, const void* w, void* y, void* rstd) {
   dispatch_float(p.dtype, "rmsnorm_forward", [&](auto tag) {
     using T = decltype(tag);
     forward_impl<T>(p, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<T*>(y), static_cast<T*>(rstd));
   });
 }
 
-void rmsnorm_backward(const RmsNormProblem& p, const void* x, const void* w, const void* rstd, const void* dy,
-                      void* dx, void* dw) {
+void rmsnorm_backward(const ExecCtx&, const RmsNormProblem& p, const void* x, const void* w, const void* rstd,
+                      const void* dy, void* dx, void* dw) {
   dispatch_float(p.dtype, "rmsnorm_backward", [&](auto tag) {
     using T = decltype(tag);
     backward_impl<T>(p, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(rstd),

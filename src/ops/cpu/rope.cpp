@@ -4,7 +4,8 @@
 #include <cmath>
 #include <vector>
 
-#include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/kernels.h"
+#include "ops/rope.h"
 
 namespace fp8train::ops::cpu {
 namespace {
@@ -38,7 +39,7 @@ void rope_impl(const RopeProblem& p, T* x) {
 
 }  // namespace
 
-void rope(const RopeProblem& p, void* x) {
+void rope(const ExecCtx&, const RopeProblem& p, void* x) {
   dispatch_float(p.dtype, "rope", [&](auto tag) {
     using T = decltype(tag);
     rope_impl<T>(p, static_cast<T*>(x));

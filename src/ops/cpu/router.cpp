@@ -9,7 +9,8 @@
 #include <numeric>
 #include <vector>
 
-#include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/kernels.h"
+#include "ops/router.h"
 
 namespace fp8train::ops::cpu {
 namespace {
@@ -158,8 +159,8 @@ void balance_backward_impl(const BalanceLossProblem& p, const T* scores, const i
 
 }  // namespace
 
-void router_forward(const RouterProblem& p, const void* logits, const float* bias, void* scores, int32_t* selected,
-                    void* gates, int32_t* expert_counts) {
+void router_forward(const ExecCtx&, const RouterProblem& p, const void* logits, const float* bias, void* scores,
+                    int32_t* selected, void* gates, int32_t* expert_counts) {
   dispatch_float(p.dtype, "router_forward", [&](auto tag) {
     using T = decltype(tag);
     forward_impl<T>(p, static_cast<const T*>(logits), bias, static_cast<T*>(scores), selected, static_cast<T*>(gates));
@@ -170,8 +171,8 @@ void router_forward(const RouterProblem& p, const void* logits, const float* bia
   }
 }
 
-void router_backward(const RouterProblem& p, const void* scores, const int32_t* selected, const void* dgates,
-                     const void* dscores_extra, void* dlogits) {
+void router_backward(const ExecCtx&, const RouterProblem& p, const void* scores, const int32_t* selected,
+                     const void* dgates, const void* dscores_extra, void* dlogits) {
   dispatch_float(p.dtype, "router_backward", [&](auto tag) {
     using T = decltype(tag);
     backward_impl<T>(p, static_cast<const T*>(scores), selected, static_cast<const T*>(dgates),
@@ -179,7 +180,7 @@ void router_backward(const RouterProblem& p, const void* scores, const int32_t* 
   });
 }
 
-double balance_loss_forward(const BalanceLossProblem& p, const void* scores, const int32_t* selected) {
+double balance_loss_forward(const ExecCtx&, const BalanceLossProblem& p, const void* scores, const int32_t* selected) {
   double loss = 0;
   dispatch_float(p.dtype, "balance_loss_forward", [&](auto tag) {
     using T = decltype(tag);
@@ -188,8 +189,8 @@ double balance_loss_forward(const BalanceLossProblem& p, const void* scores, con
   return loss;
 }
 
-void balance_loss_backward(const BalanceLossProblem& p, const void* scores, const int32_t* selected, double dloss,
-                           void* dscores) {
+void balance_loss_backward(const ExecCtx&, const BalanceLossProblem& p, const void* scores, const int32_t* selected,
+                           double dloss, void* dscores) {
   dispatch_float(p.dtype, "balance_loss_backward", [&](auto tag) {
     using T = decltype(tag);
     balance_backward_impl<T>(p, static_cast<const T*>(scores), selected, dloss, static_cast<T*>(dscores));

@@ -2,7 +2,8 @@
 // Backward: d_up = dout∘silu(g);  d_gate = dout∘up∘σ(g)·(1 + g·(1 − σ(g))).
 #include <cmath>
 
-#include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/kernels.h"
+#include "ops/swiglu.h"
 
 namespace fp8train::ops::cpu {
 namespace {
@@ -44,14 +45,14 @@ void backward_impl(const SwigluProblem& p, const T* in, const T* dout, T* din) {
 
 }  // namespace
 
-void swiglu_forward(const SwigluProblem& p, const void* in, void* out) {
+void swiglu_forward(const ExecCtx&, const SwigluProblem& p, const void* in, void* out) {
   dispatch_float(p.dtype, "swiglu_forward", [&](auto tag) {
     using T = decltype(tag);
     forward_impl<T>(p, static_cast<const T*>(in), static_cast<T*>(out));
   });
 }
 
-void swiglu_backward(const SwigluProblem& p, const void* in, const void* dout, void* din) {
+void swiglu_backward(const ExecCtx&, const SwigluProblem& p, const void* in, const void* dout, void* din) {
   dispatch_float(p.dtype, "swiglu_backward", [&](auto tag) {
     using T = decltype(tag);
     backward_impl<T>(p, static_cast<const T*>(in), static_cast<const T*>(dout), static_cast<T*>(din));

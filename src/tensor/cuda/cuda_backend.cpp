@@ -55,7 +55,7 @@ Device init_cuda_backend(int ordinal, bool make_default) {
 cudaStream_t compute_stream(Device device) {
   if (device.type != DeviceType::CUDA || !has_backend(device)) return nullptr;
   auto* b = dynamic_cast<CudaBackend*>(&backend(device));
-  return b ? b->stream() : nullptr;
+  return b ? b->cuda_stream() : nullptr;
 }
 
 }  // namespace fp8train::cuda

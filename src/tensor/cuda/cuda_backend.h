@@ -39,7 +39,8 @@ class CudaBackend final : public Backend {
   void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) override;
   void fill_zero(void* dst, size_t bytes) override;
   void synchronize() override;
-  cudaStream_t stream() const { return stream_.get(); }
+  void* stream() const override { return stream_.get(); }
+  cudaStream_t cuda_stream() const { return stream_.get(); }
   const DeviceInfo& info() const { return info_; }
 
  private:

@@ -1,0 +1,55 @@
+// The CPU kernels (tier 1 + 2 of ops/op_table.h): one file per op stem in ops/cpu/, each declared here with its
+// launcher type and put into the CPU table by ops/cpu/table.cpp. Each kernel is a template over the storage
+// type (float, double, bf16) behind the launcher, which switches on problem.dtype; arithmetic runs in the
+// compute type (float for float and bf16, double for double): bf16 elements are widened on load and rounded to
+// nearest even on store. Parallel loops use OpenMP with static partitions; reductions run in a fixed order
+// (chunked partial sums added in chunk order), and GEMMs are split into shape-determined chunks (never along K),
+// so results do not depend on the thread count (tests/model checks 1 vs 2 threads bit for bit).
+#pragma once
+#include <type_traits>
+
+#include "ops/op_table.h"
+
+namespace fp8train::ops::cpu {
+
+GemmFn gemm;
+AxpbyFn axpby;
+FillFn fill;
+EmbeddingForwardFn embedding_forward;
+EmbeddingBackwardFn embedding_backward;
+RmsNormForwardFn rmsnorm_forward;
+RmsNormBackwardFn rmsnorm_backward;
+RopeFn rope;
+AttentionForwardFn attention_forward;
+AttentionBackwardFn attention_backward;
+SwigluForwardFn swiglu_forward;
+SwigluBackwardFn swiglu_backward;
+RouterForwardFn router_forward;
+RouterBackwardFn router_backward;
+BalanceLossForwardFn balance_loss_forward;
+BalanceLossBackwardFn balance_loss_backward;
+MoeBuildPlanFn moe_build_plan;
+MoePermuteFn moe_permute;
+MoePermuteBackwardFn moe_permute_backward;
+MoeUnpermuteFn moe_unpermute;
+MoeUnpermuteBackwardFn moe_unpermute_backward;
+CrossEntropyFn cross_entropy;
+
+// The CPU table (built on first use; pins OpenBLAS to one thread).
+const OpTable& cpu_op_table();
+
+[[noreturn]] void throw_unsupported_dtype(DType dtype, const char* op);
+
+// Calls f(T{}) with T = float or double according to dtype; other dtypes throw.
+template <class F>
+void dispatch_float(DType dtype, const char* op, F&& f) {
+  if (dtype == DType::F32) {
+    f(float{});
+  } else if (dtype == DType::F64) {
+    f(double{});
+  } else {
+    throw_unsupported_dtype(dtype, op);
+  }
+}
+
+}  // namespace fp8train::ops::cpu

@@ -1,0 +1,121 @@
+// The op table: one plain table of launchers per backend (tier 2 of the three tiers below), filled once at
+// start-up — ops/cpu/table.cpp for the CPU (always present), ops/cuda/table.cpp for CUDA (registered with the
+// CUDA backend). A null entry means "this backend does not implement this op": the entry point then throws
+// "op X is not implemented on device Y" instead of running anything else.
+//   tier 1 kernel    — ops/cpu/<op>.cpp (OpenMP loops, OpenBLAS; the bit-exact reference), ops/cuda/<op>.cu
+//   tier 2 launcher  — a member below: ExecCtx + problem descriptor + raw device pointers, no checks
+//   tier 3 entry     — ops/<op>.h on Tensors / QTensors: checks dtype, shape, strides and device, fills the
+//                      problem descriptor and calls the launcher of ctx.device's table (launcher() below)
+// Adding an op: its descriptor and entry point (ops/<op>.h/.cpp), its launcher type and member here, its CPU
+// kernel (ops/cpu/<op>.cpp + a line in ops/cpu/kernels.h and ops/cpu/table.cpp), its CUDA kernel (same on the
+// CUDA side), and one row in the backend-vs-CPU test table (tests/ops/backend_ops_test.cpp).
+// Layout conventions: row-major; "ld" = row stride in elements (>= columns); ids, expert indices and offsets
+// are int32. Determinism: every CPU reduction has a fixed order that does not depend on the thread count.
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+#include "tensor/exec_ctx.h"
+
+namespace fp8train::ops {
+
+// Problem descriptors, defined in the op's own header.
+struct GemmProblem;          // ops/gemm.h
+struct AxpbyProblem;         // ops/elementwise.h
+struct EmbeddingProblem;     // ops/embedding.h
+struct RmsNormProblem;       // ops/rmsnorm.h
+struct RopeProblem;          // ops/rope.h
+struct AttentionProblem;     // ops/attention.h
+struct SwigluProblem;        // ops/swiglu.h
+struct RouterProblem;        // ops/router.h
+struct BalanceLossProblem;   // ops/router.h
+struct MoePlanProblem;       // ops/moe_dispatch.h
+struct MoePermuteProblem;    // ops/moe_dispatch.h
+struct CrossEntropyProblem;  // ops/cross_entropy.h
+
+// ---- launcher types (tier 2) -------------------------------------------------------------------------
+using GemmFn = void(const ExecCtx&, const GemmProblem&, const void* a, const void* b, void* c);
+using AxpbyFn = void(const ExecCtx&, const AxpbyProblem&, const void* a, const void* b, void* out);
+using FillFn = void(const ExecCtx&, const AxpbyProblem&, double value, void* out);
+using EmbeddingForwardFn = void(const ExecCtx&, const EmbeddingProblem&, const int32_t* ids, const void* table,
+                                void* out);
+using EmbeddingBackwardFn = void(const ExecCtx&, const EmbeddingProblem&, const int32_t* ids, const void* dout,
+                                 void* dtable);
+using RmsNormForwardFn = void(const ExecCtx&, const RmsNormProblem&, const void* x, const void* w, void* y, void* rstd);
+using RmsNormBackwardFn = void(const ExecCtx&, const RmsNormProblem&, const void* x, const void* w, const void* rstd,
+                               const void* dy, void* dx, void* dw);
+using RopeFn = void(const ExecCtx&, const RopeProblem&, void* x);
+using AttentionForwardFn = void(const ExecCtx&, const AttentionProblem&, const void* q, const void* k, const void* v,
+                                void* o, void* lse);
+using AttentionBackwardFn = void(const ExecCtx&, const AttentionProblem&, const void* q, const void* k, const void* v,
+                                 const void* o, const void* lse, const void* dout, void* dq, void* dk, void* dv);
+using SwigluForwardFn = void(const ExecCtx&, const SwigluProblem&, const void* in, void* out);
+using SwigluBackwardFn = void(const ExecCtx&, const SwigluProblem&, const void* in, const void* dout, void* din);
+using RouterForwardFn = void(const ExecCtx&, const RouterProblem&, const void* logits, const float* bias, void* scores,
+                             int32_t* selected, void* gates, int32_t* expert_counts);
+using RouterBackwardFn = void(const ExecCtx&, const RouterProblem&, const void* scores, const int32_t* selected,
+                              const void* dgates, const void* dscores_extra, void* dlogits);
+using BalanceLossForwardFn = double(const ExecCtx&, const BalanceLossProblem&, const void* scores,
+                                    const int32_t* selected);
+using BalanceLossBackwardFn = void(const ExecCtx&, const BalanceLossProblem&, const void* scores,
+                                   const int32_t* selected, double dloss, void* dscores);
+using MoeBuildPlanFn = void(const ExecCtx&, const MoePlanProblem&, const int32_t* selected, int32_t* expert_offsets,
+                            int32_t* slot_token, int32_t* choice_slot);
+using MoePermuteFn = void(const ExecCtx&, const MoePermuteProblem&, const void* x, const int32_t* slot_token, void* xp);
+using MoePermuteBackwardFn = void(const ExecCtx&, const MoePermuteProblem&, const void* dxp, const int32_t* choice_slot,
+                                  void* dx);
+using MoeUnpermuteFn = void(const ExecCtx&, const MoePermuteProblem&, const void* yp, const int32_t* choice_slot,
+                            const void* gates, void* y);
+using MoeUnpermuteBackwardFn = void(const ExecCtx&, const MoePermuteProblem&, const void* dy, const void* yp,
+                                    const int32_t* choice_slot, const void* gates, void* dyp, void* dgates);
+using CrossEntropyFn = void(const ExecCtx&, const CrossEntropyProblem&, void* logits, const int32_t* targets,
+                            double* row_loss);
+
+struct OpTable {
+  std::string_view backend;  // "cpu", "cuda"
+  GemmFn* gemm = nullptr;
+  AxpbyFn* axpby = nullptr;
+  FillFn* fill = nullptr;
+  EmbeddingForwardFn* embedding_forward = nullptr;
+  EmbeddingBackwardFn* embedding_backward = nullptr;
+  RmsNormForwardFn* rmsnorm_forward = nullptr;
+  RmsNormBackwardFn* rmsnorm_backward = nullptr;
+  RopeFn* rope = nullptr;
+  AttentionForwardFn* attention_forward = nullptr;
+  AttentionBackwardFn* attention_backward = nullptr;
+  SwigluForwardFn* swiglu_forward = nullptr;
+  SwigluBackwardFn* swiglu_backward = nullptr;
+  RouterForwardFn* router_forward = nullptr;
+  RouterBackwardFn* router_backward = nullptr;
+  BalanceLossForwardFn* balance_loss_forward = nullptr;
+  BalanceLossBackwardFn* balance_loss_backward = nullptr;
+  MoeBuildPlanFn* moe_build_plan = nullptr;
+  MoePermuteFn* moe_permute = nullptr;
+  MoePermuteBackwardFn* moe_permute_backward = nullptr;
+  MoeUnpermuteFn* moe_unpermute = nullptr;
+  MoeUnpermuteBackwardFn* moe_unpermute_backward = nullptr;
+  CrossEntropyFn* cross_entropy = nullptr;
+};
+
+// The table of a device type: the CPU's is built in; another backend's exists once registered.
+const OpTable& op_table(DeviceType type);
+bool has_op_table(DeviceType type);
+// Installs a backend's table (start-up; the table must outlive every op call). The CPU table cannot be replaced.
+void register_op_table(DeviceType type, const OpTable* table);
+
+[[noreturn]] void throw_not_implemented(std::string_view op, const ExecCtx& ctx);
+
+// The launcher of `member` for ctx's device, or a clear error when that backend lacks the op.
+template <class Fn>
+Fn* launcher(const ExecCtx& ctx, Fn* OpTable::*member, std::string_view op) {
+  Fn* fn = op_table(ctx.device.type).*member;
+  if (fn == nullptr) throw_not_implemented(op, ctx);
+  return fn;
+}
+
+// CPU threading: OpenMP threads used by the CPU kernels (OpenBLAS itself is kept single-threaded and every
+// GEMM is split across the OpenMP threads, which keeps the result independent of scheduling).
+void set_cpu_threads(int threads);
+int cpu_threads();
+
+}  // namespace fp8train::ops

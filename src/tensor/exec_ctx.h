@@ -1,0 +1,40 @@
+// ExecCtx: where and how an op runs. Every op entry point takes one; nothing below reaches for a global stream.
+//   device  — the device every tensor of the op lives on (checked by the entry points)
+//   stream  — the queue the op's kernels are launched on: a cudaStream_t on CUDA; null on the CPU, where an op
+//             runs on the calling thread (and its OpenMP team) and has finished when it returns
+//   seed    — the base of the counter-based random streams of stochastic ops (e.g. INT8 stochastic rounding);
+//             an op derives its stream from this seed and its own identifiers, so results never depend on
+//             scheduling
+// Scratch memory comes from scratch(): the device's allocator under MemCategory::Workspace (the CPU and CUDA
+// allocators both cache freed blocks, so a training step's repeated scratch requests cost no system calls).
+#pragma once
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace fp8train {
+
+struct ExecCtx {
+  Device device = Device::cpu();
+  void* stream = nullptr;  // cudaStream_t on CUDA devices
+  uint64_t seed = 0;
+
+  // The context of a device: its backend's stream (the CPU has none).
+  static ExecCtx on(Device device);
+  // The CPU context (no stream, seed 0): what tests and host-side tools use.
+  static const ExecCtx& cpu();
+
+  ExecCtx with_seed(uint64_t s) const {
+    ExecCtx c = *this;
+    c.seed = s;
+    return c;
+  }
+  // A temporary on this context's device.
+  Tensor scratch(Shape shape, DType dtype) const {
+    return Tensor::empty(std::move(shape), dtype, MemCategory::Workspace, device);
+  }
+  // Waits until everything queued on this context has finished (a no-op on the CPU).
+  void synchronize() const;
+};
+
+}  // namespace fp8train
