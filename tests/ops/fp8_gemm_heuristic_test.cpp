@@ -1,7 +1,7 @@
 // The block-size heuristics of fp8train's own FP8 GEMM kernels (ops/cuda/fp8_gemm.h): pure host functions of the
 // shape and the SM count, checked here without a GPU so CI covers them. The expected choices are the ones measured
-// fastest (or within 3 %) on the H200 (bench/gemm_notes.md; bench/h8_runs/run1_bench.log, run5_*, run14_splits.log,
-// run21_rows192.log, run23_wgrad_rows192.log). Built only with the CUDA backend.
+// fastest (or within 3 %) on the H200 (docs/fp8_gemm.md: the block_n, split-K, 192-row and Wgrad
+// sweeps). Built only with the CUDA backend.
 #include <gtest/gtest.h>
 
 #if FP8TRAIN_HAVE_CUDA
@@ -27,15 +27,15 @@ TEST(Fp8GemmHeuristic, PicksBuiltWidthsTileRowsAndSplitsAsMeasured) {
       const Fp8GemmConfig c = ops::cuda::fp8_gemm_dense_heuristic(m, nk.first, nk.second, 132);
       EXPECT_NE(std::find(built.begin(), built.end(), c.block_n), built.end()) << c.describe();
     }
-  // The choices measured fastest on the H200 (block_n sweep bench/h8_runs/run1_bench.log; BN 192 with bulk
-  // scale copies and the two-block promotion: bench/h8_runs/run5_*):
+  // The choices measured fastest on the H200 (the block_n sweep; BN 192 once it had bulk
+  // scale copies and the two-block promotion):
   // one row block: the narrowest width whose tiles fit in one wave (64 -> 112 CTAs for N = 7168) ...
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 7168, 16384, 132).block_n, 64);
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 24576, 1536, 132).block_n, 192);
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 32768, 512, 132).block_n, 128);  // no width fits: 128
   for (auto nk : {std::pair<int64_t, int64_t>{7168, 16384}, {24576, 1536}, {32768, 512}, {7168, 2048}})
     EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, nk.first, nk.second, 132).k_splits, 1);
-  // ... unless its tiles fill at most half the SMs: split K (bench/gemm_notes.md, split-K sweep).
+  // ... unless its tiles fill at most half the SMs: split K (docs/fp8_gemm.md, split-K sweep).
   const Fp8GemmConfig n2112 = ops::cuda::fp8_gemm_dense_heuristic(128, 2112, 7168, 132);
   EXPECT_EQ(n2112.block_n, 32);  // 66 tiles x 2 ranges
   EXPECT_EQ(n2112.k_splits, 2);
@@ -44,7 +44,7 @@ TEST(Fp8GemmHeuristic, PicksBuiltWidthsTileRowsAndSplitsAsMeasured) {
   EXPECT_EQ(n4096.k_splits, 2);
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(128, 4096, 768, 132).k_splits, 1);  // ranges would be < 8 K blocks
   // ... many row blocks: 128-row tiles of the width with the fewest waves x per-tile cost, in pairs sharing B
-  // (bench/gemm_notes.md runs 28-34: 128 x 192 with B multicast at or above 192 x 128 everywhere; 4096 x 4096 x
+  // (docs/fp8_gemm.md: 128 x 192 with B multicast at or above 192 x 128 everywhere; 4096 x 4096 x
   // 7168 keeps 128 x 128, 8 waves against 6 of 128 x 192 at 3/4 of the work per wave).
   using MC = ops::cuda::Fp8GemmMulticast;
   auto shape_of = [](const Fp8GemmConfig& c) {
@@ -53,8 +53,7 @@ TEST(Fp8GemmHeuristic, PicksBuiltWidthsTileRowsAndSplitsAsMeasured) {
   };
   EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 2112, 7168, 132)), "128x192 mcB");
   EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 24576, 1536, 132)), "128x192 mcB");
-  // (N = 7168: 128 x 160 would fill 11 waves at 99 % where 128 x 192 needs 10 at 92 %, but measured 2-3 % slower:
-  // run 40)
+  // (N = 7168: 128 x 160 would fill 11 waves at 99 % where 128 x 192 needs 10 at 92 %, but measured 2-3 % slower)
   EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 7168, 16384, 132)), "128x192 mcB");
   EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 7168, 2048, 132)), "128x192 mcB");
   EXPECT_EQ(shape_of(ops::cuda::fp8_gemm_dense_heuristic(4096, 32768, 512, 132)), "128x192 mcB");
@@ -65,12 +64,12 @@ TEST(Fp8GemmHeuristic, PicksBuiltWidthsTileRowsAndSplitsAsMeasured) {
   EXPECT_EQ(ops::cuda::fp8_gemm_dense_heuristic(4096, 2112, 7168, 132).k_splits, 1);  // many row blocks: never
   EXPECT_EQ(ops::cuda::fp8_gemm_grouped_heuristic(8 * 4096, 4096, 7168, 132).block_n, 192);
   EXPECT_EQ(ops::cuda::fp8_gemm_wgrad_heuristic(7168, 2048, 16384, 1, 132).block_n, 128);
-  EXPECT_EQ(ops::cuda::fp8_gemm_wgrad_heuristic(7168, 2048, 16384, 1, 132).block_m, 192);  // 5 waves vs 7 (run 23)
+  EXPECT_EQ(ops::cuda::fp8_gemm_wgrad_heuristic(7168, 2048, 16384, 1, 132).block_m, 192);  // 5 waves vs 7: faster
   EXPECT_EQ(ops::cuda::fp8_gemm_wgrad_heuristic(4096, 7168, 16384, 8, 132).block_m, 192);
   EXPECT_EQ(ops::cuda::fp8_gemm_wgrad_heuristic(256, 2048, 16384, 1, 132).block_m, 128);
   EXPECT_EQ(ops::cuda::fp8_gemm_grouped_heuristic(8 * 4096, 4096, 7168, 132).block_m, 128);  // experts pad to 128
   EXPECT_EQ(ops::cuda::fp8_gemm_grouped_heuristic(8 * 4096, 4096, 7168, 132).k_splits, 1);
-  // Grouped: pairs of column tiles sharing A (run 33: 1149 vs 1090 TFLOP/s); Wgrad: none.
+  // Grouped: pairs of column tiles sharing A (measured 1149 vs 1090 TFLOP/s); Wgrad: none.
   EXPECT_EQ(ops::cuda::fp8_gemm_grouped_heuristic(8 * 4096, 4096, 7168, 132).multicast, MC::ShareA);
   EXPECT_EQ(ops::cuda::fp8_gemm_wgrad_heuristic(7168, 2048, 16384, 1, 132).multicast, MC::None);
 }

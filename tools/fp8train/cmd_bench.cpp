@@ -117,11 +117,11 @@ std::vector<GemmShape> parse_shapes(const std::string& text) {
   return out;
 }
 
-// fp8train's own Hopper FP8 GEMMs (src/ops/cuda/fp8_gemm_*, issue 8; added by h8) on the same operands and
+// fp8train's own Hopper FP8 GEMMs (src/ops/cuda/fp8_gemm_*) on the same operands and
 // cuBLASLt-native scale layouts as the cuBLASLt cases: the dense Fprop/Dgrad kernel (1x128 x 128x128, BF16
 // out) and the Wgrad kernel (1x128 x 1x128, FP32 accumulated in place), with the heuristic's configuration.
 // vs_cublaslt_same_gemm is measured fairly: ours and cuBLASLt's same GEMM timed interleaved (GpuTimer::time_pair),
-// since timing one after the other on a board at its power cap favours the first (bench/gemm_notes.md run 12).
+// since timing one after the other on a board at its power cap favours the first (measured; docs/fp8_gemm.md).
 // The cuBLASLt launches come as `lt_block` / `lt_wgrad` (empty: that cuBLASLt case failed or was filtered out).
 using Launch = std::function<void(cudaStream_t)>;
 void bench_own_fp8_gemms(const Context& ctx, const BenchOptions& o, int64_t M, int64_t N, int64_t K, const void* a8,
