@@ -1,7 +1,7 @@
 // The block-size heuristics of fp8train's own FP8 GEMM kernels (ops/cuda/fp8_gemm.h): pure host functions of the
 // shape and the SM count, checked here without a GPU so CI covers them. The expected choices are the ones measured
 // fastest (or within 3 %) on the H200 (docs/fp8_gemm.md: the block_n, split-K, 192-row and Wgrad
-// sweeps). Built only with the CUDA backend.
+// sweeps). Also the text form of a kernel configuration (parse_fp8_gemm_config). Built only with the CUDA backend.
 #include <gtest/gtest.h>
 
 #if FP8TRAIN_HAVE_CUDA
@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/error.h"
 #include "ops/cuda/fp8_gemm.h"
 
 namespace fp8train {
@@ -72,6 +73,57 @@ TEST(Fp8GemmHeuristic, PicksBuiltWidthsTileRowsAndSplitsAsMeasured) {
   // Grouped: pairs of column tiles sharing A (measured 1149 vs 1090 TFLOP/s); Wgrad: none.
   EXPECT_EQ(ops::cuda::fp8_gemm_grouped_heuristic(8 * 4096, 4096, 7168, 132).multicast, MC::ShareA);
   EXPECT_EQ(ops::cuda::fp8_gemm_wgrad_heuristic(7168, 2048, 16384, 1, 132).multicast, MC::None);
+}
+
+// parse_fp8_gemm_config (the text form `fp8train bench gemm --config` takes): every key, the defaults for keys
+// left out, and a clear error naming the bad pair.
+TEST(Fp8GemmConfigText, ParsesEveryKeyAndKeepsDefaults) {
+  using MC = ops::cuda::Fp8GemmMulticast;
+  const Fp8GemmConfig c =
+      ops::cuda::parse_fp8_gemm_config("block=192x128,multicast=B,grid=66,raster=8,epilogue=direct,splits=3");
+  EXPECT_EQ(c.block_m, 192);
+  EXPECT_EQ(c.block_n, 128);
+  EXPECT_EQ(c.multicast, MC::ShareB);
+  EXPECT_EQ(c.grid, 66);
+  EXPECT_EQ(c.raster_group_m, 8);
+  EXPECT_EQ(c.epilogue, ops::cuda::Fp8GemmEpilogue::Direct);
+  EXPECT_EQ(c.k_splits, 3);
+  const Fp8GemmConfig d = ops::cuda::parse_fp8_gemm_config("block=32,multicast=A");
+  const Fp8GemmConfig defaults;
+  EXPECT_EQ(d.block_n, 32);
+  EXPECT_EQ(d.block_m, defaults.block_m);
+  EXPECT_EQ(d.multicast, MC::ShareA);
+  EXPECT_EQ(d.grid, defaults.grid);
+  EXPECT_EQ(d.raster_group_m, defaults.raster_group_m);
+  EXPECT_EQ(d.epilogue, defaults.epilogue);
+  EXPECT_EQ(d.k_splits, defaults.k_splits);
+  EXPECT_EQ(ops::cuda::parse_fp8_gemm_config("multicast=none").multicast, MC::None);
+  EXPECT_EQ(ops::cuda::parse_fp8_gemm_config("multicast=auto,epilogue=tma").multicast, MC::Auto);
+}
+
+TEST(Fp8GemmConfigText, BadTextNamesTheProblem) {
+  auto error_of = [](const std::string& text) {
+    try {
+      ops::cuda::parse_fp8_gemm_config(text);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of("").find("empty"), std::string::npos);
+  EXPECT_NE(error_of("block=128,").find("empty"), std::string::npos);
+  EXPECT_NE(error_of("block=128,,splits=2").find("empty"), std::string::npos);
+  EXPECT_NE(error_of("block").find("not key=value"), std::string::npos);
+  EXPECT_NE(error_of("block=").find("not key=value"), std::string::npos);
+  EXPECT_NE(error_of("tile=128").find("unknown key 'tile'"), std::string::npos);
+  EXPECT_NE(error_of("block=128x").find("block columns = ''"), std::string::npos);
+  EXPECT_NE(error_of("block=12x64").find("block rows = '12'"), std::string::npos);
+  EXPECT_NE(error_of("block=128x512").find("block columns = '512'"), std::string::npos);
+  EXPECT_NE(error_of("block=abc").find("block = 'abc'"), std::string::npos);
+  EXPECT_NE(error_of("multicast=C").find("multicast = 'C'"), std::string::npos);
+  EXPECT_NE(error_of("epilogue=fast").find("epilogue = 'fast'"), std::string::npos);
+  EXPECT_NE(error_of("splits=-1").find("splits = '-1'"), std::string::npos);
+  EXPECT_NE(error_of("splits=2x").find("splits = '2x'"), std::string::npos);
 }
 
 }  // namespace

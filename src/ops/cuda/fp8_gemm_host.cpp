@@ -6,9 +6,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -287,6 +289,63 @@ std::string Fp8GemmConfig::describe() const {
                      epilogue == Fp8GemmEpilogue::TmaStore ? "tma" : "direct",
                      k_splits == 0 ? std::string("auto") : std::to_string(k_splits));
 }
+Fp8GemmConfig parse_fp8_gemm_config(const std::string& text) {
+  Fp8GemmConfig config;
+  auto parse_int = [&](const std::string& key, const std::string& value, int lo, int hi) {
+    int v = 0;
+    const char* end = value.data() + value.size();
+    const auto [ptr, ec] = std::from_chars(value.data(), end, v);
+    FP8T_CHECK(ec == std::errc() && ptr == end && v >= lo && v <= hi,
+               "FP8 GEMM config '{}': {} = '{}' must be an integer in [{}, {}]", text, key, value, lo, hi);
+    return v;
+  };
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string pair = text.substr(pos, comma - pos);
+    pos = comma + 1;
+    if (pair.empty()) {
+      FP8T_CHECK(comma == text.size() && !text.empty() && text.back() != ',',
+                 "FP8 GEMM config '{}': empty key=value pair", text);
+      break;
+    }
+    const size_t eq = pair.find('=');
+    FP8T_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < pair.size(),
+               "FP8 GEMM config '{}': '{}' is not key=value (keys: block, multicast, grid, raster, epilogue, splits)",
+               text, pair);
+    const std::string key = pair.substr(0, eq), value = pair.substr(eq + 1);
+    if (key == "block") {
+      const size_t x = value.find('x');
+      if (x == std::string::npos) {
+        config.block_n = parse_int("block", value, 16, 256);
+      } else {
+        config.block_m = parse_int("block rows", value.substr(0, x), 64, 256);
+        config.block_n = parse_int("block columns", value.substr(x + 1), 16, 256);
+      }
+    } else if (key == "multicast") {
+      if (value == "auto") config.multicast = Fp8GemmMulticast::Auto;
+      else if (value == "none") config.multicast = Fp8GemmMulticast::None;
+      else if (value == "A") config.multicast = Fp8GemmMulticast::ShareA;
+      else if (value == "B") config.multicast = Fp8GemmMulticast::ShareB;
+      else FP8T_FAIL("FP8 GEMM config '{}': multicast = '{}' must be auto, none, A or B", text, value);
+    } else if (key == "grid") {
+      config.grid = parse_int("grid", value, 0, 1 << 20);
+    } else if (key == "raster") {
+      config.raster_group_m = parse_int("raster", value, 1, 1 << 20);
+    } else if (key == "epilogue") {
+      if (value == "tma") config.epilogue = Fp8GemmEpilogue::TmaStore;
+      else if (value == "direct") config.epilogue = Fp8GemmEpilogue::Direct;
+      else FP8T_FAIL("FP8 GEMM config '{}': epilogue = '{}' must be tma or direct", text, value);
+    } else if (key == "splits") {
+      config.k_splits = parse_int("splits", value, 0, kMaxKSplits);
+    } else {
+      FP8T_FAIL("FP8 GEMM config '{}': unknown key '{}' (keys: block, multicast, grid, raster, epilogue, splits)",
+                text, key);
+    }
+  }
+  return config;
+}
+
 std::string Fp8GemmDenseProblem::describe() const {
   return fmt::format("dense fp8 gemm m={} n={} k={} (A 1x128, B 128x128, bf16 out)", m, n, k);
 }
