@@ -1,5 +1,5 @@
 // Training-step speed of the DeepSeek-V3-style model on the CPU backend, against OpenBLAS SGEMM in the same run.
-// Config (issue 4): model::bench_config() — hidden 256, 4 layers (1 dense + 3 MoE), 4 heads (qk 64+32, v 64),
+// Config: model::bench_config() — hidden 256, 4 layers (1 dense + 3 MoE), 4 heads (qk 64+32, v 64),
 // q_lora 128, kv_lora 64, dense FFN 1024, 8 routed experts top-2 (FFN 256) + 1 shared, MTP D = 1, vocab 259 —
 // FP32, batch 8 × seq 256 (2048 tokens). A step = forward + backward (model.forward_backward), no optimizer.
 // Baseline: cblas_sgemm 1024³ with OpenBLAS using the same number of threads, timed between model steps so both

@@ -51,10 +51,11 @@ struct ModelConfig {
 nlohmann::json to_json(const ModelConfig& c);
 ModelConfig model_config_from_json(const nlohmann::json& j);  // keys absent keep their defaults
 
-// The config of issue 4's gradient checks: 2 layers (1 dense, 1 MoE with 8 routed experts top-2 in 4 groups,
+// The config of the whole-model gradient checks: 2 layers (1 dense, 1 MoE with 8 routed experts top-2 in 4 groups,
 // 1 shared), MTP D = 1, tiny widths.
 ModelConfig tiny_test_config();
-// Issue 4's speed benchmark: hidden 256, 4 layers, 8 routed experts top-2 (see bench/model_step_bench.cpp).
+// The training-step speed benchmark's config (bench/model_step_bench.cpp): hidden 256, 4 layers, 8 routed
+// experts top-2.
 ModelConfig bench_config();
 
 }  // namespace fp8train::model

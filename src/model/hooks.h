@@ -1,4 +1,4 @@
-// The two hooks a precision recipe (issue 6) replaces without touching model code:
+// The two hooks a precision recipe replaces without touching model code:
 //
 // LinearCompute — the three GEMMs of every Linear layer y = x·Wᵀ (no bias), called with the layer's site:
 //     fprop  y  = x·Wᵀ         x: [tokens, in]    W: [out, in]    y: [tokens, out]

@@ -1,5 +1,5 @@
 // Allocator: hands out device memory and books every byte under a category, keeping the current and peak
-// bytes per category and in total. Issue 6 reports "peak cached activation bytes" straight from these
+// bytes per category and in total. Training reports "peak cached activation bytes" straight from these
 // counters: the activation cache moves the storages it keeps into MemCategory::ActivationCache
 // (Storage::set_category), so what is counted is what is actually allocated and kept, not an estimate.
 // Device allocators (CPU here, CUDA in tensor/cuda/) implement raw_allocate/raw_deallocate only; the

@@ -10,7 +10,7 @@
 //                      expert] per MoE layer]}, every log_every steps
 //   events.jsonl       {"step", "event", "detail"}: skipped non-finite steps, resumes, checkpoints
 // max_expert_load_ratio = max over MoE layers and experts of load_i / mean_j load_j (1 = perfectly balanced).
-// Every train.health_every steps a metrics.jsonl row also has (issue 6):
+// Every train.health_every steps a metrics.jsonl row also has:
 //   "memory"      the memory table of that step (bytes per category)
 //   "health"      [{"linear", "gemm": fprop|dgrad|wgrad, "calls", "rel_error", "err_sq", "ref_sq",
 //                   "row_rel_error", "rows", "a": {...}, "b": {...}}] per (Linear, GEMM): the GEMM's relative error

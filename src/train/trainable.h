@@ -68,7 +68,7 @@ class TrainableModel {
   // Forward only: logits of the next token after each sequence's last position, [batch, vocab_size].
   virtual std::vector<float> next_token_logits(const Token* inputs, int64_t batch, int64_t seq_len) = 0;
 
-  // Precision-recipe hooks (issue 6); the defaults do nothing. begin_step: called before a step's first
+  // Precision-recipe hooks; the defaults do nothing. begin_step: called before a step's first
   // forward (the step seeds stochastic rounding; sample_health asks for numerics-health counters).
   // take_health: the counters collected since begin_step (a JSON array, or null). compute_weight_bytes: bytes
   // of the weights in the GEMMs' input format (FP8 codes + scales, BF16, or FP32) as of the last forward.

@@ -37,7 +37,7 @@ optim::ParamList decay_marked(TrainableModel& model) {
   return params;
 }
 
-// Memory accounting (issue 6), measured from the allocations: the allocator's bytes per category (master
+// Memory accounting, measured from the allocations: the allocator's bytes per category (master
 // weights, gradients, and this step's peak of cached activations and workspace) and AdamW's moment buffers.
 nlohmann::ordered_json memory_json(TrainableModel& model, const optim::AdamW& optimizer) {
   const MemoryStats s = backend(default_device()).allocator().stats();
@@ -249,7 +249,7 @@ TrainResult run_training(const TrainConfig& config, TrainableModel& model, const
     nlohmann::ordered_json row = step_metrics_json(m);
     const nlohmann::ordered_json memory = memory_json(model, optimizer);
     max_into(result.memory, memory);
-    if (sample_health) {  // issue 6: numerics health and memory, every health_every steps
+    if (sample_health) {  // numerics health and memory, every health_every steps
       row["memory"] = memory;
       const nlohmann::json health = model.take_health();
       if (!health.is_null()) {

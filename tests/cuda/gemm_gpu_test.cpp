@@ -1,12 +1,12 @@
 // cuBLASLt scaled GEMMs against the CPU reference GEMM (quant/ref_gemm.h) on fresh random operands with
 // poisoned outputs:
-//  - the open question of issue 7, answered by measurement: is cuBLASLt's default FP8 accumulation the CPU
+//  - an open question answered by measurement: is cuBLASLt's default FP8 accumulation the CPU
 //    `hopper` model (FP22 chains of 32, promotion every 128 into FP32, acc = fma(sa*sb, chain, acc)) bit for
 //    bit — with unit scales, and with real 1x128 x 128x128 block scales? Where it is, the test asserts
 //    bit-exactness; every case also asserts DeepGEMM's calc_diff < 1e-3 against the FP64 product of the
 //    dequantized operands. Each case prints one "FINDING" line (mismatch counts, and for block scales how
 //    many elements each candidate promotion formula reproduces) so the answer is on record in the log.
-//    Measured on the H200 (docs/gpu.md, bench/h4_runs/run2_gpu_tests.log): per-tensor FP8 (E4M3xE4M3,
+//    Measured on the H200 (docs/gpu.md): per-tensor FP8 (E4M3xE4M3,
 //    E5M2xE4M3, unit and real scales, promoting and fast, FP32 and BF16 out) and 1x128 x 128x128 block
 //    scaling (unit and real scales, both scale layouts) are bit-exact, so that is asserted. The Wgrad form
 //    (1x128 x 1x128, FP32 += C) is not (41660 of 98304 outputs differ; calc_diff 8.6e-9): only calc_diff is
@@ -175,7 +175,7 @@ TEST(GemmGpu, Fp8BlockScaledUnitScalesAgainstTheHopperModel) {
                 static_cast<long long>(s.m), static_cast<long long>(s.n), static_cast<long long>(s.k),
                 static_cast<long long>(bad), want.size(), calc_diff_vs_fp64(got.f32, a, b));
     EXPECT_LT(calc_diff_vs_fp64(got.f32, a, b), 1e-3);
-    EXPECT_EQ(bad, 0) << first;  // H200 run 2: 0 mismatches on every shape
+    EXPECT_EQ(bad, 0) << first;  // measured on the H200: 0 mismatches on every shape
   }
 }
 
@@ -203,7 +203,7 @@ TEST(GemmGpu, Fp8BlockScaledRealScalesAgainstHopperModelAndFp64) {
                   cd, static_cast<long long>(std::min<int64_t>(64, s.m) * s.n), static_cast<long long>(cand[0]),
                   static_cast<long long>(cand[1]), static_cast<long long>(cand[2]), static_cast<long long>(cand[3]));
       EXPECT_LT(cd, 1e-3);
-      // Bit-exact against the hopper model with real scales (H200 run 2: 0 mismatches, both layouts; the
+      // Bit-exact against the hopper model with real scales (the H200 measured 0 mismatches, both layouts; the
       // promotion is acc = fma(sa*sb, partial, acc), the first candidate).
       EXPECT_EQ(bad, 0);
     }
@@ -279,7 +279,7 @@ TEST(GemmGpu, PerTensorFp8WithAndWithoutFastAccumulation) {
                     unit ? "unit" : "real", static_cast<long long>(m), static_cast<long long>(n),
                     static_cast<long long>(k), static_cast<long long>(bad), want.size(), cd);
         EXPECT_LT(cd, fast ? 1e-2 : 1e-3);
-        // Measured on the H200 (2026-11-21, bench/h4_runs/run1_gpu_tests.log): 0 mismatches in all eight
+        // Measured on the H200 (2026-11-21): 0 mismatches in all eight
         // per-tensor cases, unit and real scales, promoting and fast — so bit-exactness is asserted.
         EXPECT_EQ(bad, 0);
       }

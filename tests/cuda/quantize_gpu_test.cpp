@@ -341,7 +341,7 @@ TEST(QuantizeGpu, DequantizeEveryCodeMatchesCpu) {
       for (float& v : q.scales) v = scale(gen);
       const DequantOut got = gpu_dequantize(q, f);
       // Bitwise equal except NaN payloads: the GPU's multiply by the scale returns the canonical NaN where the
-      // CPU's keeps the code's sign and payload (H200 run 3, bench/gpu_notes.md), so NaN only has to stay NaN.
+      // CPU's keeps the code's sign and payload (measured on the H200, docs/gpu.md), so NaN only has to stay NaN.
       const std::vector<float> want = quant::dequantize(q);
       std::string first;
       EXPECT_EQ(count_float_mismatches(got.f32, want, &first), 0)

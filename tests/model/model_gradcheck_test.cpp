@@ -1,5 +1,5 @@
 // FP64 central-difference gradient checks of every layer (SwiGLU FFN, MLA, DeepSeekMoE, Block) and of the
-// whole tiny model of issue 4 (2 layers: 1 dense, 1 MoE with 8 routed experts top-2 in 4 groups, 1 shared,
+// whole tiny model (tiny_test_config: 2 layers: 1 dense, 1 MoE with 8 routed experts top-2 in 4 groups, 1 shared,
 // MTP D = 1): for every parameter tensor and the layer inputs, max |fd − analytic| / max |analytic| < 1e-6.
 // The checks use init_std 0.3 instead of 0.006 so that every gradient is well above the finite-difference
 // round-off (with 0.006 the deepest gradients are ~1e-9 of the loss scale); the formulas do not depend on it.

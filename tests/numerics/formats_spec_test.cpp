@@ -1,4 +1,4 @@
-// Spec values of every scalar format: the table from the foundation issue plus the edges of each range.
+// Spec values of every scalar format: each format's table of encodings plus the edges of each range.
 #include <gtest/gtest.h>
 
 #include <cmath>

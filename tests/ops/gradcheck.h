@@ -2,7 +2,7 @@
 // central-difference gradient check.
 //   grad_check_error(loss, x, analytic): perturbs every element x_i (or an evenly spaced sample) by ±eps,
 //   fd_i = (L(x + eps·e_i) − L(x − eps·e_i)) / (2·eps), and returns max_i |fd_i − analytic_i| / max_i |analytic_i|
-//   — the error relative to the gradient's largest entry (the issue asks for < 1e-6 in FP64).
+//   — the error relative to the gradient's largest entry (the model's checks require < 1e-6 in FP64).
 #pragma once
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,8 @@
-// GPU timing and random fills for benchmarks (bench_harness.h).
+// GPU timing, random fills and the read-only floor kernel's host side for benchmarks (bench_harness.h).
 #include "ops/cuda/bench_harness.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -15,11 +16,19 @@ cudaError_t launch_fill_bf16(uint16_t* out, int64_t n, uint64_t seed, float scal
 cudaError_t launch_fill_f32(float* out, int64_t n, uint64_t seed, float scale, cudaStream_t s);
 cudaError_t launch_fill_fp8(uint8_t* out, int64_t n, uint64_t seed, bool e5m2, cudaStream_t s);
 cudaError_t launch_fill_positive(float* out, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t s);
+cudaError_t launch_read_only(const void* p, size_t bytes, unsigned* sink, cudaStream_t s);
 }  // namespace detail
 
 GpuTimer::GpuTimer(cudaStream_t stream) : stream_(stream) {
   const auto info = fp8train::cuda::device_info(fp8train::cuda::current_device());
   flush_ = fp8train::cuda::DeviceBuffer(std::max<size_t>(2 * info.l2_bytes, size_t{64} << 20), stream);
+  sink_ = fp8train::cuda::DeviceBuffer(16, stream);
+}
+
+void GpuTimer::flush(int round, const TimingConfig& config) {
+  if (!config.flush_l2) return;
+  FP8T_CUDA_CHECK(cudaMemsetAsync(flush_.get(), round & 0xFF, flush_.bytes(), stream_));
+  if (config.clean_flush) read_only(flush_.get(), flush_.bytes() / 16 * 16, sink_.as<unsigned>(), stream_);
 }
 
 namespace {
@@ -40,7 +49,7 @@ Timing GpuTimer::time(const std::function<void(cudaStream_t)>& launch, const Tim
   for (int i = 0; i < config.warmup; ++i) launch(stream_);
   std::vector<fp8train::cuda::Event> start(config.repeats), stop(config.repeats);
   for (int i = 0; i < config.repeats; ++i) {
-    if (config.flush_l2) FP8T_CUDA_CHECK(cudaMemsetAsync(flush_.get(), i & 0xFF, flush_.bytes(), stream_));
+    flush(i, config);
     start[i].record(stream_);
     launch(stream_);
     stop[i].record(stream_);
@@ -64,7 +73,7 @@ std::pair<Timing, Timing> GpuTimer::time_pair(const std::function<void(cudaStrea
     for (int h = 0; h < 2; ++h) {
       const bool run_a = (h == 0) == (i % 2 == 0);  // a, b on even repeats; b, a on odd ones
       const int slot = run_a ? i : n + i;
-      if (config.flush_l2) FP8T_CUDA_CHECK(cudaMemsetAsync(flush_.get(), (2 * i + h) & 0xFF, flush_.bytes(), stream_));
+      flush(2 * i + h, config);
       start[slot].record(stream_);
       (run_a ? a : b)(stream_);
       stop[slot].record(stream_);
@@ -96,6 +105,11 @@ void fill_random_fp8(uint8_t* out, int64_t n, uint64_t seed, bool e5m2, cudaStre
 }
 void fill_random_positive(float* out, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream) {
   check(detail::launch_fill_positive(out, n, seed, lo, hi, stream), "fill_random_positive");
+}
+void read_only(const void* p, size_t bytes, unsigned* sink, cudaStream_t stream) {
+  FP8T_CHECK(bytes % 16 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0,
+             "read_only: {} bytes at {} must be a multiple of 16, 16-byte aligned", bytes, p);
+  check(detail::launch_read_only(p, bytes, sink, stream), "read_only");
 }
 
 }  // namespace fp8train::ops::cuda

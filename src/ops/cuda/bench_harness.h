@@ -1,6 +1,7 @@
 // GPU timing for benchmarks (fp8train bench): warm-up launches, an L2 flush before every timed launch (a
 // memset of twice the L2 size, so no operand is served from cache), CUDA events around each launch, and the
-// median of the repeats. Also device-side random fills, so benchmarks never run on zeros.
+// median of the repeats. Also device-side random fills, so benchmarks never run on zeros, and a read-only
+// kernel for the memory floor of a bandwidth-bound GEMM.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -16,6 +17,9 @@ struct TimingConfig {
   int warmup = 5;
   int repeats = 30;
   bool flush_l2 = true;
+  // After the flush's memset, read the flush buffer back, so L2 holds clean lines: otherwise the timed kernel
+  // pays for writing back the memset's dirty ones (tens of MB), which shows on kernels of a few microseconds.
+  bool clean_flush = false;
 };
 
 struct Timing {
@@ -36,9 +40,17 @@ class GpuTimer {
   cudaStream_t stream() const { return stream_; }
 
  private:
+  void flush(int round, const TimingConfig& config);
+
   cudaStream_t stream_;
   fp8train::cuda::DeviceBuffer flush_;
+  fp8train::cuda::DeviceBuffer sink_;
 };
+
+// Reads `bytes` (a multiple of 16, 16-byte aligned) from device memory `p` through L2 with 16-byte loads on
+// every SM and discards them (`sink`: 4 bytes of device memory the kernel may write): the time a GEMM would
+// need if it did nothing but read its operands once. Launches on `stream`; throws on a launch error.
+void read_only(const void* p, size_t bytes, unsigned* sink, cudaStream_t stream);
 
 // Deterministic pseudo-random fills (num::counter_random_u32 of (seed, index)), on `stream`:
 //   bf16 / f32: normal-like values (sum of two uniforms) times `scale`;

@@ -287,7 +287,7 @@ void CublasLtGemm::run(const ScaledGemmProblem& q, const void* a, const float* a
                  "4-byte aligned float", p.describe());
       if (reinterpret_cast<uintptr_t>(scales) % 16 == 0) return scales;
       // cuBLASLt 13.1 on the H200 refuses (CUBLAS_STATUS_NOT_SUPPORTED from cublasLtMatmul, after a successful
-      // heuristic) a per-tensor scale that is not 16-byte aligned: bench/gpu_notes.md run 3. Copy it.
+      // heuristic) a per-tensor scale that is not 16-byte aligned (measured; docs/gpu.md). Copy it.
       buf = DeviceBuffer(16, stream);
       FP8T_CUDA_CHECK(cudaMemcpyAsync(buf.get(), scales, sizeof(float), cudaMemcpyDeviceToDevice, stream));
       return buf.as<float>();

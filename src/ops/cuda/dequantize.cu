@@ -5,7 +5,7 @@
 //     its comment for what keeps it at the bandwidth target);
 //   - dequant_coalesced_kernel (cols % 16 == 0, the common case): warp-contiguous lanes, hardware widening;
 //   - dequant_kernel / dequant_e5m6_kernel: 8 elements per thread, any shape (the fallback).
-// Speeds on the H200: bench/RESULTS.md (issue 7); variants tried: bench/gpu_notes.md. Layouts and arithmetic:
+// Speeds on the H200: bench/RESULTS.md; variants tried: docs/gpu.md. Layouts and arithmetic:
 // quantize_cuda.h.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -38,7 +38,7 @@ __device__ __forceinline__ void store8(void* out, int64_t elem, const float (&v)
 }
 
 // Half-warp per (row, 128-column tile): lane c of the half-warp owns columns 8c..8c+7 of the tile; kRows rows
-// per thread. Issue-bound (H200 runs 4-8: bf16 and f32 input ran at the same ~0.75e12 elements/s whatever the
+// per thread. Issue-bound (on the H200 bf16 and f32 input ran at the same ~0.75e12 elements/s whatever the
 // rows per thread or occupancy), so instructions per row are what count: the scale arithmetic (an IEEE
 // division and the UE8M0 rounding, ~100 instructions) is done once for all kRows rows (lane c computes row
 // (c mod kRows)'s scale, the others read it with two shuffles per row), min/max use three-input VIMNMX3, the
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(kThreads) dequant_kernel(const DequantArgs a, 
 // ---- Coalesced dequantization (cols % 16 == 0, sizes < 2^31) ----------------------------------------------
 // Lane l of a warp owns V consecutive elements of each 32·V-column segment (V = 4 for F32 output: one float4
 // store; V = 8 for BF16: one 16-byte store), so every load and every store instruction of a warp covers one
-// contiguous range — run 1/2 measured 32- and 64-byte lane strides in the stores costing up to half the
+// contiguous range — measured, 32- and 64-byte lane strides in the stores cost up to half the
 // bandwidth. Each thread handles kSeg segments of kRows rows, all loads issued first.
 // Decoding uses the hardware: every E4M3/E5M2 value is exact in fp16 (fp8x2 -> f16x2 conversion, then
 // f16 -> f32 widening), an E5M6 code is the top 12 bits of an fp16, and BF16 output uses cvt.rn.bf16x2.f32.

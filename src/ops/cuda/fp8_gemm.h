@@ -66,6 +66,12 @@ struct Fp8GemmConfig {
   int k_splits = 0;
   std::string describe() const;  // "block 128x176, multicast B, grid SMs, raster 16, epilogue tma, k splits 1"
 };
+// A config from text, for benchmarks and tuning: comma-separated key=value pairs, keys as describe() prints
+// them -- block=MxN (or block=N: block_n alone), multicast=auto|none|A|B, grid=G, raster=R, epilogue=tma|direct,
+// splits=S -- e.g. "block=128x192,multicast=B" or "block=32,splits=2". Keys left out keep the defaults above
+// (block_n 0: the heuristic). Throws fp8train::Error naming the bad pair. Whether a family builds the result is
+// checked when it runs.
+Fp8GemmConfig parse_fp8_gemm_config(const std::string& text);
 
 // ---- dense Fprop / Dgrad ------------------------------------------------------------------------------
 struct Fp8GemmDenseProblem {

@@ -11,7 +11,7 @@
 // Scale flow: per K block the producer puts the A scales of the tile's 128 rows and the tile's B scale(s) into
 // the stage -- as two bulk copies completing on the stage's barrier when the layouts allow it (A scales
 // MN-major and padded to 4 rows, B scale rows padded to 4 K blocks: cuBLASLt's native layouts; +15-18 %,
-// bench/gemm_notes.md runs 5-6), else with 4-byte cp.async (QuantTensor's row-major layout). A math thread
+// docs/fp8_gemm.md), else with 4-byte cp.async (QuantTensor's row-major layout). A math thread
 // reads its two rows' A scales and the B scale of its columns with shared-memory loads issued right after the
 // block's WGMMAs (while they run), forms sa*sb (one FP32 multiply, as the CPU model does), releases the stage after
 // wgmma.wait_group and promotes the 128-deep partial sum with one FMA per element. The B scale per tile:
@@ -21,23 +21,23 @@
 // Register budget (math thread): BN/2 partial + BN/2 accumulators; BN = 192 is the widest that fits 232.
 // Tile rows: 128 (two math warpgroups) or 192 (three, block_n 128 only: Fp8GemmConfig::block_m, kWgs = 3 in the
 // kernel; B multicast or none). The heuristic uses 128 rows: with the scale reads issued while the WGMMAs run,
-// 128 x 192 tiles in B-sharing pairs measured at or above 192 x 128 on every DeepSeek-V3 shape (runs 28-34).
+// 128 x 192 tiles in B-sharing pairs measured at or above 192 x 128 on every DeepSeek-V3 shape (docs/fp8_gemm.md).
 // Block-size heuristic (fp8_gemm_host.cpp, choose_block_n, fitted to the H200 sweeps): BLOCK_M = 128 (above);
 // BLOCK_N from {32, 64, 96, 128, 160, 176, 192}: for M <= 256 the narrowest of 32/64/128/192 whose tiles fit in one
 // wave, else the fewest ceil(tiles / SMs) x per-tile cost (K blocks x (BN + 48, + 48 for per-chunk B scales)
 // + epilogue). Split-K (M <= 256 only, widths 32/64, Output::Bf16SplitK): when the narrowest of 32/64
 // leaves more than half the SMs idle, K is cut into SMs / tiles ranges (choose_split; measured: 128x2112x7168
-// 32 x 2 ranges, 1.16x cuBLASLt; 128x4096x7168 64 x 2, 1.08x; run 14/19/20 in bench/gemm_notes.md). TMA multicast
+// 32 x 2 ranges, 1.16x cuBLASLt; 128x4096x7168 64 x 2, 1.08x; docs/fp8_gemm.md, split-K). TMA multicast
 // (2-CTA clusters sharing A or B, Fp8GemmConfig::multicast): the heuristic pairs row blocks sharing B for block_n
-// 128 / 192 when there are more than two row blocks (+0-5 %, runs 28-34); within +-3 % of none before the scale
-// reads moved (run 5: the K loop, not L2 traffic, was the limit then).
+// 128 / 192 when there are more than two row blocks (+0-5 %); within +-3 % of none before the scale
+// reads moved (the K loop, not L2 traffic, was the limit then).
 #include "ops/cuda/fp8_gemm_launch.cuh"
 
 namespace fp8train::ops::cuda::fp8gemm {
 namespace {
 
 // The widths built with the split-K epilogue (fp8_gemm_host.cpp kDenseSplitBlockNs must match): the ones the
-// heuristic uses. Wider ones lost in every sweep (run 14) and their last-range sum spills (BN 128: 40 bytes,
+// heuristic uses. Wider ones lost in every split-K sweep and their last-range sum spills (BN 128: 40 bytes,
 // BN 192: 832 bytes: the range's values in flight on top of 2 x BN/2 accumulators).
 template <int BN>
 inline constexpr bool kSplitKBuilt = BN == 32 || BN == 64;

@@ -6,9 +6,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -88,15 +90,15 @@ bool is_built(int v, const int* values, int count) {
   return false;
 }
 
-// The block-size heuristic, fitted to the block_n sweep measured on the H200 (bench/h8_runs/run1_bench.log,
-// bench/gemm_notes.md), all choices among the widths a family builds:
+// The block-size heuristic, fitted to the block_n sweep measured on the H200 (docs/fp8_gemm.md),
+// all choices among the widths a family builds:
 //  - one or two row blocks (M <= 256, memory- and latency-bound): the narrowest of {64, 128, 192} whose tiles
 //    fit in one wave on the SMs (more CTAs stream B in parallel), else 128;
 //  - otherwise the fewest ceil(tiles / SMs) x per-tile cost, cost = K/128 x (block_n + 48 + q) + r x block_n:
 //    q = 48 for widths other than the divisors of 128 and 192 (per-chunk B scales: 96, 176; and 160, measured
-//    below 192 at equal cost: run 40), r = epilogue weight by TMA-store atom width (1 for 64-column atoms, 1.5
+//    below 192 at equal cost), r = epilogue weight by TMA-store atom width (1 for 64-column atoms, 1.5
 //    for 32, 2.5 for 16); block_n 64 and 96 are left out there: 30-60 % slower than 128 on every large shape.
-// Ties go to the narrower tile. Checked against the H200 sweeps (bench/gemm_notes.md, last: runs 33-41): the
+// Ties go to the narrower tile. Checked against the latest H200 sweeps (docs/fp8_gemm.md): the
 // measured best or within 1.5 % on the 13 dense shapes and the grouped shape.
 int choose_block_n(int64_t m_blocks, int64_t n, int64_t k, int64_t groups, int num_sms, const int* candidates,
                    int count) {
@@ -117,7 +119,7 @@ int choose_block_n(int64_t m_blocks, int64_t n, int64_t k, int64_t groups, int n
     const int64_t per_cta = (tiles + num_sms - 1) / num_sms;
     // Per K block: bn + 48 (fixed cost per block, fitted) + 48 more when every 8-column chunk has its own B scale
     // (no bulk scale copies, heavier promotion); per tile: the epilogue, r x bn by store-atom width.
-    // (160 keeps the penalty although its B scales are two per tile since run 40: at equal waves-cost 128 x 160
+    // (160 keeps the penalty although its B scales are now two per tile: at equal waves-cost 128 x 160
     // measured 2-3 % below 128 x 192 on 4096 x 7168 x {2048, 16384}.)
     const double q = (128 % bn == 0 || bn == 192) ? 0.0 : 48.0;
     const int atom = atom_cols_for(bn);
@@ -230,7 +232,7 @@ constexpr int kNumWgrad = sizeof(kWgradBlockNs) / sizeof(int);
 
 constexpr int64_t kMaxDim = int64_t{1} << 31;
 
-// Split-K for one or two row blocks, fitted to the H200 sweep (bench/gemm_notes.md "Split-K", every split-K width
+// Split-K for one or two row blocks, fitted to the H200 sweep (docs/fp8_gemm.md, split-K; every split-K width
 // x 1..16 ranges on the six M = 128 shapes): splitting pays only where the plain kernel leaves half the SMs idle.
 // The narrowest of {32, 64} whose tiles fill at most half the SMs, cut into num_sms / tiles ranges (ranges of at
 // least 8 K blocks); otherwise no split. Measured: 128x2112x7168 -> 32 x 2 (17.5-19.0 us vs 21.7-24.7 unsplit),
@@ -287,6 +289,63 @@ std::string Fp8GemmConfig::describe() const {
                      epilogue == Fp8GemmEpilogue::TmaStore ? "tma" : "direct",
                      k_splits == 0 ? std::string("auto") : std::to_string(k_splits));
 }
+Fp8GemmConfig parse_fp8_gemm_config(const std::string& text) {
+  Fp8GemmConfig config;
+  auto parse_int = [&](const std::string& key, const std::string& value, int lo, int hi) {
+    int v = 0;
+    const char* end = value.data() + value.size();
+    const auto [ptr, ec] = std::from_chars(value.data(), end, v);
+    FP8T_CHECK(ec == std::errc() && ptr == end && v >= lo && v <= hi,
+               "FP8 GEMM config '{}': {} = '{}' must be an integer in [{}, {}]", text, key, value, lo, hi);
+    return v;
+  };
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string pair = text.substr(pos, comma - pos);
+    pos = comma + 1;
+    if (pair.empty()) {
+      FP8T_CHECK(comma == text.size() && !text.empty() && text.back() != ',',
+                 "FP8 GEMM config '{}': empty key=value pair", text);
+      break;
+    }
+    const size_t eq = pair.find('=');
+    FP8T_CHECK(eq != std::string::npos && eq > 0 && eq + 1 < pair.size(),
+               "FP8 GEMM config '{}': '{}' is not key=value (keys: block, multicast, grid, raster, epilogue, splits)",
+               text, pair);
+    const std::string key = pair.substr(0, eq), value = pair.substr(eq + 1);
+    if (key == "block") {
+      const size_t x = value.find('x');
+      if (x == std::string::npos) {
+        config.block_n = parse_int("block", value, 16, 256);
+      } else {
+        config.block_m = parse_int("block rows", value.substr(0, x), 64, 256);
+        config.block_n = parse_int("block columns", value.substr(x + 1), 16, 256);
+      }
+    } else if (key == "multicast") {
+      if (value == "auto") config.multicast = Fp8GemmMulticast::Auto;
+      else if (value == "none") config.multicast = Fp8GemmMulticast::None;
+      else if (value == "A") config.multicast = Fp8GemmMulticast::ShareA;
+      else if (value == "B") config.multicast = Fp8GemmMulticast::ShareB;
+      else FP8T_FAIL("FP8 GEMM config '{}': multicast = '{}' must be auto, none, A or B", text, value);
+    } else if (key == "grid") {
+      config.grid = parse_int("grid", value, 0, 1 << 20);
+    } else if (key == "raster") {
+      config.raster_group_m = parse_int("raster", value, 1, 1 << 20);
+    } else if (key == "epilogue") {
+      if (value == "tma") config.epilogue = Fp8GemmEpilogue::TmaStore;
+      else if (value == "direct") config.epilogue = Fp8GemmEpilogue::Direct;
+      else FP8T_FAIL("FP8 GEMM config '{}': epilogue = '{}' must be tma or direct", text, value);
+    } else if (key == "splits") {
+      config.k_splits = parse_int("splits", value, 0, kMaxKSplits);
+    } else {
+      FP8T_FAIL("FP8 GEMM config '{}': unknown key '{}' (keys: block, multicast, grid, raster, epilogue, splits)",
+                text, key);
+    }
+  }
+  return config;
+}
+
 std::string Fp8GemmDenseProblem::describe() const {
   return fmt::format("dense fp8 gemm m={} n={} k={} (A 1x128, B 128x128, bf16 out)", m, n, k);
 }
@@ -341,7 +400,7 @@ const int* fp8_gemm_dense_split_block_ns(int* count) {
 
 // Many row blocks: 128-row tiles of the cost model's width, in clusters of two sharing B (TMA multicast) for the
 // 128 / 160 / 192 widths (one or two B scales per tile). Measured on the H200 once the scale reads became shared-memory loads issued while the WGMMAs
-// run (bench/gemm_notes.md, runs 28-34): 128 x 192 with B multicast is at or above the 192 x 128 tiles (three math
+// run (docs/fp8_gemm.md): 128 x 192 with B multicast is at or above the 192 x 128 tiles (three math
 // warpgroups) on every DeepSeek-V3 shape (4096 x 7168 x 16384 1219 vs 1166 TFLOP/s, 4096 x 24576 x 1536 1166 vs
 // 1121, ties on the others), and B multicast is +0-5 % over none. 192-row tiles stay available by
 // Fp8GemmConfig::block_m. Few row blocks: the widths that fill the SMs, split-K where half of them would idle.
@@ -471,7 +530,7 @@ Fp8GemmConfig fp8_gemm_grouped_heuristic(int64_t m_total, int64_t n, int64_t k, 
   config.block_m = kBlockM;  // experts' rows are padded to 128: a 192-row tile could straddle two
   config.k_splits = 1;       // (dense only)
   // Pairs of column tiles sharing A (B multicast would pair two experts' tiles): 8 x 4096 tokens, N 4096, K 7168
-  // at block_n 192: 1149 vs 1090 TFLOP/s without (bench/gemm_notes.md run 33).
+  // at block_n 192: 1149 vs 1090 TFLOP/s without (docs/fp8_gemm.md).
   const int64_t n_blocks = (n + config.block_n - 1) / config.block_n;
   config.multicast = config.block_n >= 128 && n_blocks >= 2 ? Fp8GemmMulticast::ShareA : Fp8GemmMulticast::None;
   return config;
@@ -552,8 +611,9 @@ const int* fp8_gemm_wgrad_block_ns(int* count) {
 }
 
 // Wgrad: 192-row tiles (block_n 128) when their waves x 1.5 (the work of a 192-row tile) x 0.85 (the per-MAC
-// gain of three math warpgroups on the two-multiply per-column promotion, fitted to run 23: 7168x2048x16384 800 vs
-// 717 TFLOP/s, 8 experts x 4096x7168 over 2048 tokens each 458 vs 360) is below the 128-row tiles' waves.
+// gain of three math warpgroups on the two-multiply per-column promotion, fitted to the H200 Wgrad sweep:
+// 7168x2048x16384 800 vs 717 TFLOP/s, 8 experts x 4096x7168 over 2048 tokens each 458 vs 360) is below the
+// 128-row tiles' waves.
 Fp8GemmConfig fp8_gemm_wgrad_heuristic(int64_t m, int64_t n, int64_t k, int num_groups, int num_sms) {
   Fp8GemmConfig config;
   const int64_t m_blocks = (m + kBlockM - 1) / kBlockM;

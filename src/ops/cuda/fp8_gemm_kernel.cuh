@@ -11,7 +11,7 @@
 // Wgrad, BN <= 128, no A multicast): 4 warpgroups (512 threads), three math warpgroups own 192-row tiles, producer
 // 24 and math 160 registers (128 * 24 + 384 * 160 = 64512); same tile bytes per MAC as 128 x 192 but a third of
 // the promotion per warpgroup (Wgrad's heuristic uses it; for dense, 128 x 192 in B-sharing pairs measured at or
-// above it once the scale reads moved, bench/gemm_notes.md runs 28-34).
+// above it once the scale reads moved, docs/fp8_gemm.md).
 //   warpgroup 2 (producer; setmaxnreg 40): warp 8 alone issues, per K block of 128 and stage s,
 //       - 32 lanes: cp.async of the 128 A-scales (and the B-scales: 1, BN/8 or BN values) into the stage,
 //         then cp.async.mbarrier.arrive.noinc on full[s] (so the scales are part of the stage's arrival),
@@ -20,14 +20,14 @@
 //         operand's half-tile is loaded by each CTA of the pair and multicast into both;
 //     after waiting on empty[s]. full[s] expects 33 arrivals + the TMA bytes; empty[s] expects one arrival per
 //     math thread of this CTA (each releases its own reads of the stage, scales included: one arrival per warp
-//     after __syncwarp drew 536,846 racecheck WAR reports; per thread: 0, same speed -- bench/h8_runs/run3_*)
+//     after __syncwarp drew 536,846 racecheck WAR reports; per thread: 0, same speed)
 //     plus, in a cluster, one per math warp of the partner CTA, whose reads of the multicast data are WGMMA
 //     reads, complete at wgmma.wait_group (a remote arrival is expensive: see mbar_arrive_cluster).
 //   warpgroups 0 and 1 (math; setmaxnreg 232; 0..2 with kWgs = 3): warpgroup w owns rows 64w..64w+63. Per K block:
 //       wait full[s]; 4 x wgmma m64nBNk32 into `partial` (the first with scale-d = 0, i.e. into zeroed
 //       registers); commit; SCALE FLOW: while those run, the thread's two A scales and the tile's B scale(s)
 //       come from the stage by ld.shared (lds_f32: the stage pointers are integer-aligned, so plain C++ loads
-//       were generic LD.E -- 3-6 % on the large shapes, run 27) and are multiplied, sa*sb per row (and per B
+//       were generic LD.E -- 3-6 % on the large shapes) and are multiplied, sa*sb per row (and per B
 //       block); wait; release the stage (empty[s], and the partner CTA's empty[s] in a cluster); then
 //       PROMOTION in FP32 on the CUDA cores, no memory access left on that path:
 //           acc = fma(scale_a * scale_b, partial, acc)        (__fmul_rn then __fmaf_rn, per element)
@@ -35,7 +35,7 @@
 //       room for BN/4 more --, while the WGMMAs run with two.) While one warpgroup promotes, the other's
 //       WGMMAs keep the tensor cores busy; the producer runs up to kStages K blocks ahead, across tile
 //       boundaries. ptxas 13.0 alternates the yield hint on the promotion's FFMAs by itself (the SASS patch
-//       DeepGEMM describes; scripts/gpu/ffma_yield.py: forcing all set -11 %, all clear -2 %, run 26).
+//       DeepGEMM describes; patching the SASS to force all set measured -11 %, all clear -2 %).
 //   This is exactly the CPU Hopper model num::hopper_dot_scaled with promote_interval 128: four FP22 blocks
 //   of 32 products chained from zero, then acc = fma(sa*sb, chain, acc) in K order.
 // Register budget (per math thread): BN/2 partial + BN/2 acc FP32 registers (BN = 192: 192) + ~30 for
@@ -52,7 +52,7 @@
 //   an arrival counter per (tile, warpgroup) finds the last range to finish, and that warpgroup adds the
 //   ranges in range order (its own from registers, reusing the partial-sum registers for the total) and
 //   stores BF16 -- the arithmetic of num::hopper_dot_scaled_split, deterministic for a given k_splits.
-// Measured on the H200 (bench/gemm_notes.md, runs 1-41): every variant here, bit-exact and sanitizer-clean.
+// Measured on the H200 (docs/fp8_gemm.md): every variant here, bit-exact and sanitizer-clean.
 // Experiment flags (fp8_gemm_plan.h; production kernels use 0): kFlagNoPromote, kFlagDoubleBuffer (serialised
 // by ptxas, C7514), kFlagNoLoad, kFlagNoTiles, kFlagNoScaleLoads, kFlagPingPong, stage caps.
 #pragma once
@@ -500,7 +500,7 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
         }
       } else if constexpr (kScaleB == ScaleB::Uniform || kScaleB == ScaleB::TwoBlocks) {
         // The K block's scale products are read from shared memory (LDS) after its WGMMAs are issued, while they
-        // run; after wgmma.wait_group the stage is released and only the FMAs remain. (Measured, run 27: reading
+        // run; after wgmma.wait_group the stage is released and only the FMAs remain. (Measured: reading
         // them after the wait, as the generic loads of earlier versions did, cost 3-6 % on the large shapes;
         // reading them before the issue made the WGMMA issue wait for the loads.)
         for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
@@ -575,7 +575,7 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
         // threadfence-reduction pattern): every thread fences its own stores (__threadfence) before the warpgroup
         // barrier that precedes the counter increment; the last arrival fences again and reads the others'
         // blocks through L2 (ld.global.cg). Measured: one thread's acquire-release atomic after the barrier,
-        // without the per-thread fences, let a last arrival read stale ranges (bench/gemm_notes.md, split-K).
+        // without the per-thread fences, let a last arrival read stale ranges (docs/fp8_gemm.md, split-K).
         __shared__ int split_last[2];
         const long long plane = static_cast<long long>(args.m) * args.n;
         float* mine = args.split_partials + static_cast<long long>(t.split) * plane;

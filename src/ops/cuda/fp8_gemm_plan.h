@@ -170,7 +170,7 @@ cudaError_t launch_wgrad_kernel(const LaunchSpec& spec, bool k_grouped, const CU
                                 const KernelArgs& args, cudaStream_t stream);
 
 // Everything one launch needs, built and validated by fp8_gemm_host.cpp from a problem and a config (the
-// public fp8_gemm_* functions are prepare + launch; scripts/gpu/h8_bench.cpp also launches experiment
+// public fp8_gemm_* functions are prepare + launch; a benchmark may also launch experiment
 // instantiations from a prepared launch).
 struct PreparedLaunch {
   LaunchSpec spec;

@@ -166,7 +166,7 @@ __device__ __forceinline__ uint32_t map_to_cta(uint32_t addr, uint32_t rank) {
 // (CTA-scope) release. The arrival only says "this warp's WGMMAs have finished reading the stage"; those reads
 // are complete at wgmma.wait_group, and the partner's next write is a TMA (async proxy) issued after its
 // producer observes the barrier. An explicit `.release.cluster` compiles to MEMBAR.ALL.GPU + ERRBAR before the
-// arrive (measured: every multicast variant ran at half speed, bench/gemm_notes.md run 5).
+// arrive (measured: every multicast variant ran at half speed, docs/fp8_gemm.md).
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t remote_bar) {
   asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(remote_bar) : "memory");
 }

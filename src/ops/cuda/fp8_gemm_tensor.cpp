@@ -1,7 +1,7 @@
 // The Tensor-level hook of fp8train's own FP8 GEMMs (fp8_gemm.h: fp8_gemm_try_own), called by the tier-3
 // entry point ops::cuda::scaled_gemm (tensor_ops.cpp) before it falls back to cuBLASLt: the block-scaled
 // DeepSeek-V3 forms run on our kernels when the backend choice is Own (the default on sm_90). Kept apart from
-// fp8_gemm_dispatch.cpp so the raw-pointer launchers build without the tensor layer (scripts/gpu/h8_build.sh).
+// fp8_gemm_dispatch.cpp so the raw-pointer launchers build without the tensor layer.
 #include <cstdint>
 
 #include "ops/cuda/fp8_gemm.h"

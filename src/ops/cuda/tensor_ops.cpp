@@ -224,8 +224,8 @@ void scaled_gemm(const GpuQuantized& a, const GpuQuantized& b, Tensor& out, bool
   FP8T_CHECK(a.codes.device() == out.device() && b.codes.device() == out.device(),
              "scaled_gemm: operands on {} and {}, output on {}", a.codes.device().str(), b.codes.device().str(),
              out.device().str());
-  // fp8train's own Hopper FP8 kernels serve the DeepSeek-V3 block-scaled forms by default on sm_90 (fp8_gemm.h;
-  // hook added by h8); set_fp8_gemm_backend(CublasLt) or FP8TRAIN_FP8_GEMM=cublaslt keeps cuBLASLt.
+  // fp8train's own Hopper FP8 kernels serve the DeepSeek-V3 block-scaled forms by default on sm_90 (fp8_gemm.h);
+  // set_fp8_gemm_backend(CublasLt) or FP8TRAIN_FP8_GEMM=cublaslt keeps cuBLASLt.
   if (fp8_gemm_try_own(a, b, out.raw(), out.dtype() == DType::F32, accumulate, fast_accum,
                        fp8train::cuda::compute_stream(out.device())))
     return;
