@@ -34,30 +34,32 @@ TEST(Fp8GemmTensor, ScaledGemmUsesOwnKernelsByDefaultAndCublasLtOnRequest) {
   const Tensor x = bf16_matrix(random_matrix(m, k, seed), m, k, gpu);
   const Tensor w = bf16_matrix(random_matrix(n, k, seed + 1), n, k, gpu);
   const Tensor g = bf16_matrix(random_matrix(n, k, seed + 2), n, k, gpu);  // a second 1x128 operand (Wgrad form)
-  for (ops::cuda::ScaleOrder order : {ops::cuda::ScaleOrder::RowMajor, ops::cuda::ScaleOrder::GemmNative}) {
+  for (quant::ScaleLayout order : {quant::ScaleLayout::RowMajor, quant::ScaleLayout::GemmNative}) {
     const auto xq = ops::cuda::quantize_activation(x, ops::cuda::QuantOptions{}, false, order);
     const auto wq = ops::cuda::quantize_weight(w, ops::cuda::QuantOptions{}, false, order);
     const auto gq = ops::cuda::quantize_activation(g, ops::cuda::QuantOptions{}, false, order);
+    // The operands on the host, with row-major scales: what the CPU reference GEMM reads.
+    const auto host = [](const quant::QTensor& q) { return q.to(Device::cpu()).group(0); };
     std::vector<uint16_t> want_bf16(static_cast<size_t>(m * n));
     quant::GemmConfig fprop = hopper_config();  // the heuristic's split-K ranges, if it splits (M <= 256)
     fprop.k_splits = ops::cuda::fp8_gemm_dense_heuristic(m, n, k, ops::cuda::fp8_gemm_num_sms()).k_splits;
-    quant::ref_gemm_bf16(xq.q.to_host(), wq.q.to_host(), fprop, want_bf16.data());
+    quant::ref_gemm_bf16(host(xq), host(wq), fprop, want_bf16.data());
     const std::vector<float> c0 = random_matrix(m, n, seed + 3);
     std::vector<float> want_f32(c0.size());
-    quant::ref_gemm(xq.q.to_host(), gq.q.to_host(), hopper_config(true), want_f32.data(), c0.data());
+    quant::ref_gemm(host(xq), host(gq), hopper_config(true), want_f32.data(), c0.data());
 
     for (Fp8GemmBackend be : {Fp8GemmBackend::Auto, Fp8GemmBackend::CublasLt}) {
       SCOPED_TRACE(std::string(ops::cuda::fp8_gemm_backend_name(be)) +
-                   (order == ops::cuda::ScaleOrder::RowMajor ? " row-major scales" : " native scales"));
+                   (order == quant::ScaleLayout::RowMajor ? " row-major scales" : " native scales"));
       ops::cuda::set_fp8_gemm_backend(be);
       Tensor y = Tensor::empty({m, n}, DType::BF16, MemCategory::Workspace, gpu);
-      ops::cuda::scaled_gemm(xq.q, wq.q, y);
+      ops::cuda::scaled_gemm(xq, wq, y);
       std::vector<uint16_t> got(static_cast<size_t>(m * n));  // BF16 tensors are read as raw codes
       cudaDeviceSynchronize();
       backend(gpu).copy(got.data(), Device::cpu(), y.raw(), gpu, got.size() * 2);
       Tensor acc = Tensor::empty({m, n}, DType::F32, MemCategory::Workspace, gpu);
       backend(gpu).copy(acc.raw(), gpu, c0.data(), Device::cpu(), c0.size() * 4);
-      ops::cuda::scaled_gemm(xq.q, gq.q, acc, /*accumulate=*/true);
+      ops::cuda::scaled_gemm(xq, gq, acc, /*accumulate=*/true);
       const std::vector<float> got32 = acc.to_vector<float>();
       if (be == Fp8GemmBackend::Auto) {  // sm_90: our kernels
         EXPECT_TRUE(same_bits_bf16(got, want_bf16, n));

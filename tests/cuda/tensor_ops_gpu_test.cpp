@@ -1,5 +1,5 @@
 // Tier-3 entry points on Tensors (ops/cuda/tensor_ops.h): the results equal the CPU reference through
-// GpuQuantized::to_host(), outputs live on the input's device under the requested memory category, and bad
+// QTensor::to(cpu), outputs live on the input's device under the requested memory category, and bad
 // tensors (wrong device, dtype, rank) are refused with a sentence naming the problem.
 #include <gtest/gtest.h>
 
@@ -15,9 +15,7 @@
 namespace fp8train::gputest {
 namespace {
 
-using ops::cuda::CodeFormat;
 using ops::cuda::QuantOptions;
-using ops::cuda::ScaleOrder;
 
 Tensor bf16_tensor(const std::vector<uint16_t>& codes, int64_t rows, int64_t cols, Device d) {
   Tensor t = Tensor::empty({rows, cols}, DType::BF16, MemCategory::Workspace, d);
@@ -25,17 +23,18 @@ Tensor bf16_tensor(const std::vector<uint16_t>& codes, int64_t rows, int64_t col
   return t;
 }
 
-quant::QuantConfig config(quant::Granularity g, bool pow2 = false) {
-  quant::QuantConfig c;
+quant::QuantSpec config(quant::Granularity g, bool pow2 = false) {
+  quant::QuantSpec c;
   c.granularity = g;
   c.scale_mode = pow2 ? quant::ScaleMode::PowerOfTwo : quant::ScaleMode::Amax;
   return c;
 }
 
-void expect_equal(const quant::QuantTensor& got, const quant::QuantTensor& want, const std::string& what) {
+void expect_equal(const quant::QTensor& got, const quant::QTensor& want, const std::string& what) {
   std::string first;
-  EXPECT_EQ(count_mismatches(got.codes, want.codes, &first), 0) << what << " codes " << first;
-  EXPECT_EQ(count_float_mismatches(got.scales, want.scales, &first), 0) << what << " scales " << first;
+  EXPECT_EQ(count_mismatches(got.code_vector(), want.code_vector(), &first), 0) << what << " codes " << first;
+  EXPECT_EQ(count_float_mismatches(got.row_major_scales(), want.row_major_scales(), &first), 0)
+      << what << " scales " << first;
 }
 
 TEST(TensorOpsGpu, QuantizersOnTensorsMatchTheCpuReference) {
@@ -46,24 +45,24 @@ TEST(TensorOpsGpu, QuantizersOnTensorsMatchTheCpuReference) {
   const auto codes = to_bf16(random_matrix(rows, cols, seed));
   const auto ref = from_bf16(codes);
   const Tensor x = bf16_tensor(codes, rows, cols, gpu);
-  for (ScaleOrder order : {ScaleOrder::RowMajor, ScaleOrder::GemmNative}) {
-    const auto act = ops::cuda::quantize_activation(x, QuantOptions{}, true, order, MemCategory::ActivationCache);
-    EXPECT_EQ(act.q.codes.device(), gpu);
-    EXPECT_EQ(act.q.codes.category(), MemCategory::ActivationCache);
-    expect_equal(act.q.to_host(), quant::quantize(ref, rows, cols, config(quant::Granularity::tile_1x128())), "1x128");
-    expect_equal(act.qt.to_host(),
+  for (quant::ScaleLayout layout : {quant::ScaleLayout::RowMajor, quant::ScaleLayout::GemmNative}) {
+    const auto act = ops::cuda::quantize_activation(x, QuantOptions{}, true, layout, MemCategory::ActivationCache);
+    EXPECT_EQ(act.device(), gpu);
+    EXPECT_EQ(act.rowwise.codes.category(), MemCategory::ActivationCache);
+    expect_equal(act, quant::quantize(ref, rows, cols, config(quant::Granularity::tile_1x128())), "1x128");
+    expect_equal(act.transposed(),
                  quant::transpose(quant::quantize(ref, rows, cols, config(quant::Granularity::tile_128x1()))),
                  "128x1 transposed");
-    const auto w = ops::cuda::quantize_weight(x, QuantOptions{}, true, order);
+    const auto w = ops::cuda::quantize_weight(x, QuantOptions{}, true, layout);
     const auto want_w = quant::quantize(ref, rows, cols, config(quant::Granularity::block_128x128()));
-    expect_equal(w.q.to_host(), want_w, "128x128");
-    expect_equal(w.qt.to_host(), quant::transpose(want_w), "128x128 transposed");
+    expect_equal(w, want_w, "128x128");
+    expect_equal(w.transposed(), quant::transpose(want_w), "128x128 transposed");
   }
   const auto e = ops::cuda::quantize_e5m6(x);
-  quant::QuantConfig c = config(quant::Granularity::tile_1x128(), true);
+  quant::QuantSpec c = config(quant::Granularity::tile_1x128(), true);
   c.format = quant::Format::E5M6;
   const auto want_e = quant::quantize(ref, rows, cols, c);
-  expect_equal(e.to_host(), want_e, "e5m6");
+  expect_equal(e, want_e, "e5m6");
   const Tensor back = ops::cuda::dequantize(e, DType::F32);
   std::string first;
   EXPECT_EQ(count_float_mismatches(back.to_vector<float>(), quant::dequantize(want_e), &first), 0) << first;
@@ -79,8 +78,8 @@ TEST(TensorOpsGpu, ScaledGemmOnTensors) {
   const auto xq = ops::cuda::quantize_activation(x, QuantOptions{}, false);
   const auto wq = ops::cuda::quantize_weight(w, QuantOptions{}, false);
   Tensor y = Tensor::empty({m, n}, DType::F32, MemCategory::Workspace, gpu);
-  ops::cuda::scaled_gemm(xq.q, wq.q, y);
-  const std::vector<double> ref = quant::ref_gemm_fp64(xq.q.to_host(), wq.q.to_host());
+  ops::cuda::scaled_gemm(xq, wq, y);
+  const std::vector<double> ref = quant::ref_gemm_fp64(xq.to(Device::cpu()).group(0), wq.to(Device::cpu()).group(0));
   const std::vector<float> got = y.to_vector<float>();
   EXPECT_LT(num::calc_diff(std::span<const float>(got), std::span<const double>(ref)), 1e-3);
 

@@ -142,13 +142,13 @@ std::string ScaledGemmProblem::describe() const {
                      accumulate ? " +=" : "", fast_accum ? " fast-accum" : "", m, n, k);
 }
 
-int64_t scale_count(OperandScaling s, ScaleLayout layout, int64_t rows, int64_t k) {
+int64_t scale_count(OperandScaling s, quant::ScaleLayout layout, int64_t rows, int64_t k) {
   switch (s) {
     case OperandScaling::None: return 0;
     case OperandScaling::Tensor: return 1;
     case OperandScaling::Tile1x128: return rows * ceil_div(k, 128);
     case OperandScaling::Block128x128:
-      return ceil_div(rows, 128) * (layout == ScaleLayout::Native ? round_up4(ceil_div(k, 128)) : ceil_div(k, 128));
+      return ceil_div(rows, 128) * (layout == quant::ScaleLayout::GemmNative ? round_up4(ceil_div(k, 128)) : ceil_div(k, 128));
   }
   return 0;
 }
@@ -278,7 +278,7 @@ void CublasLtGemm::run(const ScaledGemmProblem& q, const void* a, const float* a
 
   // Scales in cuBLASLt's layouts: row-major 1x128 grids are transposed and 128x128 grids re-pitched.
   DeviceBuffer a_staged, b_staged;
-  auto stage = [&](OperandScaling s, ScaleLayout layout, const float* scales, int64_t rows,
+  auto stage = [&](OperandScaling s, quant::ScaleLayout layout, const float* scales, int64_t rows,
                    DeviceBuffer& buf) -> const float* {
     if (s == OperandScaling::None) return nullptr;
     FP8T_CHECK(scales != nullptr, "scaled GEMM: {}: an FP8 operand's scales are missing", p.describe());
@@ -294,7 +294,7 @@ void CublasLtGemm::run(const ScaledGemmProblem& q, const void* a, const float* a
     }
     FP8T_CHECK(reinterpret_cast<uintptr_t>(scales) % 16 == 0,
                "scaled GEMM: {}: block-scale pointers must be 16-byte aligned", p.describe());
-    if (layout == ScaleLayout::Native) return scales;
+    if (layout == quant::ScaleLayout::GemmNative) return scales;
     const int64_t kb = ceil_div(p.k, 128);
     if (s == OperandScaling::Tile1x128) {
       buf = DeviceBuffer(static_cast<size_t>(rows * kb) * sizeof(float), stream);

@@ -23,8 +23,8 @@ struct FastParams {
   float* qt_scales;
   ScaleStrides qts;
 };
-cudaError_t launch_quant_1x128(const FastParams& p, InType it, CodeFormat f, Encoder e, cudaStream_t stream);
-cudaError_t launch_quant_128x128(const FastParams& p, InType it, CodeFormat f, Encoder e, cudaStream_t stream);
+cudaError_t launch_quant_1x128(const FastParams& p, InType it, quant::Format f, Encoder e, cudaStream_t stream);
+cudaError_t launch_quant_128x128(const FastParams& p, InType it, quant::Format f, Encoder e, cudaStream_t stream);
 
 // quantize_misc.cu: the generic block quantizer, E5M6, dequantization, per-tensor and delayed scaling.
 cudaError_t launch_quant_blocks(const QuantBlocksArgs& a, cudaStream_t stream);  // block_rows, block_cols >= 1
