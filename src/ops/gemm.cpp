@@ -10,11 +10,20 @@ void gemm(const ExecCtx& ctx, const Tensor& a, bool trans_a, const Tensor& b, bo
   check::matrix("gemm", "a", a);
   check::matrix("gemm", "b", b);
   check::matrix("gemm", "c", c);
-  check::float_dtype("gemm", "a", a);
-  check::same_dtype("gemm", {&a, &b, &c});
+  check::storage_dtype("gemm", "a", a);
+  check::storage_dtype("gemm", "b", b);
+  check::storage_dtype("gemm", "c", c);
+  FP8T_CHECK(
+      (a.dtype() == DType::F64) == (c.dtype() == DType::F64) && (b.dtype() == DType::F64) == (c.dtype() == DType::F64),
+      "gemm: f64 operands mix only with f64 (a {}, b {}, c {})", a.str(), b.str(), c.str());
+  FP8T_CHECK(
+      !options.round_inputs_bf16 || (a.dtype() == DType::F32 && b.dtype() == DType::F32 && c.dtype() == DType::F32),
+      "gemm: BF16 input rounding is defined for f32 operands only");
   check::on_device("gemm", ctx, {&a, &b, &c});
   GemmProblem p;
-  p.dtype = a.dtype();
+  p.dtype = c.dtype();
+  p.a_dtype = a.dtype();
+  p.b_dtype = b.dtype();
   p.m = trans_a ? a.size(1) : a.size(0);
   p.k = trans_a ? a.size(0) : a.size(1);
   p.n = trans_b ? b.size(0) : b.size(1);
@@ -33,12 +42,12 @@ void gemm(const ExecCtx& ctx, const Tensor& a, bool trans_a, const Tensor& b, bo
 }
 
 Tensor matmul(const ExecCtx& ctx, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, MemCategory category,
-              const GemmOptions& options) {
+              const GemmOptions& options, std::optional<DType> out) {
   check::matrix("matmul", "a", a);
   check::matrix("matmul", "b", b);
   const int64_t m = trans_a ? a.size(1) : a.size(0);
   const int64_t n = trans_b ? b.size(0) : b.size(1);
-  Tensor c = Tensor::empty({m, n}, a.dtype(), category, ctx.device);
+  Tensor c = Tensor::empty({m, n}, out.value_or(a.dtype()), category, ctx.device);
   GemmOptions o = options;
   o.beta = 0.0;
   gemm(ctx, a, trans_a, b, trans_b, c, o);

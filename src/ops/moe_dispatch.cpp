@@ -33,7 +33,7 @@ MoePermuteProblem problem(const ExecCtx& ctx, const char* op, const Tensor& toke
                           const MoePlan& plan, bool accumulate) {
   check::matrix(op, "token-ordered matrix", token_rows, plan.tokens);
   check::matrix(op, "expert-ordered matrix", expert_rows, plan.tokens * plan.top_k, token_rows.size(1));
-  check::float_dtype(op, "token-ordered matrix", token_rows);
+  check::storage_dtype(op, "token-ordered matrix", token_rows);
   check::same_dtype(op, {&token_rows, &expert_rows});
   check::on_device(op, ctx, {&token_rows, &expert_rows, &plan.slot_token});
   MoePermuteProblem p;
@@ -48,7 +48,7 @@ MoePermuteProblem problem(const ExecCtx& ctx, const char* op, const Tensor& toke
 }
 void check_gates(const char* op, const Tensor& gates, const MoePlan& plan, const Tensor& like) {
   check::vector(op, "gates", gates, plan.tokens * plan.top_k);
-  check::same_dtype(op, {&gates, &like});
+  check::compute_dtype_of(op, "gates", gates, like.dtype());
 }
 }  // namespace
 

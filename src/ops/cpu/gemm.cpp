@@ -2,7 +2,8 @@
 // side) that OpenMP threads share; never along K. The chunks depend on the shape only, so the result is the same
 // bits whatever the thread count. round_inputs_bf16
 // first rounds copies of A and B to BF16 (numerics/formats.h), so the product is exactly that of BF16 inputs
-// with FP32 accumulation.
+// with FP32 accumulation. BF16 operands are widened (exactly) and multiplied the same way; a BF16 output is the
+// FP32 result (plus beta·C widened) rounded once.
 #include <cblas.h>
 #include <omp.h>
 
@@ -38,6 +39,15 @@ std::vector<float> bf16_copy(const float* src, int64_t rows, int64_t cols, int64
 #pragma omp parallel for schedule(static) if (rows * cols > 65536)
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = num::bf16_round(src[r * ld + c]);
+  return out;
+}
+
+// A widened (exact) FP32 copy of a stored bf16 rows×cols matrix, packed with row stride cols.
+std::vector<float> widened_copy(const bf16* src, int64_t rows, int64_t cols, int64_t ld) {
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = static_cast<float>(src[r * ld + c]);
   return out;
 }
 
@@ -94,10 +104,42 @@ void gemm(const ExecCtx&, const GemmProblem& p, const void* a, const void* b, vo
     gemm_split<float>(q, ra.data(), rb.data(), static_cast<float*>(c));
     return;
   }
-  dispatch_float(p.dtype, "gemm", [&](auto tag) {
-    using T = decltype(tag);
-    gemm_split<T>(p, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c));
-  });
+  if (p.dtype == DType::F64 || (p.dtype == DType::F32 && p.a_dtype == DType::F32 && p.b_dtype == DType::F32)) {
+    dispatch_float(p.dtype, "gemm", [&](auto tag) {
+      using T = decltype(tag);
+      gemm_split<T>(p, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(c));
+    });
+    return;
+  }
+  // BF16 operands or output: widen the BF16 operands (exact), multiply in FP32 (SGEMM, FP32 accumulation: the
+  // product of BF16 inputs) and round a BF16 output once.
+  const int64_t a_rows = p.trans_a ? p.k : p.m, a_cols = p.trans_a ? p.m : p.k;
+  const int64_t b_rows = p.trans_b ? p.n : p.k, b_cols = p.trans_b ? p.k : p.n;
+  GemmProblem q = p;
+  std::vector<float> wa, wb, wc;
+  const float* fa = static_cast<const float*>(a);
+  const float* fb = static_cast<const float*>(b);
+  if (p.a_dtype == DType::BF16) {
+    wa = widened_copy(static_cast<const bf16*>(a), a_rows, a_cols, p.lda);
+    fa = wa.data();
+    q.lda = a_cols;
+  }
+  if (p.b_dtype == DType::BF16) {
+    wb = widened_copy(static_cast<const bf16*>(b), b_rows, b_cols, p.ldb);
+    fb = wb.data();
+    q.ldb = b_cols;
+  }
+  if (p.dtype == DType::F32) {
+    gemm_split<float>(q, fa, fb, static_cast<float*>(c));
+    return;
+  }
+  bf16* cb = static_cast<bf16*>(c);
+  wc = p.beta != 0.0 ? widened_copy(cb, p.m, p.n, p.ldc) : std::vector<float>(static_cast<size_t>(p.m * p.n));
+  q.ldc = p.n;
+  gemm_split<float>(q, fa, fb, wc.data());
+#pragma omp parallel for schedule(static) if (p.m * p.n > 65536)
+  for (int64_t r = 0; r < p.m; ++r)
+    for (int64_t col = 0; col < p.n; ++col) cb[r * p.ldc + col] = bf16(wc[r * p.n + col]);
 }
 
 }  // namespace fp8train::ops::cpu
