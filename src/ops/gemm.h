@@ -33,6 +33,32 @@ struct GemmOptions {
 void gemm(const ExecCtx& ctx, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, const Tensor& c,
           const GemmOptions& options = {});
 
+// Grouped GEMMs over the experts of a MoE layer. The rows of all E experts form one expert-ordered matrix
+// (ops/moe_dispatch.h): expert e owns rows [offsets[e], offsets[e+1]) — offsets an i32 [E+1] tensor on ctx's
+// device, non-decreasing, offsets[E] <= rows; the kernel reads it (no host synchronization on a GPU).
+//   GroupedGemmKind::M  c[rows_e] = alpha·a[rows_e]·op(b_e) + beta·c[rows_e]       a [R, K], c [R, N]
+//                       b_e = the e-th of E equal row blocks of b: [N, K] (trans_b: op = ᵀ) or [K, N]
+//                       (Fprop y = x·W_eᵀ with b = W [E·out, in], trans_b; Dgrad dx = dy·W_e, not trans_b)
+//   GroupedGemmKind::K  c_e = alpha·a[rows_e]ᵀ·b[rows_e] + beta·c_e                 a [R, M], b [R, N],
+//                       c_e the e-th of E equal row blocks of c [E·M, N]             (Wgrad dW_e = dy_eᵀ·x_e)
+// Rows outside every expert's range are not read (M) or not touched (K). An expert with no rows gets nothing
+// (M) or c_e = beta·c_e (K; beta = 0 writes zeros without reading c, as BLAS does). Dtypes as gemm(); each
+// expert's product is exactly gemm() on its views.
+enum class GroupedGemmKind : uint8_t { M, K };
+struct GroupedGemmProblem {
+  GroupedGemmKind kind = GroupedGemmKind::M;
+  DType dtype = DType::F32;  // of c
+  DType a_dtype = DType::F32, b_dtype = DType::F32;
+  int64_t groups = 0, rows = 0;  // E, and the expert-ordered rows R
+  int64_t m = 0, n = 0, k = 0;   // per expert: M: op(b_e) is [k, n]; K: c_e is [m, n]
+  bool trans_b = false;          // M only
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  double alpha = 1.0, beta = 0.0;
+};
+
+void gemm_grouped(const ExecCtx& ctx, GroupedGemmKind kind, const Tensor& a, const Tensor& b, bool trans_b,
+                  const Tensor& c, const Tensor& offsets, const GemmOptions& options = {});
+
 // A new [m,n] tensor op(a)·op(b) on ctx's device, of dtype `out` (default: a's dtype).
 Tensor matmul(const ExecCtx& ctx, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b,
               MemCategory category = MemCategory::Workspace, const GemmOptions& options = {},

@@ -8,11 +8,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <exception>
 #include <vector>
 
 #include "common/error.h"
 #include "numerics/formats.h"
 #include "ops/cpu/kernels.h"
+#include "ops/elementwise.h"
 #include "ops/gemm.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
@@ -140,6 +142,87 @@ void gemm(const ExecCtx&, const GemmProblem& p, const void* a, const void* b, vo
 #pragma omp parallel for schedule(static) if (p.m * p.n > 65536)
   for (int64_t r = 0; r < p.m; ++r)
     for (int64_t col = 0; col < p.n; ++col) cb[r * p.ldc + col] = bf16(wc[r * p.n + col]);
+}
+
+void gemm_grouped(const ExecCtx& ctx, const GroupedGemmProblem& p, const int32_t* offsets, const void* a, const void* b,
+                  void* c) {
+  FP8T_CHECK(offsets[0] >= 0, "gemm_grouped: offsets[0] = {} is negative", offsets[0]);
+  for (int64_t e = 0; e < p.groups; ++e)
+    FP8T_CHECK(offsets[e + 1] >= offsets[e], "gemm_grouped: offsets decrease at expert {} ({} then {})", e, offsets[e],
+               offsets[e + 1]);
+  FP8T_CHECK(offsets[p.groups] <= p.rows, "gemm_grouped: offsets end at {}, beyond the {} rows", offsets[p.groups],
+             p.rows);
+  const size_t a_es = dtype_size(p.a_dtype), b_es = dtype_size(p.b_dtype), c_es = dtype_size(p.dtype);
+  auto at = [](const void* base, int64_t elements, size_t es) {
+    return static_cast<const void*>(static_cast<const char*>(base) + elements * static_cast<int64_t>(es));
+  };
+  auto run = [&](int64_t e) {
+    const int64_t r0 = offsets[e], r = offsets[e + 1] - r0;
+    GemmProblem q;
+    q.dtype = p.dtype;
+    q.a_dtype = p.a_dtype;
+    q.b_dtype = p.b_dtype;
+    q.alpha = p.alpha;
+    q.beta = p.beta;
+    q.lda = p.lda;
+    q.ldb = p.ldb;
+    q.ldc = p.ldc;
+    if (p.kind == GroupedGemmKind::M) {
+      if (r == 0) return;
+      const int64_t b_rows = p.trans_b ? p.n : p.k;
+      q.m = r;
+      q.n = p.n;
+      q.k = p.k;
+      q.trans_b = p.trans_b;
+      gemm(ctx, q, at(a, r0 * p.lda, a_es), at(b, e * b_rows * p.ldb, b_es),
+           const_cast<void*>(at(c, r0 * p.ldc, c_es)));
+    } else {
+      void* ce = const_cast<void*>(at(c, e * p.m * p.ldc, c_es));
+      if (r == 0) {
+        if (p.beta == 1.0) return;
+        AxpbyProblem s;  // c_e = beta·c_e
+        s.dtype = s.a_dtype = s.b_dtype = p.dtype;
+        s.rows = p.m;
+        s.cols = p.n;
+        s.ld_a = s.ld_out = p.ldc;
+        s.alpha = p.beta;
+        if (p.beta == 0.0) {
+          fill(ctx, s, 0.0, ce);
+        } else {
+          axpby(ctx, s, ce, nullptr, ce);
+        }
+        return;
+      }
+      q.m = p.m;
+      q.n = p.n;
+      q.k = r;
+      q.trans_a = true;
+      gemm(ctx, q, at(a, r0 * p.lda, a_es), at(b, r0 * p.ldb, b_es), ce);
+    }
+  };
+  // Experts run concurrently, each expert's GEMM on one thread (largest first): the same arithmetic as one
+  // gemm() per expert, whatever the thread count.
+  std::vector<int64_t> order(static_cast<size_t>(p.groups));
+  for (int64_t e = 0; e < p.groups; ++e) order[e] = e;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t x, int64_t y) { return offsets[x + 1] - offsets[x] > offsets[y + 1] - offsets[y]; });
+  const double flops = 2.0 * static_cast<double>(offsets[p.groups] - offsets[0]) *
+                       static_cast<double>(p.kind == GroupedGemmKind::M ? p.n * p.k : p.m * p.n);
+  if (p.groups <= 1 || flops < 2e6 || omp_in_parallel() || omp_get_max_threads() == 1) {
+    for (int64_t e : order) run(e);
+    return;
+  }
+  std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < p.groups; ++i) {
+    try {
+      run(order[i]);
+    } catch (...) {
+#pragma omp critical(fp8t_grouped_gemm_error)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace fp8train::ops::cpu

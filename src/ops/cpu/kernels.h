@@ -13,6 +13,7 @@
 namespace fp8train::ops::cpu {
 
 GemmFn gemm;
+GroupedGemmFn gemm_grouped;
 AxpbyFn axpby;
 FillFn fill;
 EmbeddingForwardFn embedding_forward;

@@ -1,8 +1,8 @@
 // CPU token ↔ expert-slot movement for DeepSeekMoE. The plan lists the N·K (token, choice) pairs grouped by
 // expert and, within an expert, by token (a counting sort, so it is deterministic):
-//   expert_offsets[e] .. expert_offsets[e+1]  rows of expert e in the expert-ordered matrix
-//   slot_token[j]   token of expert-ordered row j;   choice_slot[t·K + k]  row of (token t, its k-th choice)
-// permute:   xp[j] = x[slot_token[j]]          backward: dx[t] (+)= Σ_k dxp[choice_slot[t,k]]
+//   expert_offsets[e] .. expert_offsets[e+1]  rows of expert e (its tokens, then padding to a multiple of align)
+//   slot_token[j]   token of expert-ordered row j (−1: padding);   choice_slot[t·K + k]  row of (token t, choice k)
+// permute:   xp[j] = x[slot_token[j]] (zeros for padding)     backward: dx[t] (+)= Σ_k dxp[choice_slot[t,k]]
 // unpermute: y[t] (+)= Σ_k g[t,k]·yp[choice_slot[t,k]]
 //            backward: dyp[choice_slot[t,k]] = g[t,k]·dy[t],  dg[t,k] = <dy[t], yp[choice_slot[t,k]]>
 // Every output row is written by one thread and sums over k in order: no atomics, no races. Rows are in the
@@ -19,9 +19,14 @@ namespace {
 
 template <class S>
 void permute_impl(const MoePermuteProblem& p, const S* x, const int32_t* slot_token, S* xp) {
-  const int64_t n = p.tokens * p.top_k;
-#pragma omp parallel for schedule(static) if (n * p.dim > 32768)
-  for (int64_t j = 0; j < n; ++j) std::copy_n(x + slot_token[j] * p.ld_x, p.dim, xp + j * p.ld_xp);
+#pragma omp parallel for schedule(static) if (p.rows * p.dim > 32768)
+  for (int64_t j = 0; j < p.rows; ++j) {
+    if (slot_token[j] >= 0) {
+      std::copy_n(x + slot_token[j] * p.ld_x, p.dim, xp + j * p.ld_xp);
+    } else {
+      std::fill_n(xp + j * p.ld_xp, p.dim, S{});  // padding: zero bits in every storage type
+    }
+  }
 }
 
 // Runs body(acc) for token row t with acc a compute-type view of dst's row: dst itself when the storage type
@@ -109,7 +114,9 @@ void moe_build_plan(const ExecCtx&, const MoePlanProblem& p, const int32_t* sele
     ++counts[selected[i]];
   }
   expert_offsets[0] = 0;
-  for (int64_t e = 0; e < p.n_experts; ++e) expert_offsets[e + 1] = expert_offsets[e] + counts[e];
+  for (int64_t e = 0; e < p.n_experts; ++e)
+    expert_offsets[e + 1] = expert_offsets[e] + static_cast<int32_t>((counts[e] + p.align - 1) / p.align * p.align);
+  std::fill_n(slot_token, p.rows, -1);
   std::vector<int32_t> cursor(expert_offsets, expert_offsets + p.n_experts);
   for (int64_t t = 0; t < p.tokens; ++t)
     for (int64_t k = 0; k < p.top_k; ++k) {
