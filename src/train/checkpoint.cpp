@@ -167,16 +167,19 @@ CheckpointMeta read_checkpoint_meta(const std::string& step_dir) {
   nlohmann::json state;
   try {
     state = nlohmann::json::parse(read_file((dir / "state.json").string()));
-  } catch (const nlohmann::json::exception& e) {
-    FP8T_FAIL("{} is corrupted: state.json is not valid JSON ({})", where, e.what());
+  } catch (const nlohmann::json::parse_error& e) {
+    // The parser's own message quotes the bytes it read, which in a corrupt file are binary: give the offset.
+    FP8T_FAIL("{} is corrupted: state.json is not valid JSON (at byte {})", where, e.byte);
   }
   FP8T_CHECK(state.is_object() && state.value("format", "") == kFormat,
              "{} is not an fp8train checkpoint (state.json format is not '{}')", where, kFormat);
   try {
     meta.state = state_from_json(state);
     meta.files = state.at("files");
-  } catch (const std::exception& e) {
-    FP8T_FAIL("{} is corrupted: state.json lacks or mangles a field ({})", where, e.what());
+  } catch (const nlohmann::json::exception&) {
+    FP8T_FAIL("{} is corrupted: state.json lacks or mangles a field", where);
+  } catch (const Error& e) {
+    FP8T_FAIL("{} is corrupted: state.json has a {}", where, e.what());
   }
   for (const char* file : kDataFiles) {
     FP8T_CHECK(meta.files.contains(file), "{} is corrupted: state.json does not list {}", where, file);
@@ -191,8 +194,8 @@ CheckpointMeta read_checkpoint_meta(const std::string& step_dir) {
     if (std::string(file) == "config.json") {
       try {
         meta.config = nlohmann::json::parse(bytes);
-      } catch (const nlohmann::json::exception& e) {
-        FP8T_FAIL("{} is corrupted: config.json is not valid JSON ({})", where, e.what());
+      } catch (const nlohmann::json::parse_error& e) {
+        FP8T_FAIL("{} is corrupted: config.json is not valid JSON (at byte {})", where, e.byte);
       }
     }
   }

@@ -5,17 +5,25 @@
 //   - resuming from step 3 reproduces the uninterrupted run's step 4..6 losses bit for bit (real model);
 //   - bad inputs (missing file, bad JSON, unknown key, out-of-range value, truncated checkpoint, non-UTF-8 data,
 //     unknown preset, an existing run directory) each give exactly one line "fp8train: error: ..." naming the
-//     problem, and a non-zero exit.
+//     problem (a human sentence: no source location, no raw bytes), and a non-zero exit;
+// FP8TRAIN_CLI_UNDER_TEST (environment) runs the cases against another build of the CLI, e.g. an installed one.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
 
 namespace fs = std::filesystem;
 
@@ -37,6 +45,11 @@ std::string slurp(const fs::path& p) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+std::string cli_path() {
+  const char* other = std::getenv("FP8TRAIN_CLI_UNDER_TEST");
+  return other && *other ? other : FP8TRAIN_CLI;
 }
 
 std::vector<nlohmann::json> jsonl(const fs::path& p) {
@@ -68,10 +81,12 @@ class TrainCli : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(work_); }
 
-  CliResult run(const std::string& args) {
+  // Runs the CLI with `args` (in directory `cwd` when given; `env` is prefixed, e.g. "FP8TRAIN_DEBUG=1").
+  CliResult run(const std::string& args, const fs::path& cwd = {}, const std::string& env = "") {
     const fs::path out = work_ / "stdout.txt", err = work_ / "stderr.txt";
-    const std::string cmd = std::string("'") + FP8TRAIN_CLI + "' " + args + " > '" + out.string() + "' 2> '" +
-                            err.string() + "'";
+    const std::string cd = cwd.empty() ? "" : "cd '" + cwd.string() + "' && ";
+    const std::string cmd = cd + env + (env.empty() ? "" : " ") + "'" + cli_path() + "' " + args + " > '" +
+                            out.string() + "' 2> '" + err.string() + "'";
     const int status = std::system(cmd.c_str());
     CliResult r;
     r.exit_code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -88,6 +103,15 @@ class TrainCli : public ::testing::Test {
     ASSERT_EQ(lines.size(), 1u) << args << "\nstderr:\n" << r.err;
     EXPECT_EQ(lines[0].rfind("fp8train: error: ", 0), 0u) << lines[0];
     EXPECT_NE(lines[0].find(needle), std::string::npos) << "expected '" << needle << "' in: " << lines[0];
+    expect_human_sentence(lines[0]);
+  }
+
+  // An error line a user reads: no internal check text or source location, no raw control or binary bytes.
+  static void expect_human_sentence(const std::string& line) {
+    EXPECT_EQ(line.find("[check"), std::string::npos) << line;
+    EXPECT_EQ(line.find(".cpp:"), std::string::npos) << line;
+    EXPECT_EQ(line.find("[at "), std::string::npos) << line;
+    EXPECT_EQ(fp8train::printable_text(line), line) << "control characters or invalid UTF-8 in: " << line;
   }
 
   std::string train_args(const std::string& out) const {
@@ -174,4 +198,21 @@ TEST_F(TrainCli, BadInputsGiveOneClearLine) {
   expect_one_line_error("eval --checkpoint '" + (work_ / "nowhere").string() + "'", "does not exist");
   // Training into a directory that already holds a run is refused (no silent overwrite).
   expect_one_line_error(train_args("t"), "already holds a run");
+}
+
+// ---- a run's life cycle ------------------------------------------------------------------------------------
+
+TEST_F(TrainCli, ErrorLinesAreOneHumanSentence) {
+  ASSERT_EQ(run(train_args("m") + " --save-every 3").exit_code, 0);
+  // A state.json overwritten with binary: the message names the file and quotes no raw bytes.
+  std::ofstream(work_ / "m" / "checkpoints" / "step-00000003" / "state.json", std::ios::binary)
+      << std::string("\x01\x02{\xff\xfe\x1b[2J binary");
+  const std::string args = "train --resume '" + (work_ / "m" / "checkpoints" / "step-00000003").string() + "'";
+  expect_one_line_error(args, "state.json is not valid JSON");
+  // The failed check's location is for developers: a second line only with FP8TRAIN_DEBUG set.
+  const CliResult d = run(args, {}, "FP8TRAIN_DEBUG=1");
+  const auto lines = d.err_lines();
+  ASSERT_EQ(lines.size(), 2u) << d.err;
+  EXPECT_EQ(lines[1].rfind("fp8train: debug: ", 0), 0u) << lines[1];
+  EXPECT_NE(lines[1].find(".cpp:"), std::string::npos) << lines[1];
 }
