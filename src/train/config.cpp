@@ -53,7 +53,7 @@ std::vector<ConfigKey> make_keys() {
   k.push_back({"optim.eps", "eps", 1e-30, 1, {}, "AdamW epsilon", FP8T_REF(eps)});
   k.push_back({"optim.weight_decay", "weight-decay", 0, 10, {}, "AdamW decoupled weight decay (not applied to 1-D parameters)", FP8T_REF(weight_decay)});
   k.push_back({"optim.grad_clip", "grad-clip", 0, kInf, {}, "clip the global gradient norm to this (0: off)", FP8T_REF(grad_clip)});
-  k.push_back({"optim.moment_dtype", "moment-dtype", 0, 0, {"bf16", "fp32"}, "storage of AdamW's moments", FP8T_REF(moment_dtype)});
+  k.push_back({"optim.moment_dtype", "moment-dtype", 0, 0, {"recipe", "fp32", "bf16"}, "storage of AdamW's moments; recipe: the recipe's choice (fp32; bf16 for fp8-deepseek; a spec's ':moments=')", FP8T_REF(moment_dtype)});
   k.push_back({"optim.batch_warmup_start", "batch-warmup-start", 0, 1e6, {}, "batch-size warmup: sequences at step 0 (0: no warmup)", FP8T_REF(batch_warmup_start)});
   k.push_back({"optim.batch_warmup_steps", "batch-warmup-steps", 0, kBig, {}, "batch-size warmup length in steps", FP8T_REF(batch_warmup_steps)});
   return k;
@@ -155,7 +155,7 @@ optim::AdamWConfig TrainConfig::adamw() const {
   a.beta2 = beta2;
   a.eps = eps;
   a.weight_decay = weight_decay;
-  a.moment_dtype = optim::parse_moment_dtype(moment_dtype);
+  a.moment_dtype = optim::parse_moment_dtype(resolved_moment_dtype(*this));
   return a;
 }
 
@@ -222,13 +222,28 @@ void validate_config(const TrainConfig& c) {
              "config key 'optim.batch_warmup_start' ({}) must not exceed 'train.batch_size' ({})", c.batch_warmup_start,
              c.batch_size);
   c.lr_schedule().validate();
+  recipe::RecipeConfig rc;
   try {  // the recipe layer parses the spec (name + ":key=value" overrides)
-    (void)recipe::parse_recipe(c.recipe);
+    rc = recipe::parse_recipe(c.recipe);
   } catch (const Error& e) {
     FP8T_FAIL("config key 'train.recipe': {}", e.what());
   }
+  FP8T_CHECK(c.moment_dtype == "recipe" || !rc.moment_dtype_set || c.moment_dtype == rc.moment_dtype,
+             "config key 'optim.moment_dtype' is '{}' but the recipe '{}' asks for moments={}: give one of them",
+             c.moment_dtype, c.recipe, rc.moment_dtype);
   c.batch_schedule().validate();
   validate_model_config(c);
+}
+
+std::string resolved_moment_dtype(const TrainConfig& config) {
+  if (config.moment_dtype != "recipe") return config.moment_dtype;
+  return recipe::parse_recipe(config.recipe).moment_dtype;
+}
+
+void resolve_moment_dtype(TrainConfig& config, ConfigSources* sources) {
+  if (config.moment_dtype != "recipe") return;
+  config.moment_dtype = resolved_moment_dtype(config);
+  if (sources) (*sources)["optim.moment_dtype"] = "recipe";
 }
 
 nlohmann::json config_to_json(const TrainConfig& config) {

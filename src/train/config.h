@@ -60,7 +60,7 @@ struct TrainConfig {
   double eps = 1e-8;
   double weight_decay = 0.1;
   double grad_clip = 1.0;         // max global gradient norm (0: no clipping)
-  std::string moment_dtype = "bf16";
+  std::string moment_dtype = "recipe";  // "recipe": the recipe's choice (resolved_moment_dtype), or fp32 / bf16
   int64_t batch_warmup_start = 0;  // batch-size warmup: sequences at step 0 (0: none)
   int64_t batch_warmup_steps = 0;
 
@@ -91,6 +91,15 @@ void validate_model_config(const TrainConfig& config);
 
 // Checks ranges and cross-key consistency (e.g. final_lr <= lr); throws Error naming the key.
 void validate_config(const TrainConfig& config);
+
+// The AdamW moment dtype the config trains with, the one rule `train` and `compare` share: optim.moment_dtype
+// when it is fp32 or bf16, else ("recipe") the recipe's (recipe::RecipeConfig::moment_dtype: fp32, bf16 for
+// fp8-deepseek, or the spec's ":moments="). validate_config refuses an optim.moment_dtype that contradicts the
+// spec's own ":moments=".
+std::string resolved_moment_dtype(const TrainConfig& config);
+// Replaces "recipe" by resolved_moment_dtype (so config.json and checkpoints record the dtype used); the
+// source becomes "recipe".
+void resolve_moment_dtype(TrainConfig& config, ConfigSources* sources);
 
 // Complete JSON (every key) of a config; apply_config_json(to_json(c)) reproduces c.
 nlohmann::json config_to_json(const TrainConfig& config);

@@ -108,8 +108,10 @@ double evaluate_loss(TrainableModel& model, const std::vector<Token>& tokens, co
   return sum / static_cast<double>(count);
 }
 
-TrainResult run_training(const TrainConfig& config, TrainableModel& model, const TokenData& data,
+TrainResult run_training(const TrainConfig& requested, TrainableModel& model, const TokenData& data,
                          const TrainOptions& options) {
+  TrainConfig config = requested;
+  resolve_moment_dtype(config, nullptr);  // config.json and the checkpoints record the dtype trained with
   validate_config(config);
   FP8T_CHECK(!options.run_dir.empty() && fs::is_directory(options.run_dir), "run directory '{}' does not exist",
              options.run_dir);

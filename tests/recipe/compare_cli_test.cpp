@@ -1,7 +1,9 @@
 // `fp8train compare` end to end on a tiny run: two recipes trained on the same batches, compare.json with the
 // documented fields (relative error, memory table with ratios, per-tenth errors), compare.html with its charts,
 // the numerics-health samples (operand counters, GEMM error vs FP32) and memory in metrics.jsonl, the GEMM-error
-// summary in compare.json / compare.html / report.html; a bad recipe spec is one clear line and exit 1.
+// summary in compare.json / compare.html / report.html; a bad recipe spec is one clear line and exit 1; the
+// optimizer moments follow the recipe exactly as in `train`.
+// FP8TRAIN_CLI_UNDER_TEST (environment) runs the cases against another build of the CLI.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -21,8 +23,14 @@
 namespace fs = std::filesystem;
 
 namespace {
-int run(const std::string& args, std::string* output) {
-  const std::string cmd = std::string(FP8TRAIN_CLI) + " " + args + " 2>&1";
+std::string cli_path() {
+  const char* other = std::getenv("FP8TRAIN_CLI_UNDER_TEST");
+  return other && *other ? other : FP8TRAIN_CLI;
+}
+// Runs the CLI (in `cwd` when given), stdout and stderr together into *output; returns the exit code.
+int run(const std::string& args, std::string* output, const fs::path& cwd = {}) {
+  const std::string cd = cwd.empty() ? "" : "cd '" + cwd.string() + "' && ";
+  const std::string cmd = cd + cli_path() + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return -1;
   char buf[4096];
@@ -120,4 +128,45 @@ TEST(CompareCli, BadRecipeIsOneClearLine) {
   EXPECT_NE(out.find("promote"), std::string::npos) << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   EXPECT_FALSE(fs::exists("/tmp/never-created-h7"));
+}
+
+namespace {
+// A two-second run of each recipe: the tiny test model, two steps.
+const std::string kSmallRun =
+    " --preset tiny --hidden-size 32 --n-heads 2 --q-lora-rank 16 --kv-lora-rank 16 "
+    "--steps 2 --batch-size 2 --seq-len 32 --eval-every 0 --eval-batches 1 "
+    "--corpus-bytes 20000 --threads 1";
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& name)
+      : path(fs::temp_directory_path() / ("fp8train_compare_" + name + "_" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+}  // namespace
+
+TEST(CompareCli, MomentsFollowTheRecipeAsInTrain) {
+  TempDir dir("moments");
+  std::string text;
+  ASSERT_EQ(run("compare --recipes bf16,bf16:moments=bf16,fp8-deepseek:moments=fp32" + kSmallRun + " --out '" +
+                    dir.path.string() + "'",
+                &text),
+            0)
+      << text;
+  const auto moments = [&](const char* run_dir) {
+    return nlohmann::json::parse(slurp(dir.path / run_dir / "config.json"))["optim"]["moment_dtype"].get<std::string>();
+  };
+  EXPECT_EQ(moments("bf16"), "fp32");
+  EXPECT_EQ(moments("bf16_moments-bf16"), "bf16");
+  EXPECT_EQ(moments("fp8-deepseek_moments-fp32"), "fp32");
+  // An explicit --moment-dtype that contradicts a spec's ":moments=" is refused, as in `train`, not silently preferred.
+  EXPECT_EQ(run("compare --recipes bf16,bf16:moments=bf16 --moment-dtype fp32" + kSmallRun + " --out '" +
+                    (dir.path / "conflict").string() + "'",
+                &text),
+            1);
+  EXPECT_NE(text.find("asks for moments=bf16"), std::string::npos) << text;
+  EXPECT_FALSE(fs::exists(dir.path / "conflict" / "bf16")) << "nothing is trained before the settings are checked";
 }

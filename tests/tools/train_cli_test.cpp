@@ -52,6 +52,14 @@ std::string cli_path() {
   return other && *other ? other : FP8TRAIN_CLI;
 }
 
+// The safetensors header's __metadata__ of a file.
+nlohmann::json safetensors_metadata(const fs::path& p) {
+  const std::string bytes = slurp(p);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  return nlohmann::json::parse(bytes.substr(8, n)).value("__metadata__", nlohmann::json::object());
+}
+
 std::vector<nlohmann::json> jsonl(const fs::path& p) {
   std::vector<nlohmann::json> rows;
   std::istringstream in(slurp(p));
@@ -215,4 +223,27 @@ TEST_F(TrainCli, ErrorLinesAreOneHumanSentence) {
   ASSERT_EQ(lines.size(), 2u) << d.err;
   EXPECT_EQ(lines[1].rfind("fp8train: debug: ", 0), 0u) << lines[1];
   EXPECT_NE(lines[1].find(".cpp:"), std::string::npos) << lines[1];
+}
+
+TEST_F(TrainCli, TheRecipeDecidesTheOptimizerMoments) {
+  // recipe spec -> AdamW moment dtype, whatever the command (compare uses the same rule: compare_cli_test.cpp)
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"fp32", "fp32"}, {"bf16", "fp32"}, {"bf16:moments=bf16", "bf16"}, {"fp8-deepseek", "bf16"},
+      {"fp8-deepseek:moments=fp32", "fp32"}};
+  int i = 0;
+  for (const auto& [recipe, moments] : cases) {
+    SCOPED_TRACE(recipe);
+    const std::string dir = fmt::format("m{}", i++);
+    const CliResult r = run(train_args(dir) + " --steps 1 --recipe " + recipe);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_EQ(nlohmann::json::parse(slurp(work_ / dir / "config.json"))["optim"]["moment_dtype"], moments);
+    EXPECT_EQ(safetensors_metadata(work_ / dir / "checkpoints" / "step-00000001" / "optimizer.safetensors")["moment_dtype"],
+              moments);
+  }
+  // An explicit --moment-dtype overrides the recipe's default, but contradicting the recipe's own ":moments=" is
+  // an error, not a silent choice.
+  ASSERT_EQ(run(train_args("explicit") + " --steps 1 --recipe bf16 --moment-dtype bf16").exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(slurp(work_ / "explicit" / "config.json"))["optim"]["moment_dtype"], "bf16");
+  expect_one_line_error(train_args("conflict") + " --recipe bf16:moments=bf16 --moment-dtype fp32", "moments=bf16");
+  EXPECT_FALSE(fs::exists(work_ / "conflict"));
 }

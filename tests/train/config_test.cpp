@@ -1,10 +1,12 @@
 // Config: presets, JSON and flag layering, the exact error sentences for unknown keys / wrong types /
-// out-of-range values, cross-key checks, the JSON round trip and the printed table.
+// out-of-range values, cross-key checks, the JSON round trip and the printed table; the one rule for the
+// optimizer moments of a recipe.
 #include <gtest/gtest.h>
 
 #include <functional>
 
 #include "common/error.h"
+#include "optim/adamw.h"
 #include "train/config.h"
 
 using namespace fp8train;
@@ -70,7 +72,7 @@ TEST(Config, ErrorsNameTheKey) {
   EXPECT_PRED2(contains, json_error(R"({"optimizer": {"lr": 1}})"), "unknown config key 'optimizer'");
   EXPECT_PRED2(contains, json_error(R"({"optim": {"lr": -1}})"), "'optim.lr' must be in [");
   EXPECT_PRED2(contains, json_error(R"({"train": {"steps": 1.5}})"), "'train.steps' must be an integer");
-  EXPECT_PRED2(contains, json_error(R"({"optim": {"moment_dtype": "fp16"}})"), "'optim.moment_dtype' must be one of bf16, fp32");
+  EXPECT_PRED2(contains, json_error(R"({"optim": {"moment_dtype": "fp16"}})"), "'optim.moment_dtype' must be one of recipe, fp32, bf16");
   EXPECT_PRED2(contains, json_error(R"({"optim": {"lr": "fast"}})"), "'optim.lr' must be a number");
   EXPECT_PRED2(contains, json_error(R"([1])"), "must be a JSON object");
   EXPECT_PRED2(contains, error_of([&] { apply_config_flag(c, "steps", "12x", nullptr); }), "--steps must be an integer");
@@ -114,4 +116,31 @@ TEST(Config, LrScheduleFollowsTheStepFractions) {
   EXPECT_EQ(s.decay_start, 500);
   EXPECT_EQ(s.decay_end, 900);
   EXPECT_EQ(s.at(950), c.final_lr);
+}
+
+TEST(Config, TheRecipeDecidesTheMomentDtypeUnlessTheConfigDoes) {
+  TrainConfig c = preset_config("tiny");
+  EXPECT_EQ(c.moment_dtype, "recipe");
+  const auto moments = [&](const std::string& recipe, const std::string& setting) {
+    c.recipe = recipe;
+    c.moment_dtype = setting;
+    validate_config(c);
+    return resolved_moment_dtype(c);
+  };
+  EXPECT_EQ(moments("fp32", "recipe"), "fp32");
+  EXPECT_EQ(moments("bf16", "recipe"), "fp32");
+  EXPECT_EQ(moments("fp8-deepseek", "recipe"), "bf16");
+  EXPECT_EQ(moments("fp8-deepseek:moments=fp32", "recipe"), "fp32");
+  EXPECT_EQ(moments("bf16", "bf16"), "bf16");  // an explicit setting over the recipe's default
+  EXPECT_EQ(moments("fp8-deepseek:moments=bf16", "bf16"), "bf16");  // agreeing is fine
+  EXPECT_EQ(std::string(optim::moment_dtype_name(c.adamw().moment_dtype)), "bf16");
+  EXPECT_PRED2(contains, error_of([&] { moments("bf16:moments=bf16", "fp32"); }),
+               "config key 'optim.moment_dtype' is 'fp32' but the recipe 'bf16:moments=bf16' asks for moments=bf16");
+  // Resolving writes the dtype into the config (what config.json and the checkpoint record) and names the source.
+  c.recipe = "fp8-deepseek";
+  c.moment_dtype = "recipe";
+  ConfigSources sources;
+  resolve_moment_dtype(c, &sources);
+  EXPECT_EQ(c.moment_dtype, "bf16");
+  EXPECT_EQ(sources.at("optim.moment_dtype"), "recipe");
 }

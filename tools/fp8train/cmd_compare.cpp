@@ -3,8 +3,9 @@
 //                    [--preset P] [--config FILE] [any `train` flag, e.g. --steps 1000 --data FILE]
 //       Trains each recipe into DIR/<recipe>/ (a run directory like `train` makes; a recipe whose run already
 //       finished — DIR/<recipe>/summary.json with the requested steps — is reused, not retrained), then writes
-//       DIR/compare.json and DIR/compare.html. The AdamW moment dtype follows each recipe (fp32 moments for the
-//       baselines, bf16 for fp8-deepseek) unless --moment-dtype or the config file sets it.
+//       DIR/compare.json and DIR/compare.html. The AdamW moment dtype follows each recipe exactly as in `train`
+//       (train/config.h resolved_moment_dtype: fp32 moments, bf16 for fp8-deepseek, or the spec's ":moments=")
+//       unless --moment-dtype or the config file sets it.
 //   fp8train compare --analyze-only --recipes A,B --run-dirs DIR_A,DIR_B --out DIR
 //       Only the comparison, from finished run directories (e.g. runs made elsewhere).
 // compare.json, per recipe: final train loss (mean of the last 10 steps), final held-out loss, the relative loss
@@ -354,8 +355,12 @@ void run_compare(const CompareArgs& args) {
     if (!args.config_file.empty())
       apply_config_json(common, file_json, fmt::format("config file '{}'", args.config_file), &sources);
     for (const auto& [flag, text] : args.flag_values) apply_config_flag(common, flag, text, &sources);
-    const bool moments_given = sources.count("optim.moment_dtype") > 0;
     validate_config(common);
+    for (const std::string& spec : specs) {  // every recipe's settings are checked before anything is trained
+      TrainConfig c = common;
+      c.recipe = spec;
+      validate_config(c);
+    }
     const TokenData data = common.data_path.empty()
                                ? embedded_corpus_data(static_cast<uint64_t>(common.seed),
                                                       static_cast<size_t>(common.corpus_bytes))
@@ -364,9 +369,9 @@ void run_compare(const CompareArgs& args) {
     for (const std::string& spec : specs) {
       TrainConfig c = common;
       c.recipe = spec;
-      if (!moments_given) c.moment_dtype = recipe::parse_recipe(spec).moment_dtype;
       c.out = (fs::path(args.out) / run_name(spec)).string();
       validate_config(c);
+      resolve_moment_dtype(c, nullptr);  // the rule `train` applies
       dirs.push_back(c.out);
       const fs::path summary = fs::path(c.out) / "summary.json";
       if (fs::exists(summary)) {

@@ -86,6 +86,7 @@ void run_train(const TrainArgs& args) {
     apply_config_json(config, file_json, fmt::format("config file '{}'", args.config_file), &sources);
   for (const auto& [flag, text] : args.flag_values) apply_config_flag(config, flag, text, &sources);
   validate_config(config);
+  resolve_moment_dtype(config, &sources);
 
   // Data first: a bad data file fails before anything is created.
   const TokenData data = load_data(config);
