@@ -43,8 +43,11 @@ struct TrainConfig {
   std::string recipe = "bf16";    // a recipe spec for recipe::parse_recipe (fp32, bf16, fp8-deepseek, ...)
   std::string out;                // run directory (empty: runs/<preset>-<date>-<time>)
   int64_t save_every = 0;         // checkpoint every N steps (0: only at the end)
+  int64_t keep_last = 3;          // checkpoints kept: the last N (0: all) ...
+  int64_t keep_every = 0;         // ... plus every one whose step is a multiple of K (0: none); "latest" always
   int64_t eval_every = 100;       // held-out evaluation every N steps (and at the end)
-  int64_t eval_batches = 8;       // batches of held-out windows per periodic evaluation (the final: all)
+  int64_t eval_batches = 8;       // batches of held-out windows per periodic evaluation
+  int64_t final_eval_windows = 2048;  // held-out windows of the final evaluation (0: the periodic evaluation's)
   int64_t log_every = 10;         // a plain progress line every N steps when not on a terminal
   int64_t max_bad_steps = 5;      // consecutive non-finite steps before the run stops
   int64_t health_every = 50;      // numerics-health counters, GEMM errors vs FP32 and memory sampled into metrics.jsonl every N steps (0: never)
@@ -100,6 +103,21 @@ std::string resolved_moment_dtype(const TrainConfig& config);
 // Replaces "recipe" by resolved_moment_dtype (so config.json and checkpoints record the dtype used); the
 // source becomes "recipe".
 void resolve_moment_dtype(TrainConfig& config, ConfigSources* sources);
+
+// Warnings about a valid config that will not do what a user likely expects (e.g. a run no longer than its
+// learning-rate warmup, which ends at the peak learning rate): one sentence each, naming the keys.
+std::vector<std::string> config_warnings(const TrainConfig& config);
+
+// The dotted keys (e.g. "optim.lr", and "preset") whose values differ between two config JSONs, in table order;
+// keys listed in `ignore` are left out. A key missing on one side counts as different.
+std::vector<std::string> config_differences(const nlohmann::json& a, const nlohmann::json& b,
+                                            const std::vector<std::string>& ignore = {});
+// The value of a dotted key in a config JSON, as the table prints it ("(missing)" when absent).
+std::string config_value_text(const nlohmann::json& config, const std::string& key);
+
+// Keys that decide what a run computes: every key but the run directory and those that only schedule logging,
+// evaluation, checkpoints or the stop rule (their changes do not alter the steps' numbers).
+bool config_key_changes_training(const std::string& key);
 
 // Complete JSON (every key) of a config; apply_config_json(to_json(c)) reproduces c.
 nlohmann::json config_to_json(const TrainConfig& config);

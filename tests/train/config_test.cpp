@@ -1,9 +1,10 @@
 // Config: presets, JSON and flag layering, the exact error sentences for unknown keys / wrong types /
 // out-of-range values, cross-key checks, the JSON round trip and the printed table; the one rule for the
-// optimizer moments of a recipe.
+// optimizer moments of a recipe; warnings; differences between two configs; defaults in the flags' help.
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <map>
 
 #include "common/error.h"
 #include "optim/adamw.h"
@@ -143,4 +144,41 @@ TEST(Config, TheRecipeDecidesTheMomentDtypeUnlessTheConfigDoes) {
   resolve_moment_dtype(c, &sources);
   EXPECT_EQ(c.moment_dtype, "bf16");
   EXPECT_EQ(sources.at("optim.moment_dtype"), "recipe");
+}
+
+TEST(Config, WarnsOfARunNoLongerThanItsWarmup) {
+  TrainConfig c = preset_config("tiny");
+  EXPECT_TRUE(config_warnings(c).empty());
+  c.steps = 20;
+  c.warmup_steps = 30;
+  const auto w = config_warnings(c);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_PRED2(contains, w[0], "'optim.warmup_steps' = 30");
+  EXPECT_PRED2(contains, w[0], "peak learning rate");
+}
+
+TEST(Config, DifferencesNameTheKeys) {
+  TrainConfig a = preset_config("tiny"), b = a;
+  b.lr = 1e-4;
+  b.model.n_layers = 3;
+  b.out = "elsewhere";
+  const nlohmann::json ja = config_to_json(a), jb = config_to_json(b);
+  EXPECT_EQ(config_differences(ja, jb), (std::vector<std::string>{"model.n_layers", "train.out", "optim.lr"}));
+  EXPECT_EQ(config_differences(ja, jb, {"train.out"}), (std::vector<std::string>{"model.n_layers", "optim.lr"}));
+  nlohmann::json old = ja;  // a config saved before a key existed
+  old["train"].erase("keep_last");
+  EXPECT_EQ(config_differences(ja, old), (std::vector<std::string>{"train.keep_last"}));
+  EXPECT_EQ(config_value_text(jb, "optim.lr"), "0.0001");
+  EXPECT_EQ(config_value_text(old, "train.keep_last"), "(missing)");
+  EXPECT_TRUE(config_key_changes_training("optim.lr"));
+  EXPECT_FALSE(config_key_changes_training("train.save_every"));
+}
+
+TEST(Config, FlagHelpShowsTheDefaults) {
+  std::map<std::string, std::string> help;
+  for (const ConfigFlag& f : config_flags()) help[f.flag] = f.help;
+  EXPECT_PRED2(contains, help.at("lr"), "default 0.003 (small preset; tiny: 0.01, base: 0.001)");
+  EXPECT_PRED2(contains, help.at("beta1"), "default 0.9]");
+  EXPECT_PRED2(contains, help.at("data"), "default (none)");
+  EXPECT_PRED2(contains, help.at("keep-last"), "default 3");
 }

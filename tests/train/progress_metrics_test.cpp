@@ -24,7 +24,7 @@ std::string read_all(std::FILE* f) {
   while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
   return out;
 }
-ProgressValues values(int64_t step) { return {step, 30, 2.5, 1e-3, 1234.0, 65.0}; }
+ProgressValues values(int64_t step) { return {step, 30, 2.5, 2.75, 1e-3, 1234.0, 65.0}; }
 }  // namespace
 
 TEST(Progress, PlainLinesEveryLogEveryStepsWhenNotATerminal) {
@@ -40,7 +40,12 @@ TEST(Progress, PlainLinesEveryLogEveryStepsWhenNotATerminal) {
   EXPECT_EQ(text.find("\x1b["), std::string::npos);
   // steps 1, 10, 20, 30 and the message: five lines
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 5) << text;
-  EXPECT_NE(text.find("step 20/30 | loss 2.5000 | lr 1.00e-03 |    1234 tok/s | 1m05s left"), std::string::npos) << text;
+  // The loss is named: the next-token loss (what the held-out evaluation measures) and the total with MTP and
+  // balance terms (what the gradient is of).
+  EXPECT_NE(text.find("step 20/30 | next-token loss 2.5000 | total (+MTP, balance) 2.7500 | lr 1.00e-03 |    1234 "
+                      "tok/s | 1m05s left"),
+            std::string::npos)
+      << text;
   EXPECT_EQ(read_file(log.string()), text);  // train.log holds the same plain lines
   fs::remove(log);
   std::fclose(out);
@@ -61,6 +66,29 @@ TEST(Progress, RedrawsInPlaceOnATerminalAndKeepsMessagesWhole) {
   EXPECT_NE(text.find("\r\x1b[Kstep 30/30"), std::string::npos);
   EXPECT_EQ(text.back(), '\n');
   std::fclose(out);
+}
+
+TEST(Progress, StatusLinesShowALongTaskWithoutClutteringTheLog) {
+  std::FILE* plain = std::tmpfile();
+  {
+    Progress p(plain, /*terminal=*/false, 10, "");
+    p.status("final evaluation 1/3 windows");
+    p.status("final evaluation 2/3 windows");  // within 10 s of the first: not printed
+    p.message("step 30: held-out loss 1.0");
+  }
+  EXPECT_EQ(read_all(plain), "final evaluation 1/3 windows\nstep 30: held-out loss 1.0\n");
+  std::fclose(plain);
+  std::FILE* term = std::tmpfile();
+  {
+    Progress p(term, /*terminal=*/true, 10, "");
+    p.update(values(30));
+    p.status("final evaluation 1/3 windows");
+    p.message("step 30: held-out loss 1.0");  // the finished status is not drawn again
+  }
+  const std::string text = read_all(term);
+  EXPECT_NE(text.find("\r\x1b[Kfinal evaluation 1/3 windows\r\x1b[Kstep 30: held-out loss 1.0\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("1.0\nfinal evaluation"), std::string::npos) << text;
+  std::fclose(term);
 }
 
 TEST(Progress, DurationsReadNaturally) {

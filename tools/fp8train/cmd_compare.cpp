@@ -426,17 +426,20 @@ void add_compare(CLI::App& root) {
   static CompareArgs args;
   static std::map<std::string, std::string> flag_storage;
   auto* cmd = root.add_subcommand("compare", "Train one model under several precision recipes and compare them");
+  cmd->option_defaults()->always_capture_default();
   cmd->add_option("--recipes", args.recipes, "comma-separated recipe specs (name[:key=value...], src/recipe/recipe.h)");
   cmd->add_option("--baseline", args.baseline, "the recipe the others are compared with (default: the first)");
   cmd->add_option("--out", args.out, "directory for the runs, compare.json and compare.html");
-  cmd->add_option("--preset", args.preset, "tiny | small (default) | base");
+  cmd->add_option("--preset", args.preset, "tiny | small | base");
   cmd->add_option("--config", args.config_file, "JSON config file (layout: src/train/config.h)");
   cmd->add_flag("--analyze-only", args.analyze_only, "only compare finished runs given by --run-dirs");
   cmd->add_option("--run-dirs", args.run_dirs, "comma-separated run directories, one per recipe (--analyze-only)");
   std::vector<std::pair<std::string, CLI::Option*>> options;
   for (const ConfigFlag& f : config_flags()) {
     if (f.flag == "recipe" || f.flag == "out") continue;  // set per recipe by compare
-    CLI::Option* o = cmd->add_option("--" + f.flag, flag_storage[f.flag], f.help)->group("Training options");
+    CLI::Option* o = cmd->add_option("--" + f.flag, flag_storage[f.flag], f.help)
+                         ->group("Training options")
+                         ->type_name(f.type_name);
     options.emplace_back(f.flag, o);
   }
   cmd->callback([options] {
