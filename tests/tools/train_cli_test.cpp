@@ -445,6 +445,19 @@ TEST_F(TrainCli, HelpShowsDefaults) {
   EXPECT_NE(c.out.find("default 0.003 (small preset"), std::string::npos) << c.out;
 }
 
+TEST_F(TrainCli, TheReportAndProgressSayWhatTheyShow) {
+  const CliResult r = run(train_args("rep"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string report = slurp(work_ / "rep" / "report.html");
+  EXPECT_NE(report.find("<th>recipe</th><td>bf16</td>"), std::string::npos) << "the report names the recipe";
+  EXPECT_NE(report.find("<th>device</th><td>CPU"), std::string::npos) << "the report names the device";
+  const auto summary = nlohmann::json::parse(slurp(work_ / "rep" / "summary.json"));
+  EXPECT_EQ(summary["recipe"], "bf16");
+  // The progress line's loss says it includes the MTP and balance terms, next to the next-token loss.
+  EXPECT_NE(r.out.find("step 6/6 | next-token loss "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" | total (+MTP, balance) "), std::string::npos) << r.out;
+}
+
 TEST_F(TrainCli, CheckpointRetentionKeepsTheLastNAndEveryKth) {
   ASSERT_EQ(run(train_args("keep") + " --save-every 1 --keep-last 2 --keep-every 3").exit_code, 0);
   EXPECT_EQ(checkpoint_steps(work_ / "keep"),
@@ -452,4 +465,14 @@ TEST_F(TrainCli, CheckpointRetentionKeepsTheLastNAndEveryKth) {
   EXPECT_EQ(slurp(work_ / "keep" / "checkpoints" / "latest"), "step-00000006\n");
   ASSERT_EQ(run(train_args("all") + " --save-every 1 --keep-last 0").exit_code, 0);
   EXPECT_EQ(checkpoint_steps(work_ / "all").size(), 6u) << "--keep-last 0 keeps every checkpoint";
+}
+
+TEST_F(TrainCli, TheReportPlotsSaturationAndUnderflowAndFitsShortRuns) {
+  const CliResult r = run(train_args("fp8") + " --recipe fp8-deepseek --steps 2 --health-every 1 --eval-every 0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string report = slurp(work_ / "fp8" / "report.html");
+  EXPECT_NE(report.find("FP8 saturation"), std::string::npos);
+  EXPECT_NE(report.find("FP8 underflow"), std::string::npos);
+  EXPECT_EQ(report.find("bits per token"), std::string::npos) << "byte data is measured per byte";
+  EXPECT_NE(report.find("Held-out bits per byte"), std::string::npos);
 }

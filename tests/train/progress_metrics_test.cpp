@@ -1,5 +1,6 @@
 // Progress line (terminal redraw vs plain log lines, messages not torn) and the metrics helpers
-// (documented key order, nulls for non-finite values, load ratio, truncation on resume, torn last line).
+// (documented key order, nulls for non-finite values, load ratio, truncation on resume, torn last line, the
+// quantized operands' saturation and underflow per tensor role).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -131,4 +132,23 @@ TEST(Metrics, TruncationKeepsEarlierStepsAndSurvivesATornLine) {
   EXPECT_EQ(read_jsonl(p.string()).size(), 3u);
   fs::remove(p);
   EXPECT_TRUE(read_jsonl(p.string()).empty());  // a missing file reads as no lines
+}
+
+TEST(Metrics, QuantizationHealthSumsTheOperandsPerTensorRole) {
+  const nlohmann::json health = nlohmann::json::parse(R"([
+    {"gemm": "fprop", "a": {"elements": 100, "nonzero": 80, "saturated": 1, "underflow": 4},
+                      "b": {"elements": 50, "nonzero": 50, "saturated": 0, "underflow": 5}},
+    {"gemm": "dgrad", "a": {"elements": 100, "nonzero": 100, "saturated": 3, "underflow": 10},
+                      "b": {"elements": 50, "nonzero": 50, "saturated": 0, "underflow": 0}},
+    {"gemm": "wgrad", "a": {"elements": 100, "nonzero": 100, "saturated": 0, "underflow": 10},
+                      "b": {"elements": 100, "nonzero": 80, "saturated": 0, "underflow": 4}}])");
+  const nlohmann::ordered_json q = quantization_health_summary(health);
+  // activations = fprop a + wgrad b; weights = fprop b + dgrad b; gradients = dgrad a + wgrad a
+  EXPECT_DOUBLE_EQ(q["activations"]["saturated_fraction"].get<double>(), 1.0 / 200);
+  EXPECT_DOUBLE_EQ(q["activations"]["underflow_fraction"].get<double>(), 8.0 / 160);
+  EXPECT_DOUBLE_EQ(q["weights"]["underflow_fraction"].get<double>(), 5.0 / 100);
+  EXPECT_DOUBLE_EQ(q["gradients"]["saturated_fraction"].get<double>(), 3.0 / 200);
+  EXPECT_DOUBLE_EQ(q["gradients"]["underflow_fraction"].get<double>(), 20.0 / 200);
+  // Unquantized recipes record no operand counters.
+  EXPECT_TRUE(quantization_health_summary(nlohmann::json::parse(R"([{"gemm": "fprop", "rel_error": 0.001}])")).is_null());
 }

@@ -4,7 +4,7 @@
 // checkpoints refuse truncation/corruption and survive a killed writer; the report is self-contained SVG; after a
 // resume the summary covers the whole run; the final checkpoint is on disk before the final evaluation starts,
 // and a run stopped during that evaluation (or by non-finite steps) is finished by resuming it; retention never
-// deletes the checkpoint "latest" names.
+// deletes the checkpoint "latest" names; a report of a run without evaluations draws no empty panel.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -463,4 +463,17 @@ TEST(Checkpoint, RetentionKeepsTheLastNEveryKthAndAlwaysLatest) {
   EXPECT_EQ(removed.size(), 7u);
   EXPECT_EQ(resolve_checkpoint_dir(dir.path.string()), (dir.path / "checkpoints" / "step-00000004").string());
   EXPECT_TRUE(prune_checkpoints(dir.path.string(), 0, 0).empty()) << "keep_last 0: keep everything";
+}
+
+TEST(Report, ARunWithoutEvaluationsDrawsNoEmptyHeldOutPanel) {
+  TempDir dir("report-noeval");
+  TrainConfig c = toy_config();
+  c.steps = 6;
+  c.eval_every = 0;
+  BigramModel a(kByteVocabSize);
+  request_stop();  // stopped after step 1: no evaluation yet, the report is written at the stop
+  EXPECT_NE(error_of([&] { run_toy(c, a, dir.path); }).find("interrupted"), std::string::npos);
+  const std::string html = read_file((dir.path / "report.html").string());
+  EXPECT_EQ(html.find("Held-out bits per token"), std::string::npos) << "an empty panel, and the wrong unit for bytes";
+  EXPECT_EQ(html.find("Held-out bits per"), std::string::npos);
 }
