@@ -18,6 +18,7 @@
 #include "train/metrics.h"
 #include "train/progress.h"
 #include "train/report.h"
+#include "train/tensorboard.h"
 
 namespace fp8train::train {
 namespace fs = std::filesystem;
@@ -251,6 +252,7 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
   try {
     JsonlWriter metrics_log((run / "metrics.jsonl").string()), eval_log((run / "eval.jsonl").string()),
         load_log((run / "expert_load.jsonl").string()), events_log((run / "events.jsonl").string());
+    const std::unique_ptr<EventFileWriter> tensorboard = open_run_event_file(run.string(), options.resume != nullptr);
     if (options.resume) {
       cleanup.keep();
       events_log.write({{"step", state.step}, {"event", "resumed"}, {"detail", options.resume->dir}});
@@ -317,6 +319,7 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       j["eval_loss"] = finite_or_null(loss);
       j[data.byte_tokens ? "eval_bpb" : "eval_bits_per_token"] = finite_or_null(bits);
       eval_log.write(j);
+      tensorboard->scalars(state.step, tensorboard_scalars(nlohmann::json(j)));
       progress.message(fmt::format("step {}: held-out loss {:.4f}, {:.4f} bits per {} ({} windows of {} tokens)",
                                    state.step, loss, bits, data.byte_tokens ? "byte" : "token", starts.size(),
                                    config.seq_len));
@@ -402,6 +405,7 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         }
       }
       metrics_log.write(row);
+      tensorboard->scalars(state.step, tensorboard_scalars(nlohmann::json(row)));
       cleanup.keep();
       if (!expert_tokens.empty() &&
           (state.step % config.log_every == 0 || state.step == config.steps || step == first_step))

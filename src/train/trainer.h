@@ -6,7 +6,7 @@
 //
 // Run directory (RUN = TrainOptions::run_dir):
 //   config.json, metrics.jsonl, eval.jsonl, expert_load.jsonl, events.jsonl, train.log, summary.json,
-//   report.html, checkpoints/ (checkpoint.h)
+//   report.html, events.out.tfevents.* (TensorBoard, tensorboard.h), checkpoints/ (checkpoint.h)
 // Life cycle: everything is validated (config, data, the checkpoint against the model and optimizer) before
 // anything is written, and a run directory this call created is removed again when it fails before its first
 // step is logged. A resume continues in RUN, wherever the checkpoint came from; resuming a finished run is

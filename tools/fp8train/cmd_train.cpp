@@ -151,7 +151,8 @@ void run_train(const TrainArgs& args) {
               static_cast<long long>(r.steps_done), format_duration(r.seconds).c_str(),
               static_cast<long long>(r.skipped_steps), r.final_eval_loss, r.final_eval_bits,
               data.byte_tokens ? "byte" : "token", r.final_train_loss);
-  std::printf("metrics: %s/metrics.jsonl\nreport:  %s\n", config.out.c_str(), r.report_path.c_str());
+  std::printf("metrics: %s/metrics.jsonl (TensorBoard: tensorboard --logdir %s)\nreport:  %s\n", config.out.c_str(),
+              config.out.c_str(), r.report_path.c_str());
 }
 
 // ---- shared by eval and generate ---------------------------------------------------------------------------
