@@ -189,14 +189,14 @@ TEST(TensorBoard, EventFileRoundTrips) {
     EventFileWriter w(dir.path.string());
     path = w.path();
     w.scalars(1, {{"train/loss", 2.5}, {"train/learning_rate", 3e-3}, {"skipped", std::nan("")}});
-    w.scalars(2, {{"train/loss", 2.25}});
+    w.scalars(2, {{"train/loss", 2.25}, {"numerics/saturation_weights", 0.0}});
   }
   EXPECT_EQ(fs::path(path).parent_path(), dir.path);
   EXPECT_EQ(fs::path(path).filename().string().rfind("events.out.tfevents.", 0), 0u) << path;
   const EventFile ef = read_event_file(path);
   EXPECT_EQ(ef.file_version, "brain.Event:2");
   EXPECT_EQ(ef.records, 3);
-  ASSERT_EQ(ef.scalars.size(), 3u) << "a non-finite value is left out, like a null in metrics.jsonl";
+  ASSERT_EQ(ef.scalars.size(), 4u) << "a non-finite value is left out, like a null in metrics.jsonl";
   EXPECT_EQ(ef.scalars[0].tag, "train/loss");
   EXPECT_EQ(ef.scalars[0].step, 1);
   EXPECT_EQ(ef.scalars[0].value, 2.5f);
@@ -204,6 +204,9 @@ TEST(TensorBoard, EventFileRoundTrips) {
   EXPECT_EQ(ef.scalars[1].value, 3e-3f);
   EXPECT_EQ(ef.scalars[2].step, 2);
   EXPECT_EQ(ef.scalars[2].value, 2.25f);
+  // A zero is written explicitly (TensorBoard ignores a value without its simple_value field).
+  EXPECT_EQ(ef.scalars[3].tag, "numerics/saturation_weights");
+  EXPECT_EQ(ef.scalars[3].value, 0.0f);
   // A flipped bit is caught by the data CRC (the check above is real).
   std::string bytes = read_file(path);
   bytes[bytes.size() - 6] ^= 0x01;
