@@ -5,8 +5,8 @@
 //   uint64 length (little-endian) | uint32 masked CRC-32C of those 8 bytes | payload | uint32 masked CRC-32C of it
 // (masked crc = ((crc >> 15) | (crc << 17)) + 0xa282ead8), each payload an Event protobuf (tensorboard_event.proto):
 // first the file version "brain.Event:2", then one Event per logged row with a Summary of scalar values. The
-// protobuf encoding comes from Debian's protobuf (generated lite classes) and the CRC-32C from Intel's ISA-L
-// (libisal: crc32_iscsi is CRC-32C; Debian 12 has no libcrc32c package).
+// protobuf encoding comes from Debian's protobuf (generated lite classes); the CRC-32C is computed here (no
+// CRC-32C library is packaged on both the development and the GPU machine).
 //
 // The event file is derived data: metrics.jsonl and eval.jsonl stay the record of a run. On a resume the logs are
 // cut back to the checkpoint's step and the event files are rebuilt from them (open_run_event_file), so
