@@ -432,7 +432,8 @@ TEST_F(TrainCli, ErrorLinesAreOneHumanSentence) {
 // CLI11 prints an option's default as "--name TYPE=value" (Debian 12's 2.3) or "--name TYPE [value]" (newer
 // releases, the GPU machine's): either form says it.
 bool shows_default(const std::string& help, const std::string& option, const std::string& value) {
-  return help.find(option + "=" + value) != std::string::npos || help.find(option + " [" + value + "]") != std::string::npos;
+  return help.find(option + "=" + value) != std::string::npos ||
+         help.find(option + " [" + value + "]") != std::string::npos;
 }
 
 TEST_F(TrainCli, HelpShowsDefaults) {
