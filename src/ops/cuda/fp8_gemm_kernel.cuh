@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
       // it, so both hear).
       // Every thread arrives on its own CTA's barrier after its own reads of the stage (scales included), so the
       // release covers them directly (one arrival per warp after __syncwarp drew racecheck WAR reports:
-      // RESULTS.md); the partner CTA hears one arrival per warp (its multicast data is read only by WGMMA).
+      // docs/fp8_gemm.md); the partner CTA hears one arrival per warp (its multicast data is read only by WGMMA).
       auto release = [&](uint32_t s) {
         mbar_arrive(empty_bar(s));
         if constexpr (kCluster > 1) {
