@@ -36,7 +36,7 @@ namespace {
 using ops::cuda::GemmInput;
 using ops::cuda::GemmOutput;
 using ops::cuda::OperandScaling;
-using ops::cuda::ScaledGemmProblem;
+using ops::cuda::CublasLtProblem;
 using quant::ScaleLayout;
 
 ops::cuda::CublasLtGemm& gemm() { return ops::cuda::cublaslt_gemm(0); }
@@ -74,7 +74,7 @@ struct GpuResult {
 // D = A·Bᵀ (+ C) on the GPU from two CPU QTensors.
 GpuResult run_gpu(const quant::QTensor& a, const quant::QTensor& b, GemmOutput out, bool fast_accum,
                   ScaleLayout layout, const std::vector<float>* c = nullptr) {
-  ScaledGemmProblem p;
+  CublasLtProblem p;
   p.m = a.rows;
   p.n = b.rows;
   p.k = a.cols;
@@ -310,7 +310,7 @@ TEST(GemmGpu, PerTensorFp8Bf16Output) {
   // the tensorwise recipe keep them): cuBLASLt refuses those, so the wrapper copies them; same result.
   const auto a = quantize(random_matrix(m, k, seed + 7), m, k, quant::Format::E4M3, quant::Granularity::tensor());
   const auto b = quantize(random_matrix(n, k, seed + 8), n, k, quant::Format::E4M3, quant::Granularity::tensor());
-  ScaledGemmProblem p;
+  CublasLtProblem p;
   p.m = m;
   p.n = n;
   p.k = k;
@@ -339,7 +339,7 @@ TEST(GemmGpu, Bf16GemmMatchesFp64) {
       for (int64_t q = 0; q < k; ++q) s += static_cast<double>(a[i * k + q]) * b[j * k + q];
       ref[i * n + j] = s;
     }
-  ScaledGemmProblem p;
+  CublasLtProblem p;
   p.m = m;
   p.n = n;
   p.k = k;
@@ -374,7 +374,7 @@ TEST(GemmGpu, PlansAreCachedPerShape) {
   const auto a2 = quantize(random_matrix(64, 512, seed + 2), 64, 512, quant::Format::E4M3, quant::Granularity::tile_1x128());
   run_gpu(a2, b, GemmOutput::BF16, false, ScaleLayout::GemmNative);
   EXPECT_EQ(gemm().cached_plans(), plans + 1);
-  ScaledGemmProblem p;
+  CublasLtProblem p;
   p.m = 128;
   p.n = 256;
   p.k = 512;
@@ -386,7 +386,7 @@ TEST(GemmGpu, PlansAreCachedPerShape) {
 }
 
 TEST(GemmGpu, UnservableProblemsThrowClearErrors) {
-  auto expect_error = [](ScaledGemmProblem p, const char* needle) {
+  auto expect_error = [](CublasLtProblem p, const char* needle) {
     try {
       ops::cuda::CublasLtGemm::validate(p);
       ADD_FAILURE() << "accepted: " << p.describe();
@@ -394,12 +394,12 @@ TEST(GemmGpu, UnservableProblemsThrowClearErrors) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  ScaledGemmProblem p;
+  CublasLtProblem p;
   p.m = 128;
   p.n = 256;
   p.k = 512;
   ops::cuda::CublasLtGemm::validate(p);  // the Fprop default is servable
-  ScaledGemmProblem q = p;
+  CublasLtProblem q = p;
   q.a_type = q.b_type = GemmInput::E5M2;
   expect_error(q, "E5M2 x E5M2");
   q = p;

@@ -1,4 +1,5 @@
-// The CUDA quantizers against the CPU reference quant::quantize / transpose / dequantize / quantize_delayed:
+// The CUDA quantizer launchers against the CPU ops of the same name (ops::quantize / dequantize / quantize_delayed
+// on the CPU, the exact arithmetic of quant/):
 // exact equality of every code byte and every scale (NaN equal to NaN), on fresh random inputs whose row and
 // band magnitudes span six decades, with poisoned outputs, for F32 and BF16 inputs, E4M3/E5M2/INT8 (nearest
 // and stochastic), E5M6, online and power-of-two scales, both encoders, both scale layouts, aligned and
@@ -14,7 +15,7 @@
 
 #include "gpu_test_util.h"
 #include "ops/cuda/quantize_cuda.h"
-#include "ops/cuda/tensor_ops.h"
+#include "ops/quantize.h"
 #include "quant/quant.h"
 
 namespace fp8train::gputest {
@@ -55,6 +56,13 @@ quant::QuantSpec cpu_config(const ops::cuda::QuantOptions& o, quant::Granularity
   c.rounding = o.stochastic ? quant::Rounding::Stochastic : quant::Rounding::Nearest;
   c.seed = o.seed;
   return c;
+}
+
+// The CPU op of the same name on the reference values.
+quant::QTensor cpu_quantize(const std::vector<float>& x, int64_t rows, int64_t cols, const quant::QuantSpec& spec,
+                            ops::QuantizeOutputs outputs = ops::QuantizeOutputs::Rowwise) {
+  const Tensor t = Tensor::from_vector(x, {rows, cols}, MemCategory::Workspace, Device::cpu());
+  return ops::quantize(ExecCtx::cpu(), t, spec, outputs);
 }
 
 // Scales read back in `strides` order, rearranged into the CPU's row-major [srows, scols].
@@ -109,11 +117,11 @@ void run_1x128_case(const Input& in, const Variant& v, bool pow2, bool mn_major,
   const std::string what = std::string(v.name) + (pow2 ? " pow2" : " amax") + (mn_major ? " mn-major" : " row-major") +
                            (in.type == InType::BF16 ? " bf16" : " f32") + " [" + std::to_string(rows) + "x" +
                            std::to_string(cols) + "]";
-  const quant::QTensor want = quant::quantize(in.ref, rows, cols, cpu_config(a.opt, quant::Granularity::tile_1x128()));
+  const quant::QTensor want =
+      cpu_quantize(in.ref, rows, cols, cpu_config(a.opt, quant::Granularity::tile_1x128()), ops::QuantizeOutputs::Both);
   expect_same(want, q.download(), to_row_major(qs.download(), a.q_strides, rows, kb), what + " 1x128");
-  const quant::QTensor want_t =
-      quant::transpose(quant::quantize(in.ref, rows, cols, cpu_config(a.opt, quant::Granularity::tile_128x1())));
-  expect_same(want_t, qt.download(), to_row_major(qts.download(), a.qt_strides, cols, rb), what + " 128x1 transposed");
+  expect_same(want.transposed(), qt.download(), to_row_major(qts.download(), a.qt_strides, cols, rb),
+              what + " 128x1 transposed");
 
   // The same kernel with only one of the two outputs requested writes the same bytes.
   a.qt = nullptr;
@@ -183,11 +191,11 @@ TEST(QuantizeGpu, Block128x128AndTransposeMatchCpu) {
           ops::cuda::quantize_128x128(a, nullptr);
           const std::string what = std::string(v.name) + (pow2 ? " pow2 " : " amax ") + std::to_string(rows) + "x" +
                                    std::to_string(cols) + (type == InType::BF16 ? " bf16" : " f32");
-          const quant::QTensor want =
-              quant::quantize(in.ref, rows, cols, cpu_config(a.opt, quant::Granularity::block_128x128()));
+          const quant::QTensor want = cpu_quantize(in.ref, rows, cols, cpu_config(a.opt, quant::Granularity::block_128x128()),
+                                                   ops::QuantizeOutputs::Both);
           expect_same(want, q.download(), to_row_major(qs.download(), a.q_strides, rb, kb), what + " 128x128");
-          const quant::QTensor want_t = quant::transpose(want);
-          expect_same(want_t, qt.download(), to_row_major(qts.download(), a.qt_strides, kb, rb), what + " transposed");
+          expect_same(want.transposed(), qt.download(), to_row_major(qts.download(), a.qt_strides, kb, rb),
+                      what + " transposed");
         }
 }
 
@@ -221,7 +229,7 @@ TEST(QuantizeGpu, GenericBlocksAnyShapeMatchCpu) {
           a.scales = qs.get();
           a.amax_scratch = scratch.get();
           ops::cuda::quantize_blocks(a, nullptr);
-          const quant::QTensor want = quant::quantize(in.ref, rows, cols, cpu_config(a.opt, g));
+          const quant::QTensor want = cpu_quantize(in.ref, rows, cols, cpu_config(a.opt, g));
           expect_same(want, q.download(), qs.download(),
                       std::string(v.name) + " " + g.name() + " " + std::to_string(rows) + "x" + std::to_string(cols));
         }
@@ -252,12 +260,12 @@ TEST(QuantizeGpu, E5M6PackAndUnpackMatchCpu) {
         c.format = quant::Format::E5M6;
         c.granularity = quant::Granularity::tile_1x128();
         c.scale_mode = pow2 ? quant::ScaleMode::PowerOfTwo : quant::ScaleMode::Amax;
-        const quant::QTensor want = quant::quantize(in.ref, rows, cols, c);
+        const quant::QTensor want = cpu_quantize(in.ref, rows, cols, c);
         const std::string what = std::string("e5m6 ") + (pow2 ? "pow2 " : "amax ") + std::to_string(rows) + "x" +
                                  std::to_string(cols);
         expect_same(want, packed.download(), qs.download(), what);
 
-        const std::vector<float> deq = quant::dequantize(want);
+        const std::vector<float> deq = ops::dequantize(ExecCtx::cpu(), want, DType::F32).to_vector<float>();
         DeviceArray<float> out32(rows * cols);
         DeviceArray<uint16_t> out16(rows * cols);
         ops::cuda::dequantize_e5m6_1x128(packed.get(), qs.get(), a.strides, rows, cols, out32.get(), InType::F32, nullptr);
@@ -310,9 +318,9 @@ TEST(QuantizeGpu, DequantizeMatchesCpu) {
       const int64_t rows = 200;
       const std::vector<float> x = random_matrix(rows, cols, seed + s++);
       ops::cuda::QuantOptions o{f, s % 2 == 0, false, 0, Encoder::Hardware};
-      const quant::QTensor q = quant::quantize(x, rows, cols, cpu_config(o, g));
+      const quant::QTensor q = cpu_quantize(x, rows, cols, cpu_config(o, g));
       const DequantOut got = gpu_dequantize(q, f);
-      const std::vector<float> want = quant::dequantize(q);
+      const std::vector<float> want = ops::dequantize(ExecCtx::cpu(), q, DType::F32).to_vector<float>();
       std::string first;
       EXPECT_EQ(count_float_mismatches(got.f32, want, &first), 0) << g.name() << " " << cols << " f32 " << first;
       EXPECT_EQ(count_mismatches(got.bf16, to_bf16(want), &first), 0) << g.name() << " " << cols << " bf16 " << first;
@@ -339,7 +347,7 @@ TEST(QuantizeGpu, DequantizeEveryCodeMatchesCpu) {
       const DequantOut got = gpu_dequantize(q, f);
       // Bitwise equal except NaN payloads: the GPU's multiply by the scale returns the canonical NaN where the
       // CPU's keeps the code's sign and payload (measured on the H200, docs/gpu.md), so NaN only has to stay NaN.
-      const std::vector<float> want = quant::dequantize(q);
+      const std::vector<float> want = ops::dequantize(ExecCtx::cpu(), q, DType::F32).to_vector<float>();
       std::string first;
       EXPECT_EQ(count_float_mismatches(got.f32, want, &first), 0)
           << static_cast<int>(f) << " cols " << cols << " f32 " << first;
@@ -379,8 +387,8 @@ TEST(QuantizeGpu, DelayedScalingFollowsTheCpuAmaxHistory) {
       for (quant::Format f : {quant::Format::E4M3, quant::Format::E5M2})
         for (bool pow2 : {false, true}) {
           const int length = 3;
-          quant::AmaxHistory cpu(length, most_recent ? quant::AmaxAlgorithm::MostRecent : quant::AmaxAlgorithm::Max,
-                                 margin);
+          ops::AmaxHistoryState cpu = ops::AmaxHistoryState::make(
+              ExecCtx::cpu(), length, most_recent ? quant::AmaxAlgorithm::MostRecent : quant::AmaxAlgorithm::Max, margin);
           DeviceArray<float> entries(std::vector<float>(length, 0.0f));
           DeviceArray<int32_t> state(std::vector<int32_t>{0, 0, 0});
           ops::cuda::DeviceAmaxHistoryView h{entries.get(), state.get(), length, most_recent, margin};
@@ -405,7 +413,9 @@ TEST(QuantizeGpu, DelayedScalingFollowsTheCpuAmaxHistory) {
             a.amax_bits = amax.get();
             ops::cuda::quantize_with_scale(a, nullptr);
             ops::cuda::delayed_push_amax(h, amax.get(), nullptr);
-            const quant::QTensor want = quant::quantize_delayed(x.data(), rows, cols, cpu_config(o, quant::Granularity::tensor()), cpu);
+            const Tensor xh = Tensor::from_vector(x, {rows, cols}, MemCategory::Workspace, Device::cpu());
+            const quant::QTensor want =
+                ops::quantize_delayed(ExecCtx::cpu(), xh, cpu_config(o, quant::Granularity::tensor()), cpu);
             expect_same(want, q.download(), scale_out.download(),
                         "delayed step " + std::to_string(step) + (most_recent ? " most-recent" : " max") +
                             " margin " + std::to_string(margin));
@@ -413,21 +423,23 @@ TEST(QuantizeGpu, DelayedScalingFollowsTheCpuAmaxHistory) {
           // A NaN tensor: the CPU refuses it; the device flags it and leaves its history as it was.
           std::vector<float> bad = random_matrix(rows, cols, seed + 99);
           bad[17] = std::numeric_limits<float>::quiet_NaN();
-          EXPECT_THROW(quant::quantize_delayed(bad.data(), rows, cols, cpu_config(o, quant::Granularity::tensor()), cpu),
+          const Tensor bad_h = Tensor::from_vector(bad, {rows, cols}, MemCategory::Workspace, Device::cpu());
+          EXPECT_THROW(ops::quantize_delayed(ExecCtx::cpu(), bad_h, cpu_config(o, quant::Granularity::tensor()), cpu),
                        Error);
+          const std::vector<float> window = cpu.window();
           const Input in = make_input(rows, cols, InType::F32, bad);
           amax.upload({0});
           ops::cuda::amax_accumulate(in.device(), InType::F32, rows * cols, amax.get(), nullptr);
           ops::cuda::delayed_push_amax(h, amax.get(), nullptr);
           const auto st = state.download();
           EXPECT_EQ(st[2], 1) << "the error flag was not raised";
-          EXPECT_EQ(st[0], static_cast<int32_t>(cpu.size()));
+          EXPECT_EQ(st[0], static_cast<int32_t>(window.size()));
           const auto e = entries.download();
           // The ring holds the CPU history's entries, oldest at position `next`.
-          std::vector<float> ring(cpu.size());
-          for (size_t i = 0; i < cpu.size(); ++i)
-            ring[i] = e[(st[1] - static_cast<int32_t>(cpu.size()) + static_cast<int32_t>(i) + length) % length];
-          EXPECT_EQ(count_float_mismatches(ring, std::vector<float>(cpu.entries().begin(), cpu.entries().end())), 0);
+          std::vector<float> ring(window.size());
+          for (size_t i = 0; i < window.size(); ++i)
+            ring[i] = e[(st[1] - static_cast<int32_t>(window.size()) + static_cast<int32_t>(i) + length) % length];
+          EXPECT_EQ(count_float_mismatches(ring, window), 0);
         }
 }
 

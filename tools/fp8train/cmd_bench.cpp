@@ -43,6 +43,7 @@
 #include "ops/cuda/cublaslt_gemm.h"
 #include "ops/cuda/fp8_gemm.h"
 #include "ops/cuda/fp8_gemm_plan.h"
+#include "ops/cuda/kernels.h"
 #include "ops/cuda/quantize_cuda.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_check.h"
@@ -102,7 +103,7 @@ struct Context {
 
 Context start(const BenchOptions& o) {
   Context c;
-  const Device d = fp8train::cuda::init_cuda_backend(o.device);
+  const Device d = ops::cuda::init(o.device);  // the CUDA backend and its op table
   fp8train::cuda::select_device(o.device);
   fp8train::cuda::require_hopper("fp8train bench");
   c.info = fp8train::cuda::device_info(o.device);
@@ -668,13 +669,13 @@ void bench_dense_shape(const Context& ctx, const BenchOptions& o, const Families
 
   struct Case {
     const char* name;
-    oc::ScaledGemmProblem p;
+    oc::CublasLtProblem p;
     const void *a, *b;
     const float *sa, *sb;
     void* d;
   };
   auto problem = [&](oc::GemmInput t, oc::OperandScaling as, oc::OperandScaling bs, oc::GemmOutput out) {
-    oc::ScaledGemmProblem p;
+    oc::CublasLtProblem p;
     p.m = M;
     p.n = N;
     p.k = K;

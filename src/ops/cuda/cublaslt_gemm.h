@@ -35,7 +35,7 @@ enum class GemmInput : uint8_t { E4M3, E5M2, BF16 };
 enum class GemmOutput : uint8_t { F32, BF16 };
 enum class OperandScaling : uint8_t { None, Tensor, Tile1x128, Block128x128 };
 
-struct ScaledGemmProblem {
+struct CublasLtProblem {
   int64_t m = 0, n = 0, k = 0;
   GemmInput a_type = GemmInput::E4M3, b_type = GemmInput::E4M3;
   OperandScaling a_scaling = OperandScaling::Tile1x128, b_scaling = OperandScaling::Block128x128;
@@ -59,12 +59,12 @@ class CublasLtGemm {
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
 
   // Checks the problem against cuBLASLt's rules (throws fp8train::Error naming the violated one).
-  static void validate(const ScaledGemmProblem& p);
+  static void validate(const CublasLtProblem& p);
   // a_scales / b_scales: device floats in the problem's layouts (ignored for BF16 operands).
-  void run(const ScaledGemmProblem& p, const void* a, const float* a_scales, const void* b, const float* b_scales,
+  void run(const CublasLtProblem& p, const void* a, const float* a_scales, const void* b, const float* b_scales,
            void* d, cudaStream_t stream);
   // The cached algorithm chosen for p (selecting it if needed) as "algo 66 tile 23 stages 19 ...".
-  std::string algorithm(const ScaledGemmProblem& p, size_t alignment = 256);
+  std::string algorithm(const CublasLtProblem& p, size_t alignment = 256);
   size_t cached_plans() const;
 
   struct Impl;

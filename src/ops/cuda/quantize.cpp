@@ -174,6 +174,27 @@ void quantize_with_scale(const QuantWithScaleArgs& a, cudaStream_t stream) {
   check_launch_result(detail::launch_quant_with_scale(a, stream), "quant_with_scale_kernel", stream);
 }
 
+void transpose_codes(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols, int64_t batches, int64_t src_batch,
+                     int64_t dst_batch, cudaStream_t stream) {
+  FP8T_CHECK(rows >= 0 && cols >= 0 && batches >= 0, "transpose_codes: negative shape [{}, {}] x {}", rows, cols,
+             batches);
+  if (rows == 0 || cols == 0 || batches == 0) return;
+  FP8T_CHECK(src != nullptr && dst != nullptr, "transpose_codes: null codes");
+  FP8T_CHECK(batches <= 65535, "transpose_codes: {} batches exceed the CUDA grid limit of 65535", batches);
+  check_launch_result(detail::launch_transpose_codes(src, dst, rows, cols, batches, src_batch, dst_batch, stream),
+                      "transpose_codes_kernel", stream);
+}
+
+void transpose_scales(const float* src, GridStrides src_strides, float* dst, GridStrides dst_strides, int64_t rows,
+                      int64_t cols, int64_t groups, cudaStream_t stream) {
+  FP8T_CHECK(rows >= 0 && cols >= 0 && groups >= 0, "transpose_scales: negative grid [{}, {}] x {}", rows, cols,
+             groups);
+  if (rows == 0 || cols == 0 || groups == 0) return;
+  FP8T_CHECK(src != nullptr && dst != nullptr, "transpose_scales: null scales");
+  check_launch_result(detail::launch_transpose_scales(src, src_strides, dst, dst_strides, rows, cols, groups, stream),
+                      "transpose_scales_kernel", stream);
+}
+
 void delayed_compute_scale(const DeviceAmaxHistoryView& h, quant::Format format, bool pow2_scales,
                            float* scale_inverse, cudaStream_t stream) {
   FP8T_CHECK(h.entries != nullptr && h.state != nullptr && h.length >= 1,

@@ -126,6 +126,18 @@ struct DequantArgs {
 };
 void dequantize(const DequantArgs& a, cudaStream_t stream);
 
+// ---- transposes: the column-wise payload of square blocks, and of any blocks quantized on x -----------------------
+// One-byte codes, `batches` matrices: dst[z·dst_batch + c·rows + r] = src[z·src_batch + r·cols + c].
+void transpose_codes(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols, int64_t batches, int64_t src_batch,
+                     int64_t dst_batch, cudaStream_t stream);
+// Where block (g, r, c) of a scale grid lives: scales[g·group + r·row + c·col].
+struct GridStrides {
+  int64_t row = 0, col = 0, group = 0;
+};
+// dst block (g, c, r) = src block (g, r, c) for r < rows, c < cols, g < groups (a scale grid transposed).
+void transpose_scales(const float* src, GridStrides src_strides, float* dst, GridStrides dst_strides, int64_t rows,
+                      int64_t cols, int64_t groups, cudaStream_t stream);
+
 // ---- per-tensor amax and delayed scaling (TE-style `fp8-tensorwise`) ----------------------------------------
 // amax_bits (device, one uint32) = max(amax_bits, bits of max |x|) — NaN-propagating, like quant::amax_of.
 // Set *amax_bits = 0 first (cudaMemsetAsync) to start a new reduction.
