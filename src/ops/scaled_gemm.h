@@ -20,9 +20,20 @@
 
 namespace fp8train::ops {
 
+// Hopper accumulation promoting every 128 elements of K, no split: what fp8train's FP8 GEMMs compute, and the
+// default of the op (quant::GemmConfig's own default is the exact mode, which only the CPU serves).
+inline quant::GemmConfig hopper_numerics(int k_splits = 1) {
+  quant::GemmConfig g;
+  g.mode = quant::AccumMode::Hopper;
+  g.promote_interval = 128;
+  g.k_splits = k_splits;
+  return g;
+}
+
 struct ScaledGemmOptions {
-  quant::GemmConfig numerics;  // mode, promote_interval, k_splits (numerics.accumulate must stay false: use below)
-  bool accumulate = false;     // d = d + a·bᵀ (one FP32 add per element, after the product is complete)
+  quant::GemmConfig numerics = hopper_numerics();  // mode, promote_interval, k_splits (numerics.accumulate must
+                                                   // stay false: use `accumulate` below)
+  bool accumulate = false;  // d = d + a·bᵀ (one FP32 add per element, after the product is complete)
 };
 
 // One operand as the launchers see it: its row-wise payload's pointers and what they hold.

@@ -186,8 +186,10 @@ TEST(ScaledGemmOp, BadInputsGiveClearErrors) {
   const quant::QTensor w = ops::quantize(cpu, matrix(64, 256, 2), spec(Format::E4M3, Granularity::block_128x128()));
   const quant::QTensor k384 = ops::quantize(cpu, matrix(64, 384, 3), spec(Format::E4M3, Granularity::block_128x128()));
   Tensor d = Tensor::zeros({128, 64}, DType::F32);
-  ops::ScaledGemmOptions o;
-  o.numerics.mode = quant::AccumMode::Hopper;
+  ops::ScaledGemmOptions o;  // default numerics: the GPU's (hopper, promotion every 128, no split)
+  EXPECT_EQ(o.numerics.mode, quant::AccumMode::Hopper);
+  EXPECT_EQ(o.numerics.promote_interval, 128);
+  EXPECT_EQ(o.numerics.k_splits, 1);
   ops::scaled_gemm(cpu, a, w, d, o);  // the well-formed call
   expect_error([&] { ops::scaled_gemm(cpu, a, k384, d, o); }, {"scaled_gemm", "same K"});
   expect_error([&] { ops::scaled_gemm(cpu, a, w, Tensor::zeros({128, 65}, DType::F32), o); }, {"scaled_gemm", "d"});
