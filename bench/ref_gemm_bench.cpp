@@ -27,7 +27,7 @@ using namespace fp8train::quant;
 int64_t g_m = 1024, g_n = 1024, g_k = 1024;
 
 struct Operands {
-  QuantTensor a, b, a_tensor, b_tensor;
+  QTensor a, b, a_tensor, b_tensor;
   std::vector<float> a_values, b_values;
 };
 
@@ -39,7 +39,7 @@ const Operands& operands() {
     std::vector<float> a(static_cast<size_t>(g_m * g_k)), b(static_cast<size_t>(g_n * g_k));
     for (auto& x : a) x = n01(rng);
     for (auto& x : b) x = n01(rng);
-    QuantConfig ca, cb;
+    QuantSpec ca, cb;
     ca.granularity = Granularity::tile_1x128();
     cb.granularity = Granularity::block_128x128();
     o.a = quantize(a, g_m, g_k, ca);

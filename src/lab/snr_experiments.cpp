@@ -171,7 +171,7 @@ std::vector<SnrRow> run_outlier_experiment(const SnrStudyConfig& c) {
     for (int64_t i = 0; i < tokens; ++i)
       for (int64_t j = 0; j < wrows; ++j) ordinary_pairs.emplace_back(i, wrows + j);
     const std::vector<double> ref_ordinary = detail::exact_dots(x_base, w, k, ordinary_pairs);
-    std::vector<quant::QuantTensor> qw;  // E4M3, INT8
+    std::vector<quant::QTensor> qw;  // E4M3, INT8
     for (quant::Format f : {quant::Format::E4M3, quant::Format::INT8})
       qw.push_back(quant::quantize(w, 2 * wrows, k, {f, quant::Granularity::block_128x128(), quant::ScaleMode::Amax}));
     std::vector<SnrRow> out;
@@ -185,7 +185,7 @@ std::vector<SnrRow> run_outlier_experiment(const SnrStudyConfig& c) {
           for (int64_t ch : channels)
             ref_all[i * wrows + j] += static_cast<double>(x[i * k + ch]) * static_cast<double>(w[j * k + ch]);
       for (size_t fi = 0; fi < qw.size(); ++fi) {
-        const quant::Format f = qw[fi].format;
+        const quant::Format f = qw[fi].format();
         // Every activation scaling re-expressed as 1×128 tiles (exact: each scale is constant over 128
         // columns), so the fast reference GEMM computes the products: Hopper N_C = 128 for E4M3 (equal to
         // num::hopper_dot_scaled per 128-group), exact int32 groups for INT8.

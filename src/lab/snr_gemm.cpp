@@ -73,7 +73,7 @@ std::vector<float> generate(const std::string& kind, uint64_t key, int64_t rows,
 
 // Quantizes a slice of rows exactly as quantizing the whole tensor would: "tensor" with the whole tensor's
 // amax, tiles and 128x128 blocks row-local (B slices start on a 128-row boundary).
-quant::QuantTensor quantize_rows(const std::vector<float>& slice, int64_t rows, int64_t cols, quant::Format format,
+quant::QTensor quantize_rows(const std::vector<float>& slice, int64_t rows, int64_t cols, quant::Format format,
                                  const std::string& scaling, quant::ScaleMode mode, float tensor_amax) {
   if (format == quant::Format::BF16)
     return quant::quantize(slice, rows, cols, {format, quant::Granularity::tensor(), mode});
@@ -124,8 +124,8 @@ std::vector<SnrRow> run_gemm_experiment(const SnrStudyConfig& c) {
       const std::vector<double> ref = detail::exact_dots(as, ws, k, pairs);
       for (size_t ri = 0; ri < recipes().size(); ++ri) {
         const Recipe& recipe = recipes()[ri];
-        const quant::QuantTensor qa = quantize_rows(as, bm, k, recipe.a_format, recipe.a_scaling, recipe.scale_mode, a_amax);
-        const quant::QuantTensor qb = quantize_rows(ws, bn, k, recipe.b_format, recipe.b_scaling, recipe.scale_mode, w_amax);
+        const quant::QTensor qa = quantize_rows(as, bm, k, recipe.a_format, recipe.a_scaling, recipe.scale_mode, a_amax);
+        const quant::QTensor qb = quantize_rows(ws, bn, k, recipe.b_format, recipe.b_scaling, recipe.scale_mode, w_amax);
         quant::GemmConfig g;
         g.mode = recipe.acc.name == "fp32" ? quant::AccumMode::Fp32 : quant::AccumMode::Hopper;
         g.promote_interval = recipe.acc.promote_interval < 0 ? 128 : recipe.acc.promote_interval;

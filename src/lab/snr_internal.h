@@ -1,5 +1,5 @@
 // Shared machinery of the SNR study's experiments (internal to src/lab): quantizing sample matrices with the
-// lab's scaling names, turning QuantTensor rows into per-group scale lists for lab_dot, evaluating a batch
+// lab's scaling names, turning QTensor rows into per-group scale lists for lab_dot, evaluating a batch
 // of inner products under one accumulation, and running tasks in parallel into fixed slots.
 //
 // Shapes: a sample matrix is [rows, k] row-major float32 (one vector, token or weight row per row); an
@@ -27,8 +27,8 @@ struct LabOperand {
   float scale(int64_t r, int64_t c) const { return scales[(r / block_rows) * scale_cols + c / block_cols]; }
 };
 
-// The lab's view of a one-byte QuantTensor (E4M3, E5M2, INT8): the same codes and scales.
-LabOperand lab_operand(const quant::QuantTensor& q);
+// The lab's view of a one-byte QTensor (E4M3, E5M2, INT8): the same codes and scales.
+LabOperand lab_operand(const quant::QTensor& q);
 
 // Scaling names: "none" (scale 1, plain encode: what a kernel without scaling sees), "tensor" (one amax
 // scale for the whole matrix, or for each row when per_row_tensor), "1xG", "GxG" (quant granularities with
@@ -43,11 +43,11 @@ LabOperand quantize_operand(const std::vector<float>& x, int64_t rows, int64_t c
 LabOperand quantize_slice(const float* x, int64_t rows, int64_t cols, quant::Format format, const std::string& scaling,
                           float tensor_amax);
 
-// The same codes as a QuantTensor with 1×tile granularity whose scale for (row r, tile g) is op.scale(r, g·tile)
+// The same codes as a QTensor with 1×tile granularity whose scale for (row r, tile g) is op.scale(r, g·tile)
 // — exact whenever op's scale is constant over each 1×tile span (per-tensor, 1×tile, tile×tile, ...). Lets
 // quant::ref_gemm (which pairs 1×G activations with G×G weights) compute products of any of those
 // scalings with the same arithmetic as hopper_dot_grouped / int8_dot_grouped with groups of `tile`.
-quant::QuantTensor as_row_tiles(const LabOperand& op, int64_t tile);
+quant::QTensor as_row_tiles(const LabOperand& op, int64_t tile);
 
 struct Accumulation {
   std::string name;          // hopper, fp32, int32

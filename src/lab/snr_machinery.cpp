@@ -23,24 +23,25 @@ num::Fp8Format fp8_format(quant::Format f) {
 
 }  // namespace
 
-LabOperand lab_operand(const quant::QuantTensor& q) {
-  FP8T_CHECK(q.format == quant::Format::E4M3 || q.format == quant::Format::E5M2 || q.format == quant::Format::INT8,
-             "the lab works on one-byte formats (e4m3, e5m2, int8), got {}", quant::format_name(q.format));
+LabOperand lab_operand(const quant::QTensor& q) {
+  FP8T_CHECK(q.format() == quant::Format::E4M3 || q.format() == quant::Format::E5M2 || q.format() == quant::Format::INT8,
+             "the lab works on one-byte formats (e4m3, e5m2, int8), got {}", quant::format_name(q.format()));
+  FP8T_CHECK(q.groups == 1, "the lab works on single-group tensors, got {} groups", q.groups);
   LabOperand op;
-  op.format = q.format;
+  op.format = q.format();
   op.rows = q.rows;
   op.cols = q.cols;
-  op.block_rows = q.granularity.per_tensor ? std::max<int64_t>(1, q.rows) : q.granularity.block_rows;
-  op.block_cols = q.granularity.per_tensor ? std::max<int64_t>(1, q.cols) : q.granularity.block_cols;
+  op.block_rows = q.granularity().per_tensor ? std::max<int64_t>(1, q.rows) : q.granularity().block_rows;
+  op.block_cols = q.granularity().per_tensor ? std::max<int64_t>(1, q.cols) : q.granularity().block_cols;
   op.scale_cols = q.scale_cols();
-  op.codes = q.codes;
-  op.scales = q.scales;
+  op.codes = q.code_vector();
+  op.scales = q.row_major_scales();
   return op;
 }
 
 namespace {
 
-LabOperand from_quant(const quant::QuantTensor& q) { return lab_operand(q); }
+LabOperand from_quant(const quant::QTensor& q) { return lab_operand(q); }
 
 // Scale of every group of `group` elements of row r: ceil(cols / group) values.
 std::vector<float> group_scales(const LabOperand& op, int64_t r, int64_t group) {
@@ -58,7 +59,7 @@ LabOperand quantize_operand(const std::vector<float>& x, int64_t rows, int64_t c
   FP8T_CHECK(static_cast<int64_t>(x.size()) == rows * cols, "sample matrix holds {} values, expected {} x {}",
              x.size(), rows, cols);
   if (scaling == "none") {
-    const quant::QuantTensor q = quant::quantize_with_scale(x.data(), rows, cols, format, {1.0f, 1.0f}, rounding, seed);
+    const quant::QTensor q = quant::quantize_with_scale(x.data(), rows, cols, format, {1.0f, 1.0f}, rounding, seed);
     return from_quant(q);
   }
   if (scaling == "tensor" && per_row_tensor) {
@@ -72,14 +73,14 @@ LabOperand quantize_operand(const std::vector<float>& x, int64_t rows, int64_t c
     op.codes.resize(static_cast<size_t>(rows * cols));
     op.scales.resize(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) {
-      quant::QuantConfig cfg{format, quant::Granularity::tensor(), quant::ScaleMode::Amax, rounding, seed + static_cast<uint64_t>(r)};
-      const quant::QuantTensor q = quant::quantize(x.data() + r * cols, 1, cols, cfg);
-      std::copy(q.codes.begin(), q.codes.end(), op.codes.begin() + r * cols);
-      op.scales[r] = q.scales[0];
+      quant::QuantSpec cfg{format, quant::Granularity::tensor(), quant::ScaleMode::Amax, rounding, seed + static_cast<uint64_t>(r)};
+      const quant::QTensor q = quant::quantize(x.data() + r * cols, 1, cols, cfg);
+      std::copy_n(q.code_ptr(), q.code_byte_count(), op.codes.begin() + r * cols);
+      op.scales[r] = q.scale_ptr()[0];
     }
     return op;
   }
-  quant::QuantConfig cfg{format, quant::parse_granularity(scaling), quant::ScaleMode::Amax, rounding, seed};
+  quant::QuantSpec cfg{format, quant::parse_granularity(scaling), quant::ScaleMode::Amax, rounding, seed};
   return from_quant(quant::quantize(x.data(), rows, cols, cfg));
 }
 
@@ -89,24 +90,25 @@ LabOperand quantize_slice(const float* x, int64_t rows, int64_t cols, quant::For
     const quant::BlockScale bs = quant::block_scale(tensor_amax, format, quant::ScaleMode::Amax);
     return from_quant(quant::quantize_with_scale(x, rows, cols, format, bs));
   }
-  quant::QuantConfig cfg{format, quant::parse_granularity(scaling), quant::ScaleMode::Amax, quant::Rounding::Nearest, 0};
+  quant::QuantSpec cfg{format, quant::parse_granularity(scaling), quant::ScaleMode::Amax, quant::Rounding::Nearest, 0};
   return from_quant(quant::quantize(x, rows, cols, cfg));
 }
 
-quant::QuantTensor as_row_tiles(const LabOperand& op, int64_t tile) {
+quant::QTensor as_row_tiles(const LabOperand& op, int64_t tile) {
   FP8T_CHECK(tile >= 1 && op.cols % tile == 0 && (op.block_cols % tile == 0),
              "as_row_tiles: {}-column scale blocks cannot be re-expressed as 1x{} tiles of {} columns", op.block_cols,
              tile, op.cols);
-  quant::QuantTensor q;
-  q.rows = op.rows;
-  q.cols = op.cols;
-  q.format = op.format;
-  q.granularity = quant::Granularity::row_tile(tile);
-  q.codes = op.codes;
+  quant::QuantSpec spec;
+  spec.format = op.format;
+  spec.granularity = quant::Granularity::row_tile(tile);
+  quant::QTensor q = quant::QTensor::empty(spec, op.rows, op.cols, 1, true, false, quant::ScaleLayout::RowMajor,
+                                           Device::cpu());
+  q.pow2_scales = false;
+  std::copy(op.codes.begin(), op.codes.end(), q.code_ptr());
   const int64_t tiles = op.cols / tile;
-  q.scales.resize(static_cast<size_t>(op.rows * tiles));
+  float* scales = q.scale_ptr();
   for (int64_t r = 0; r < op.rows; ++r)
-    for (int64_t g = 0; g < tiles; ++g) q.scales[r * tiles + g] = op.scale(r, g * tile);
+    for (int64_t g = 0; g < tiles; ++g) scales[r * tiles + g] = op.scale(r, g * tile);
   return q;
 }
 

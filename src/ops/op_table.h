@@ -33,6 +33,13 @@ struct BalanceLossProblem;   // ops/router.h
 struct MoePlanProblem;       // ops/moe_dispatch.h
 struct MoePermuteProblem;    // ops/moe_dispatch.h
 struct CrossEntropyProblem;  // ops/cross_entropy.h
+// quantization and scaled GEMMs
+struct QuantizeProblem;      // ops/quantize.h
+struct QuantizedOut;         // ops/quantize.h
+struct AmaxHistoryProblem;   // ops/quantize.h
+struct DequantizeProblem;    // ops/quantize.h
+struct ColwiseProblem;       // ops/quantize.h
+struct ScaledGemmProblem;    // ops/scaled_gemm.h
 
 // ---- launcher types (tier 2) -------------------------------------------------------------------------
 using GemmFn = void(const ExecCtx&, const GemmProblem&, const void* a, const void* b, void* c);
@@ -74,6 +81,20 @@ using MoeUnpermuteBackwardFn = void(const ExecCtx&, const MoePermuteProblem&, co
 using CrossEntropyFn = void(const ExecCtx&, const CrossEntropyProblem&, void* logits, const int32_t* targets,
                             double* row_loss);
 
+// ---- quantization and scaled GEMMs (ops/quantize.h, ops/scaled_gemm.h) -------------------------------------
+// A payload the problem does not ask for has null pointers.
+using QuantizeFn = void(const ExecCtx&, const QuantizeProblem&, const void* x, const QuantizedOut& rowwise,
+                        const QuantizedOut& colwise);
+// entries F32 [length], meta I32 [3] {size, next, error}: the amax history (ops/quantize.h AmaxHistoryState).
+using QuantizeDelayedFn = void(const ExecCtx&, const QuantizeProblem&, const AmaxHistoryProblem&, const void* x,
+                               float* entries, int32_t* meta, const QuantizedOut& rowwise, const QuantizedOut& colwise);
+using DequantizeFn = void(const ExecCtx&, const DequantizeProblem&, const void* codes, const float* scales, void* out);
+using WithColwiseFn = void(const ExecCtx&, const ColwiseProblem&, const void* codes, const float* scales,
+                           const QuantizedOut& colwise);
+// The operands' pointers travel in the problem (ScaledOperand); offsets: I32 [num_groups + 1] on the device.
+using ScaledGemmFn = void(const ExecCtx&, const ScaledGemmProblem&, void* d);
+using ScaledGemmGroupedFn = void(const ExecCtx&, const ScaledGemmProblem&, const int32_t* offsets, void* d);
+
 struct OpTable {
   std::string_view backend;  // "cpu", "cuda"
   GemmFn* gemm = nullptr;
@@ -99,6 +120,15 @@ struct OpTable {
   MoeUnpermuteFn* moe_unpermute = nullptr;
   MoeUnpermuteBackwardFn* moe_unpermute_backward = nullptr;
   CrossEntropyFn* cross_entropy = nullptr;
+
+  // ---- quantization and scaled GEMMs ----
+  QuantizeFn* quantize = nullptr;
+  QuantizeDelayedFn* quantize_delayed = nullptr;
+  DequantizeFn* dequantize = nullptr;
+  WithColwiseFn* with_colwise = nullptr;
+  ScaledGemmFn* scaled_gemm = nullptr;
+  ScaledGemmGroupedFn* scaled_gemm_grouped = nullptr;    // over M (expert rows)
+  ScaledGemmGroupedFn* scaled_gemm_grouped_k = nullptr;  // over K (expert Wgrad)
 };
 
 // The table of a device type: the CPU's is built in; another backend's exists once registered.

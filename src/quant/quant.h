@@ -1,7 +1,9 @@
-// Block-scaled quantization of 2-D float32 matrices: granularities, element formats, scale policies,
-// QuantTensor (codes + FP32 scales), quantize / dequantize / re-tile / transpose.
+// The exact CPU arithmetic of block-scaled quantization of 2-D float32 matrices: quantize / dequantize /
+// re-tile / transpose into and out of QTensors (quant/qtensor.h) on the CPU, delayed scaling, and the
+// raw-pointer forms the CPU kernels of ops/quantize.h run. This is the bit-exact reference every CUDA quantizer
+// is tested against.
 //
-// Layouts (all row-major):
+// Layouts (all row-major; the QTensors made here hold a row-wise payload with RowMajor scales, groups = 1):
 //   input x:  [rows, cols] float32, contiguous (element (r, c) at x[r * cols + c]).
 //   codes:    the elements of x in row-major order, encoded in `format` (see Format for bytes per element).
 //             Only the rows*cols valid elements are stored; ragged edge blocks are NOT padded. E5M6 codes
@@ -42,124 +44,26 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <string>
-#include <string_view>
 #include <vector>
+
+#include "quant/qtensor.h"
+#include "quant/spec.h"
 
 namespace fp8train::quant {
 
-// ---- element formats ------------------------------------------------------------------------------
-enum class Format : uint8_t {
-  E4M3,  // 1 byte per element, fmax 448
-  E5M2,  // 1 byte per element, fmax 57344
-  E5M6,  // 12 bits per element: 12 bytes per 8 values (num::e5m6_pack8), fmax 65024
-  INT8,  // 1 byte per element (two's complement int8 in [-127, 127]), fmax 127
-  BF16,  // 2 bytes per element (little-endian uint16), unscaled (scales are 1)
-};
-
-std::string_view format_name(Format f);  // "e4m3", "e5m2", "e5m6", "int8", "bf16"
-Format parse_format(std::string_view name);  // case-insensitive; throws fp8train::Error on an unknown name
-float format_max(Format f);                  // largest finite magnitude (BF16: 3.3895314e38)
-// Bytes the codes of n elements occupy (E5M6: 12 * ceil(n / 8)).
-size_t code_bytes(Format f, int64_t n);
-
-inline constexpr float kMinAmax = 7.888609052210118e-31f;  // 2^-100
-
-// ---- granularity ------------------------------------------------------------------------------------
-// Either one scale for the whole tensor, or a grid of (block_rows × block_cols) blocks. For a per-tensor
-// granularity block_rows / block_cols are 0 and scale_rows() = scale_cols() = 1.
-struct Granularity {
-  bool per_tensor = true;
-  int64_t block_rows = 0;
-  int64_t block_cols = 0;
-
-  static Granularity tensor() { return {true, 0, 0}; }
-  static Granularity tile_1x128() { return {false, 1, 128}; }   // activations: one scale per row per 128 cols
-  static Granularity tile_128x1() { return {false, 128, 1}; }   // the same, transposed (Wgrad)
-  static Granularity block_128x128() { return {false, 128, 128}; }  // weights
-  static Granularity row_tile(int64_t g) { return {false, 1, g}; }  // 1×G
-  static Granularity col_tile(int64_t g) { return {false, g, 1}; }  // G×1
-  static Granularity block(int64_t g) { return {false, g, g}; }     // G×G
-  static Granularity block(int64_t rows, int64_t cols) { return {false, rows, cols}; }
-
-  int64_t scale_rows(int64_t rows) const { return per_tensor ? 1 : (rows + block_rows - 1) / block_rows; }
-  int64_t scale_cols(int64_t cols) const { return per_tensor ? 1 : (cols + block_cols - 1) / block_cols; }
-  // The same blocks seen on the transposed matrix.
-  Granularity transposed() const { return {per_tensor, block_cols, block_rows}; }
-  std::string name() const;  // "tensor", "1x128", "128x128", ...
-  bool operator==(const Granularity&) const = default;
-};
-// Parses "tensor" or "RxC" (e.g. "1x128", "128x1", "128x128"); throws on anything else.
-Granularity parse_granularity(std::string_view text);
-
-// ---- scale policies -------------------------------------------------------------------------------------
-enum class ScaleMode : uint8_t {
-  Amax,        // scale = amax_eff / fmax
-  PowerOfTwo,  // scale = UE8M0 ceil of amax_eff / fmax
-};
-enum class Rounding : uint8_t {
-  Nearest,     // round to nearest even (all formats)
-  Stochastic,  // INT8 only: num::int8_encode_stochastic with num::counter_random_u32(seed, r * cols + c)
-};
-
-struct QuantConfig {
-  Format format = Format::E4M3;
-  Granularity granularity = Granularity::tile_1x128();
-  ScaleMode scale_mode = ScaleMode::Amax;
-  Rounding rounding = Rounding::Nearest;
-  uint64_t seed = 0;  // stochastic rounding only
-};
-
-// ---- the quantized tensor ---------------------------------------------------------------------------------
-struct QuantTensor {
-  int64_t rows = 0, cols = 0;
-  Format format = Format::E4M3;
-  Granularity granularity;
-  bool pow2_scales = false;     // every scale is an exact power of two (PowerOfTwo mode, or BF16)
-  std::vector<uint8_t> codes;   // code_bytes(format, rows * cols) bytes, layout above
-  std::vector<float> scales;    // [scale_rows(), scale_cols()]
-
-  int64_t scale_rows() const { return granularity.scale_rows(rows); }
-  int64_t scale_cols() const { return granularity.scale_cols(cols); }
-  // Storage actually held: code bytes + 4 bytes per scale.
-  size_t bytes() const { return codes.size() + scales.size() * sizeof(float); }
-  // Scale of element (r, c).
-  float scale_of(int64_t r, int64_t c) const;
-  // The element's code (E4M3/E5M2/INT8: the byte; BF16/E5M6: the 16-bit code) and decoded, unscaled value.
-  uint32_t code_at(int64_t r, int64_t c) const;
-  float decoded_at(int64_t r, int64_t c) const;
-  // decoded_at * scale_of: one element of dequantize().
-  float value_at(int64_t r, int64_t c) const;
-};
-
-// Decodes one code of `format` to float32 (no scale).
-float decode(Format format, uint32_t code);
-// Encodes one (already scaled) float32 value; random_bits is used by INT8 stochastic rounding only.
-uint32_t encode(Format format, float x, Rounding rounding = Rounding::Nearest, uint32_t random_bits = 0);
-
-// The scale and its inverse for a block of amax `amax` (steps 2–3 above).
-struct BlockScale {
-  float scale;
-  float inverse;
-};
-BlockScale block_scale(float amax, Format format, ScaleMode mode);
-
-// max |x| over n values with the NaN rule of step 1.
-float amax_of(const float* x, int64_t n);
-
 // Online quantization: x [rows, cols] row-major. rows, cols >= 0; throws fp8train::Error on a bad shape or
 // granularity (block dims < 1), or stochastic rounding with a non-INT8 format. OpenMP over block rows.
-QuantTensor quantize(const float* x, int64_t rows, int64_t cols, const QuantConfig& config);
-QuantTensor quantize(const std::vector<float>& x, int64_t rows, int64_t cols, const QuantConfig& config);
+QTensor quantize(const float* x, int64_t rows, int64_t cols, const QuantSpec& config);
+QTensor quantize(const std::vector<float>& x, int64_t rows, int64_t cols, const QuantSpec& config);
 
 // Per-tensor quantization with a given scale and inverse (delayed scaling; a test harness). The result has
 // granularity tensor() and scales = {scale}.
-QuantTensor quantize_with_scale(const float* x, int64_t rows, int64_t cols, Format format, BlockScale scale,
+QTensor quantize_with_scale(const float* x, int64_t rows, int64_t cols, Format format, BlockScale scale,
                                 Rounding rounding = Rounding::Nearest, uint64_t seed = 0);
 
 // out [rows, cols] row-major float32 = value_at(r, c). OpenMP.
-void dequantize(const QuantTensor& q, float* out);
-std::vector<float> dequantize(const QuantTensor& q);
+void dequantize(const QTensor& q, float* out);
+std::vector<float> dequantize(const QTensor& q);
 
 // Re-quantization in another granularity (the Wgrad 1×128 → 128×1 path): quantize(dequantize(q), config).
 // What is exact (tests/quant/retile_test.cpp): let q have power-of-two scales and config use the same
@@ -170,10 +74,10 @@ std::vector<float> dequantize(const QuantTensor& q);
 // bits below the format's smallest subnormal (E4M3 2^-9, E5M2 2^-16, E5M6 2^-20; INT8: d * 2^(k-k') is an
 // integer) — always true when k' <= k, i.e. when each element's old scale is at least its new one.
 // With ScaleMode::Amax scales the values are re-rounded and generally change (a counterexample is tested).
-QuantTensor retile(const QuantTensor& q, const QuantConfig& config);
+QTensor retile(const QTensor& q, const QuantSpec& config);
 
 // The transposed tensor: [cols, rows] codes and scales, granularity.transposed(). Exact (no re-rounding).
-QuantTensor transpose(const QuantTensor& q);
+QTensor transpose(const QTensor& q);
 
 // ---- delayed scaling (Transformer-Engine style, per tensor) -----------------------------------------------
 enum class AmaxAlgorithm : uint8_t {
@@ -214,7 +118,32 @@ class AmaxHistory {
 // Quantizes x per tensor with history.scale(config.format, config.scale_mode), then pushes amax(x).
 // config.granularity is ignored (delayed scaling is per tensor). Throws, leaving the history unchanged, when
 // x holds Inf or NaN.
-QuantTensor quantize_delayed(const float* x, int64_t rows, int64_t cols, const QuantConfig& config,
-                             AmaxHistory& history);
+QTensor quantize_delayed(const float* x, int64_t rows, int64_t cols, const QuantSpec& config,
+                         AmaxHistory& history);
+
+// ---- raw-pointer forms: the CPU kernels of ops/quantize.h, and what the QTensor functions above run ----------
+// Layouts as at the top of this file; x is contiguous [rows, cols]; scales are row-major [scale_rows, scale_cols].
+// counter_base is added to the stochastic-rounding counter r * cols + c (a slice of a larger tensor passes its
+// first element's flat index, so the slice's codes are the whole tensor's).
+
+// Per-tensor amax (the NaN rule of step 1), in parallel chunks combined in a fixed order.
+float tensor_amax(const float* x, int64_t n);
+// quantize(): codes [code_bytes(format, rows * cols)] and scales; leaves both untouched when rows * cols == 0.
+void quantize_into(const float* x, int64_t rows, int64_t cols, const QuantSpec& spec, uint8_t* codes, float* scales,
+                   uint64_t counter_base = 0);
+// quantize_with_scale(): one scale for the tensor (written to *scale_out).
+void quantize_with_scale_into(const float* x, int64_t rows, int64_t cols, Format format, BlockScale scale,
+                              Rounding rounding, uint64_t seed, uint8_t* codes, float* scale_out,
+                              uint64_t counter_base = 0);
+// dequantize(): out [rows, cols].
+void dequantize_into(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, Format format,
+                     const Granularity& g, float* out);
+// transpose(): codes_t [cols, rows] and scales_t [scale_cols, scale_rows] of granularity g.transposed().
+void transpose_into(const uint8_t* codes, const float* scales, int64_t rows, int64_t cols, Format format,
+                    const Granularity& g, uint8_t* codes_t, float* scales_t);
+// The 16-bit codes of row r of a [rows, cols] code buffer (any format), into out[0..cols).
+void unpack_row_codes(const uint8_t* codes, Format format, int64_t cols, int64_t r, uint16_t* out);
+// n 16-bit codes in flat order into a code buffer of `format` (E5M6: packed, zero-padded last group).
+void pack_codes(const uint16_t* values, int64_t n, Format format, uint8_t* out);
 
 }  // namespace fp8train::quant

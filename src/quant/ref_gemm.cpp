@@ -112,20 +112,46 @@ float hopper_element(const HopperProblem& p, int64_t i, int64_t j) {
 
 namespace {
 
+void check_tensor(const QTensor& q, const char* name) {
+  FP8T_CHECK(static_cast<uint8_t>(q.format()) <= static_cast<uint8_t>(Format::BF16),
+             "ref_gemm: operand {} has an unknown format value {}", name, static_cast<int>(q.format()));
+  FP8T_CHECK(q.rows >= 0 && q.cols >= 0 &&
+                 (q.granularity().per_tensor || (q.granularity().block_rows >= 1 && q.granularity().block_cols >= 1)),
+             "ref_gemm: operand {} has an invalid shape [{}, {}] or granularity {}", name, q.rows, q.cols,
+             q.granularity().name());
+  FP8T_CHECK(q.rowwise.defined(), "ref_gemm: operand {} has no row-wise payload", name);
+  FP8T_CHECK(q.device().is_cpu(), "ref_gemm: operand {} lives on {}; the reference GEMM reads CPU tensors", name,
+             q.device().str());
+  FP8T_CHECK(q.groups == 1 && q.rowwise.layout == ScaleLayout::RowMajor,
+             "ref_gemm: operand {} has {} row groups and {} scales; the reference GEMM reads one group with row-major "
+             "scales (see QTensor::group)",
+             name, q.groups, scale_layout_name(q.rowwise.layout));
+  FP8T_CHECK(q.rowwise.codes.is_contiguous() && q.rowwise.scales.is_contiguous() &&
+                 q.rowwise.codes.nbytes() == code_bytes(q.format(), q.rows * q.cols) &&
+                 q.rowwise.scales.numel() == q.scale_rows() * q.scale_cols(),
+             "ref_gemm: operand {} ([{}, {}] {}) holds {} code bytes and {} scales, which do not match its shape",
+             name, q.rows, q.cols, format_name(q.format()), q.rowwise.codes.nbytes(), q.rowwise.scales.numel());
+}
+
 bool is_fp8(Format f) { return f == Format::E4M3 || f == Format::E5M2; }
 num::Fp8Format fp8_of(Format f) { return f == Format::E4M3 ? num::Fp8Format::E4M3 : num::Fp8Format::E5M2; }
 
-void check_tensor(const QuantTensor& q, const char* name) {
+void check_operand(const GemmOperand& q, const char* name) {
   FP8T_CHECK(static_cast<uint8_t>(q.format) <= static_cast<uint8_t>(Format::BF16),
              "ref_gemm: operand {} has an unknown format value {}", name, static_cast<int>(q.format));
   FP8T_CHECK(q.rows >= 0 && q.cols >= 0 &&
                  (q.granularity.per_tensor || (q.granularity.block_rows >= 1 && q.granularity.block_cols >= 1)),
              "ref_gemm: operand {} has an invalid shape [{}, {}] or granularity {}", name, q.rows, q.cols,
              q.granularity.name());
-  FP8T_CHECK(q.codes.size() == code_bytes(q.format, q.rows * q.cols) &&
-                 q.scales.size() == static_cast<size_t>(q.scale_rows() * q.scale_cols()),
-             "ref_gemm: operand {} ([{}, {}] {}) holds {} code bytes and {} scales, which do not match its shape",
-             name, q.rows, q.cols, format_name(q.format), q.codes.size(), q.scales.size());
+  FP8T_CHECK(q.rows * q.cols == 0 || (q.codes != nullptr && q.scales != nullptr),
+             "ref_gemm: operand {} has no codes or scales", name);
+}
+
+// The dequantized values [rows, cols] of an operand.
+std::vector<float> dequantized(const GemmOperand& q) {
+  std::vector<float> out(static_cast<size_t>(q.rows * q.cols));
+  dequantize_into(q.codes, q.scales, q.rows, q.cols, q.format, q.granularity, out.data());
+  return out;
 }
 
 // Everything the three paths share after validation.
@@ -136,9 +162,9 @@ struct Plan {
   detail::ScaleView sa, sb;
 };
 
-Plan validate(const QuantTensor& a, const QuantTensor& b, const GemmConfig& config, const float* c) {
-  check_tensor(a, "A");
-  check_tensor(b, "B");
+Plan validate(const GemmOperand& a, const GemmOperand& b, const GemmConfig& config, const float* c) {
+  check_operand(a, "A");
+  check_operand(b, "B");
   FP8T_CHECK(a.cols == b.cols, "ref_gemm: A is [{}, {}] and B is [{}, {}]; D = A·Bᵀ needs the same K (columns)",
              a.rows, a.cols, b.rows, b.cols);
   const Granularity ga = a.granularity, gb = b.granularity;
@@ -172,8 +198,8 @@ Plan validate(const QuantTensor& a, const QuantTensor& b, const GemmConfig& conf
   FP8T_CHECK(!config.accumulate || c != nullptr, "ref_gemm: accumulate-into-C was requested without a C matrix");
   Plan plan{a.rows, b.rows, a.cols, both_tensor, G, {}, {}};
   if (!both_tensor) {
-    plan.sa = {a.scales.data(), ga.block_rows, a.scale_cols(), false};
-    plan.sb = {b.scales.data(), gb.block_rows, b.scale_cols(), false};
+    plan.sa = {a.scales, ga.block_rows, a.scale_cols(), false};
+    plan.sb = {b.scales, gb.block_rows, b.scale_cols(), false};
   }
   return plan;
 }
@@ -181,7 +207,7 @@ Plan validate(const QuantTensor& a, const QuantTensor& b, const GemmConfig& conf
 // Decoded, unscaled code values of rows [0, rows) and columns [k0, k1) as doubles: out [rows, k1 - k0].
 // `threads`: whether to use OpenMP (not around OpenBLAS calls: the two thread pools would spin against
 // each other on a small machine).
-void decode_panel(const QuantTensor& q, int64_t k0, int64_t k1, double* out, bool threads) {
+void decode_panel(const GemmOperand& q, int64_t k0, int64_t k1, double* out, bool threads) {
   const int64_t w = k1 - k0;
   const bool bytes = q.format == Format::E4M3 || q.format == Format::E5M2 || q.format == Format::INT8;
   float lut[256];
@@ -191,10 +217,12 @@ void decode_panel(const QuantTensor& q, int64_t k0, int64_t k1, double* out, boo
   for (int64_t r = 0; r < q.rows; ++r) {
     double* o = out + r * w;
     if (bytes) {
-      const uint8_t* src = q.codes.data() + r * q.cols + k0;
+      const uint8_t* src = q.codes + r * q.cols + k0;
       for (int64_t t = 0; t < w; ++t) o[t] = lut[src[t]];
     } else {
-      for (int64_t t = 0; t < w; ++t) o[t] = q.decoded_at(r, k0 + t);
+      std::vector<uint16_t> row(static_cast<size_t>(q.cols));
+      unpack_row_codes(q.codes, q.format, q.cols, r, row.data());
+      for (int64_t t = 0; t < w; ++t) o[t] = decode(q.format, row[static_cast<size_t>(k0 + t)]);
     }
   }
 }
@@ -205,7 +233,7 @@ void promote_row(int64_t n, float sa, const float* sb, const double* partial, fl
 }
 
 // Exact mode (and INT8 in every integer-accumulating mode): FP64 dot product per K-group, FP32 promotion.
-void exact_gemm(const QuantTensor& a, const QuantTensor& b, const Plan& p, float* acc) {
+void exact_gemm(const GemmOperand& a, const GemmOperand& b, const Plan& p, float* acc) {
   const int64_t m = p.m, n = p.n, k = p.k;
   const int64_t gk = p.per_tensor ? kExactBlockK : p.group_k;
   const bool dgemm_exact = (a.format == Format::E4M3 && b.format == Format::E4M3) ||
@@ -242,8 +270,8 @@ void exact_gemm(const QuantTensor& a, const QuantTensor& b, const Plan& p, float
   }
 }
 
-void fp32_gemm(const QuantTensor& a, const QuantTensor& b, const Plan& p, bool force_scalar, float* acc) {
-  const std::vector<float> av = dequantize(a), bv = dequantize(b);
+void fp32_gemm(const GemmOperand& a, const GemmOperand& b, const Plan& p, bool force_scalar, float* acc) {
+  const std::vector<float> av = dequantized(a), bv = dequantized(b);
   if (!force_scalar && detail::fp32_gemm_simd(p.m, p.n, p.k, av.data(), bv.data(), acc)) return;
 #pragma omp parallel for schedule(static) if (p.m * p.n * p.k > 65536)
   for (int64_t i = 0; i < p.m; ++i)
@@ -262,14 +290,14 @@ bool row_has_special(const uint8_t* codes, int64_t k, const bool* special) {
   return false;
 }
 
-void hopper_gemm(const QuantTensor& a, const QuantTensor& b, const Plan& plan, const GemmConfig& config,
+void hopper_gemm(const GemmOperand& a, const GemmOperand& b, const Plan& plan, const GemmConfig& config,
                  float* acc) {
   detail::HopperProblem p;
   p.m = plan.m;
   p.n = plan.n;
   p.k = plan.k;
-  p.a = a.codes.data();
-  p.b = b.codes.data();
+  p.a = a.codes;
+  p.b = b.codes;
   p.fa = fp8_of(a.format);
   p.fb = fp8_of(b.format);
   p.sa = plan.sa;
@@ -300,32 +328,11 @@ void hopper_gemm(const QuantTensor& a, const QuantTensor& b, const Plan& plan, c
         acc[i * p.n + j] = detail::hopper_element(p, i, j);
 }
 
-// Columns [g0 * G, g1 * G) of a block-scaled tensor (codes and scale columns g0..g1-1).
-QuantTensor k_slice(const QuantTensor& q, int64_t g0, int64_t g1) {
-  const int64_t G = q.granularity.block_cols, c0 = g0 * G, w = (g1 - g0) * G;
-  QuantTensor out;
-  out.rows = q.rows;
-  out.cols = w;
-  out.format = q.format;
-  out.granularity = q.granularity;
-  out.pow2_scales = q.pow2_scales;
-  const size_t row_bytes = code_bytes(q.format, q.cols), slice_bytes = code_bytes(q.format, w),
-               offset = code_bytes(q.format, c0);
-  out.codes.resize(code_bytes(q.format, q.rows * w));
-  for (int64_t r = 0; r < q.rows; ++r)
-    std::copy_n(q.codes.data() + r * row_bytes + offset, slice_bytes, out.codes.data() + r * slice_bytes);
-  const int64_t sr = q.scale_rows(), sc = q.scale_cols();
-  out.scales.resize(static_cast<size_t>(sr * (g1 - g0)));
-  for (int64_t r = 0; r < sr; ++r)
-    std::copy_n(q.scales.data() + r * sc + g0, g1 - g0, out.scales.data() + r * (g1 - g0));
-  return out;
-}
-
-Plan accumulate(const QuantTensor& a, const QuantTensor& b, const GemmConfig& config, const float* c,
+Plan accumulate(const GemmOperand& a, const GemmOperand& b, const GemmConfig& config, const float* c,
                 std::vector<float>& acc);
 
 // Split-K (config.k_splits > 1): each range accumulated from zero, the ranges added in order.
-Plan accumulate_split(const QuantTensor& a, const QuantTensor& b, const GemmConfig& config, const float* c,
+Plan accumulate_split(const GemmOperand& a, const GemmOperand& b, const GemmConfig& config, const float* c,
                       std::vector<float>& acc) {
   const Plan plan = validate(a, b, config, c);
   FP8T_CHECK(!plan.per_tensor && config.mode != AccumMode::Fp32,
@@ -341,14 +348,15 @@ Plan accumulate_split(const QuantTensor& a, const QuantTensor& b, const GemmConf
   for (int s = 0; s < config.k_splits; ++s) {
     const int64_t g0 = num::split_range_begin(groups, config.k_splits, s);
     const int64_t g1 = num::split_range_begin(groups, config.k_splits, s + 1);
-    accumulate(k_slice(a, g0, g1), k_slice(b, g0, g1), one, c, part);
+    const QTensor as = k_slice(a, g0, g1), bs = k_slice(b, g0, g1);
+    accumulate(gemm_operand(as, "A"), gemm_operand(bs, "B"), one, c, part);
     for (size_t i = 0; i < acc.size(); ++i) acc[i] = s == 0 ? part[i] : acc[i] + part[i];
   }
   return plan;
 }
 
 // The accumulation of every mode, before the epilogue: acc [M, N].
-Plan accumulate(const QuantTensor& a, const QuantTensor& b, const GemmConfig& config, const float* c,
+Plan accumulate(const GemmOperand& a, const GemmOperand& b, const GemmConfig& config, const float* c,
                 std::vector<float>& acc) {
   FP8T_CHECK(config.k_splits >= 1, "ref_gemm: k_splits must be >= 1, got {}", config.k_splits);
   if (config.k_splits > 1) return accumulate_split(a, b, config, c, acc);
@@ -374,7 +382,50 @@ float epilogue(float v, float tensor_scale, bool scale, const float* c, int64_t 
 
 }  // namespace
 
-void ref_gemm(const QuantTensor& a, const QuantTensor& b, const GemmConfig& config, float* d, const float* c) {
+
+GemmOperand gemm_operand(const QTensor& q, const char* name) {
+  check_tensor(q, name);
+  GemmOperand o;
+  o.format = q.format();
+  o.granularity = q.granularity();
+  o.rows = q.rows;
+  o.cols = q.cols;
+  o.codes = q.code_ptr();
+  o.scales = q.scale_ptr();
+  return o;
+}
+
+QTensor k_slice(const GemmOperand& q, int64_t g0, int64_t g1) {
+  check_operand(q, "k_slice");
+  FP8T_CHECK(!q.granularity.per_tensor, "k_slice: a per-tensor operand has no K groups");
+  const int64_t G = q.granularity.block_cols, c0 = g0 * G, w = std::min(q.cols, g1 * G) - c0;
+  FP8T_CHECK(g0 >= 0 && g0 <= g1 && c0 <= q.cols, "k_slice: K groups [{}, {}) of a [{}, {}] operand", g0, g1, q.rows,
+             q.cols);
+  QuantSpec spec;
+  spec.format = q.format;
+  spec.granularity = q.granularity;
+  QTensor out = QTensor::empty(spec, q.rows, w, 1, true, false, ScaleLayout::RowMajor, Device::cpu());
+  const size_t row_bytes = code_bytes(q.format, q.cols), slice_bytes = code_bytes(q.format, w),
+               offset = code_bytes(q.format, c0);
+  for (int64_t r = 0; r < q.rows; ++r)
+    std::copy_n(q.codes + r * row_bytes + offset, slice_bytes, out.code_ptr() + r * slice_bytes);
+  const int64_t sr = q.scale_rows(), sc = q.scale_cols(), nc = out.scale_cols();
+  for (int64_t r = 0; r < sr; ++r) std::copy_n(q.scales + r * sc + g0, nc, out.scale_ptr() + r * nc);
+  return out;
+}
+
+QTensor k_slice(const QTensor& q, int64_t g0, int64_t g1) {
+  QTensor out = k_slice(gemm_operand(q, "k_slice"), g0, g1);
+  out.spec = q.spec;
+  out.pow2_scales = q.pow2_scales;
+  return out;
+}
+
+void ref_gemm(const QTensor& a, const QTensor& b, const GemmConfig& config, float* d, const float* c) {
+  ref_gemm(gemm_operand(a, "A"), gemm_operand(b, "B"), config, d, c);
+}
+
+void ref_gemm(const GemmOperand& a, const GemmOperand& b, const GemmConfig& config, float* d, const float* c) {
   std::vector<float> acc;
   const Plan plan = accumulate(a, b, config, c, acc);
   const bool scale = plan.per_tensor && config.mode != AccumMode::Fp32;
@@ -384,7 +435,7 @@ void ref_gemm(const QuantTensor& a, const QuantTensor& b, const GemmConfig& conf
     d[idx] = epilogue(acc[static_cast<size_t>(idx)], ts, scale, cc, idx);
 }
 
-std::vector<float> ref_gemm(const QuantTensor& a, const QuantTensor& b, const GemmConfig& config,
+std::vector<float> ref_gemm(const QTensor& a, const QTensor& b, const GemmConfig& config,
                             const std::vector<float>* c) {
   if (config.accumulate)
     FP8T_CHECK(c != nullptr && static_cast<int64_t>(c->size()) == a.rows * b.rows,
@@ -394,7 +445,7 @@ std::vector<float> ref_gemm(const QuantTensor& a, const QuantTensor& b, const Ge
   return d;
 }
 
-void ref_gemm_fp64(const QuantTensor& a, const QuantTensor& b, double* d) {
+void ref_gemm_fp64(const QTensor& a, const QTensor& b, double* d) {
   check_tensor(a, "A");
   check_tensor(b, "B");
   FP8T_CHECK(a.cols == b.cols, "ref_gemm_fp64: A is [{}, {}] and B is [{}, {}]; D = A·Bᵀ needs the same K", a.rows,
@@ -411,13 +462,18 @@ void ref_gemm_fp64(const QuantTensor& a, const QuantTensor& b, double* d) {
               1.0, ad.data(), static_cast<int>(k), bd.data(), static_cast<int>(k), 0.0, d, static_cast<int>(n));
 }
 
-std::vector<double> ref_gemm_fp64(const QuantTensor& a, const QuantTensor& b) {
+std::vector<double> ref_gemm_fp64(const QTensor& a, const QTensor& b) {
   std::vector<double> d(static_cast<size_t>(std::max<int64_t>(0, a.rows) * std::max<int64_t>(0, b.rows)));
   ref_gemm_fp64(a, b, d.data());
   return d;
 }
 
-void ref_gemm_bf16(const QuantTensor& a, const QuantTensor& b, const GemmConfig& config, uint16_t* d_bf16,
+void ref_gemm_bf16(const QTensor& a, const QTensor& b, const GemmConfig& config, uint16_t* d_bf16,
+                   const float* c) {
+  ref_gemm_bf16(gemm_operand(a, "A"), gemm_operand(b, "B"), config, d_bf16, c);
+}
+
+void ref_gemm_bf16(const GemmOperand& a, const GemmOperand& b, const GemmConfig& config, uint16_t* d_bf16,
                    const float* c) {
   std::vector<float> acc;
   const Plan plan = accumulate(a, b, config, c, acc);

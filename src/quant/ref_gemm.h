@@ -1,4 +1,4 @@
-// Reference block-scaled GEMM on the CPU: D[M, N] = A[M, K] · B[N, K]ᵀ (+ C) from two QuantTensors.
+// Reference block-scaled GEMM on the CPU: D[M, N] = A[M, K] · B[N, K]ᵀ (+ C) from two QTensors.
 //
 // Shapes and layouts: a is [M, K] and b is [N, K], both row-major ("K-major", the TN layout of cuBLASLt);
 // c (optional) and d are [M, N] row-major float32 (d may be BF16: uint16 codes, see ref_gemm_bf16).
@@ -68,21 +68,45 @@ struct GemmConfig {
   int k_splits = 1;
 };
 
+// One CPU operand as the reference GEMM reads it (a view; nothing is owned): codes_bytes(format, rows·cols) code
+// bytes in QTensor's layout and row-major scales [scale_rows, scale_cols].
+struct GemmOperand {
+  Format format = Format::E4M3;
+  Granularity granularity;
+  int64_t rows = 0, cols = 0;
+  const uint8_t* codes = nullptr;
+  const float* scales = nullptr;
+  int64_t scale_rows() const { return granularity.scale_rows(rows); }
+  int64_t scale_cols() const { return granularity.scale_cols(cols); }
+};
+// The view of a CPU QTensor's row-wise payload; throws unless it is one group with contiguous, row-major scales.
+GemmOperand gemm_operand(const QTensor& q, const char* name = "operand");
+
 // d [M, N] float32. c: [M, N] float32 when config.accumulate, else ignored (may be null).
-void ref_gemm(const QuantTensor& a, const QuantTensor& b, const GemmConfig& config, float* d,
+void ref_gemm(const QTensor& a, const QTensor& b, const GemmConfig& config, float* d,
               const float* c = nullptr);
-std::vector<float> ref_gemm(const QuantTensor& a, const QuantTensor& b, const GemmConfig& config,
+std::vector<float> ref_gemm(const QTensor& a, const QTensor& b, const GemmConfig& config,
                             const std::vector<float>* c = nullptr);
 // The same with BF16 output: d_bf16 [M, N] = num::bf16_encode(d).
-void ref_gemm_bf16(const QuantTensor& a, const QuantTensor& b, const GemmConfig& config, uint16_t* d_bf16,
+void ref_gemm_bf16(const QTensor& a, const QTensor& b, const GemmConfig& config, uint16_t* d_bf16,
+                   const float* c = nullptr);
+// The same two on operand views (what the CPU kernels of ops/scaled_gemm.h run).
+void ref_gemm(const GemmOperand& a, const GemmOperand& b, const GemmConfig& config, float* d,
+              const float* c = nullptr);
+void ref_gemm_bf16(const GemmOperand& a, const GemmOperand& b, const GemmConfig& config, uint16_t* d_bf16,
                    const float* c = nullptr);
 
 // The FP64 reference D[M, N] = Σ_k value_a(i, k) · value_b(j, k) of the dequantized operands (OpenBLAS
 // DGEMM). Exact when every partial sum fits 53 bits, e.g. unit-scale E4M3 operands with K <= 2^17 (products
 // are multiples of 2^-18 below 2^17.7, so sums stay below 2^35 in units of 2^-18); otherwise within FP64
 // rounding.
-void ref_gemm_fp64(const QuantTensor& a, const QuantTensor& b, double* d);
-std::vector<double> ref_gemm_fp64(const QuantTensor& a, const QuantTensor& b);
+void ref_gemm_fp64(const QTensor& a, const QTensor& b, double* d);
+std::vector<double> ref_gemm_fp64(const QTensor& a, const QTensor& b);
+
+// Columns [g0·G, min(g1·G, K)) of a block-scaled CPU operand (G = its block_cols): codes and the scale
+// columns g0..g1-1, copied (split-K and the K-grouped Wgrad cut operands this way).
+QTensor k_slice(const QTensor& q, int64_t g0, int64_t g1);
+QTensor k_slice(const GemmOperand& q, int64_t g0, int64_t g1);
 
 // The FP22 adder of the hopper model's "P > G" rule (exposed for tests and the CUDA port).
 float fp22_add(float x, float y);

@@ -10,7 +10,7 @@
 
 namespace fp8train::recipe {
 
-quant::QuantConfig cache_quant_config(CacheFormat format) {
+quant::QuantSpec cache_quant_config(CacheFormat format) {
   using quant::Format;
   using quant::Granularity;
   using quant::ScaleMode;
@@ -31,15 +31,9 @@ quant::QuantConfig cache_quant_config(CacheFormat format) {
 
 namespace {
 // The quant format a CachedActivation of `format` must hold (for adopt()).
-bool matches(const quant::QuantTensor& q, CacheFormat format) {
-  const quant::QuantConfig c = cache_quant_config(format);
-  return q.format == c.format && q.granularity == c.granularity;
-}
-
-Tensor booked_bytes(const void* src, size_t n, MemCategory category) {
-  Tensor t = Tensor::empty({static_cast<int64_t>(n)}, DType::U8, category, Device::cpu());
-  if (n > 0) std::memcpy(t.raw(), src, n);
-  return t;
+bool matches(const quant::QTensor& q, CacheFormat format) {
+  const quant::QuantSpec c = cache_quant_config(format);
+  return q.format() == c.format && q.granularity() == c.granularity;
 }
 }  // namespace
 
@@ -52,11 +46,11 @@ CachedActivation CachedActivation::store(const float* x, int64_t rows, int64_t c
   c.format_ = format;
   const int64_t n = rows * cols;
   if (format == CacheFormat::Fp32) {
-    c.codes_ = Tensor::empty({rows, cols}, DType::F32, category, Device::cpu());
-    if (n > 0) std::memcpy(c.codes_.raw(), x, static_cast<size_t>(n) * sizeof(float));
+    c.plain_ = Tensor::empty({rows, cols}, DType::F32, category, Device::cpu());
+    if (n > 0) std::memcpy(c.plain_.raw(), x, static_cast<size_t>(n) * sizeof(float));
   } else if (format == CacheFormat::Bf16) {
-    c.codes_ = Tensor::empty({rows, cols}, DType::BF16, category, Device::cpu());
-    auto* out = static_cast<uint16_t*>(c.codes_.raw());
+    c.plain_ = Tensor::empty({rows, cols}, DType::BF16, category, Device::cpu());
+    auto* out = static_cast<uint16_t*>(c.plain_.raw());
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) out[i] = num::bf16_encode(x[i]);
   } else {
@@ -77,52 +71,41 @@ CachedActivation CachedActivation::store(const Tensor& x, CacheFormat format, Me
   return store(packed.data(), rows, cols, format, category);
 }
 
-CachedActivation CachedActivation::adopt(const quant::QuantTensor& q, CacheFormat format, MemCategory category) {
+CachedActivation CachedActivation::adopt(const quant::QTensor& q, CacheFormat format, MemCategory category) {
   FP8T_CHECK(format != CacheFormat::Fp32 && format != CacheFormat::Bf16 && matches(q, format),
-             "cached activation: a {} {} tensor cannot be kept as {}", quant::format_name(q.format),
-             q.granularity.name(), cache_format_name(format));
+             "cached activation: a {} {} tensor cannot be kept as {}", quant::format_name(q.format()),
+             q.granularity().name(), cache_format_name(format));
+  FP8T_CHECK(q.rowwise.defined() && q.device().is_cpu() && q.groups == 1,
+             "cached activation: adopt keeps a single-group CPU tensor with a row-wise payload");
   CachedActivation c;
   c.rows_ = q.rows;
   c.cols_ = q.cols;
   c.format_ = format;
-  c.codes_ = booked_bytes(q.codes.data(), q.codes.size(), category);
-  c.scales_ = Tensor::empty({q.scale_rows(), q.scale_cols()}, DType::F32, category, Device::cpu());
-  if (!q.scales.empty()) std::memcpy(c.scales_.raw(), q.scales.data(), q.scales.size() * sizeof(float));
+  c.q_ = q.rowwise_only();
+  c.q_.set_category(category);
   return c;
 }
 
 size_t CachedActivation::bytes() const {
-  size_t b = codes_.defined() ? codes_.nbytes() : 0;
-  if (scales_.defined()) b += scales_.nbytes();
-  return b;
+  if (plain_.defined()) return plain_.nbytes();
+  return q_.defined() ? q_.bytes() : 0;
 }
 
-quant::QuantTensor CachedActivation::quant() const {
+const quant::QTensor& CachedActivation::quant() const {
   FP8T_CHECK(quantized(), "cached activation in {} has no quantized form", cache_format_name(format_));
-  const quant::QuantConfig cfg = cache_quant_config(format_);
-  quant::QuantTensor q;
-  q.rows = rows_;
-  q.cols = cols_;
-  q.format = cfg.format;
-  q.granularity = cfg.granularity;
-  q.pow2_scales = cfg.scale_mode == quant::ScaleMode::PowerOfTwo;
-  const auto* codes = static_cast<const uint8_t*>(codes_.raw());
-  q.codes.assign(codes, codes + codes_.nbytes());
-  const float* scales = scales_.data<float>();
-  q.scales.assign(scales, scales + scales_.numel());
-  return q;
+  return q_;
 }
 
 void CachedActivation::values(float* out) const {
   const int64_t n = rows_ * cols_;
   if (format_ == CacheFormat::Fp32) {
-    if (n > 0) std::memcpy(out, codes_.raw(), static_cast<size_t>(n) * sizeof(float));
+    if (n > 0) std::memcpy(out, plain_.raw(), static_cast<size_t>(n) * sizeof(float));
   } else if (format_ == CacheFormat::Bf16) {
-    const auto* in = static_cast<const uint16_t*>(codes_.raw());
+    const auto* in = static_cast<const uint16_t*>(plain_.raw());
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) out[i] = num::bf16_decode(in[i]);
   } else {
-    quant::dequantize(quant(), out);
+    quant::dequantize(q_, out);
   }
 }
 

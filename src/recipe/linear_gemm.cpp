@@ -23,18 +23,18 @@ void OperandHealth::merge(const OperandHealth& o) {
   scale_max = std::max(scale_max, o.scale_max);
 }
 
-OperandHealth measure_health(const float* x, const quant::QuantTensor& q) {
+OperandHealth measure_health(const float* x, const quant::QTensor& q) {
   OperandHealth h;
   h.elements = q.rows * q.cols;
-  for (float s : q.scales) {
+  for (float s : q.row_major_scales()) {
     if (!std::isfinite(s)) continue;
     h.scale_min = std::min(h.scale_min, s);
     h.scale_max = std::max(h.scale_max, s);
   }
   // A value saturates when it would have rounded above the largest code: beyond fmax plus half its ulp
   // (a scale one float ulp off its ideal value must not count).
-  float limit = quant::format_max(q.format);
-  switch (q.format) {
+  float limit = quant::format_max(q.format());
+  switch (q.format()) {
     case quant::Format::E4M3: limit = 464.0f; break;     // 448 + 32 / 2
     case quant::Format::E5M2: limit = 61440.0f; break;   // 57344 + 8192 / 2
     case quant::Format::E5M6: limit = 65280.0f; break;   // 65024 + 512 / 2
@@ -180,13 +180,15 @@ void write_output(const Tensor& out, const std::vector<float>& d, bool accumulat
 // A 128×128-block quantization re-expressed with one scale per row per 128 columns (each row of a block
 // repeats the block's scale): the same values, in the 1×128 × 128×128 pairing ref_gemm accepts. Used by the
 // dgrad_block ablation.
-quant::QuantTensor blocks_as_row_tiles(const quant::QuantTensor& q) {
-  quant::QuantTensor t = q;
-  t.granularity = quant::Granularity::row_tile(q.granularity.block_cols);
+quant::QTensor blocks_as_row_tiles(const quant::QTensor& q) {
+  quant::QTensor t = q;
+  t.spec.granularity = quant::Granularity::row_tile(q.granularity().block_cols);
   const int64_t sc = q.scale_cols();
-  t.scales.assign(static_cast<size_t>(q.rows * sc), 0.0f);
+  t.rowwise.scales = Tensor::zeros({q.rows, sc}, DType::F32, MemCategory::Workspace, Device::cpu());
+  float* dst = t.scale_ptr();
+  const float* src = q.scale_ptr();
   for (int64_t r = 0; r < q.rows; ++r)
-    for (int64_t c = 0; c < sc; ++c) t.scales[r * sc + c] = q.scales[(r / q.granularity.block_rows) * sc + c];
+    for (int64_t c = 0; c < sc; ++c) dst[r * sc + c] = src[(r / q.granularity().block_rows) * sc + c];
   return t;
 }
 
@@ -212,10 +214,10 @@ GemmAccuracy plain_accuracy(const Tensor& a, bool trans_a, const Tensor& b, bool
   return against_reference(y.to_vector<float>(), a, trans_a, b, trans_b);
 }
 
-bool cache_matches(const quant::QuantTensor& q, CacheFormat format) {
+bool cache_matches(const quant::QTensor& q, CacheFormat format) {
   if (format == CacheFormat::Fp32 || format == CacheFormat::Bf16) return false;
-  const quant::QuantConfig c = cache_quant_config(format);
-  return q.format == c.format && q.granularity == c.granularity &&
+  const quant::QuantSpec c = cache_quant_config(format);
+  return q.format() == c.format && q.granularity() == c.granularity &&
          (c.granularity.per_tensor || q.pow2_scales == (c.scale_mode == quant::ScaleMode::PowerOfTwo));
 }
 }  // namespace
@@ -262,14 +264,14 @@ CachedActivation LinearGemm::forward(const Tensor& x, const Tensor& w, const Ten
 
   const GemmOperands g = gemm_operands(cfg, GemmKind::Fprop);
   HostMatrix xh(x), wh(w);
-  quant::QuantTensor a, b;
+  quant::QTensor a, b;
   if (cfg.per_tensor()) {
     a = quant::quantize_delayed(xh.data, tokens, in, g.a, history_x_);
     weight_scale_ = history_w_.scale(g.b.format, g.b.scale_mode);
     have_weight_scale_ = true;
     b = quant::quantize_delayed(wh.data, out, in, g.b, history_w_);
   } else {
-    quant::QuantConfig qa = g.a;
+    quant::QuantSpec qa = g.a;
     if (options_.dispatched_input && cfg.moe_dispatch_fp8) qa.scale_mode = quant::ScaleMode::PowerOfTwo;
     a = quant::quantize(xh.data, tokens, in, qa);
     b = quant::quantize(wh.data, out, in, g.b);
@@ -287,7 +289,7 @@ CachedActivation LinearGemm::forward(const Tensor& x, const Tensor& w, const Ten
   return CachedActivation::store(xh.data, tokens, in, cache_format);
 }
 
-const quant::QuantTensor& LinearGemm::tensorwise_dy(const Tensor& dy, const float* dyh) {
+const quant::QTensor& LinearGemm::tensorwise_dy(const Tensor& dy, const float* dyh) {
   if (dy_uses_left_ > 0 && dy_ptr_ == dy.raw() && dy_q_.rows == dy.size(0) && dy_q_.cols == dy.size(1)) {
     --dy_uses_left_;
     return dy_q_;
@@ -322,8 +324,8 @@ void LinearGemm::dgrad(const Tensor& dy, const Tensor& w, const Tensor& dx, bool
   HostMatrix dyh(dy), wh(w);
   if (cfg.per_tensor()) {
     FP8T_CHECK(have_weight_scale_, "linear {}: backward before forward (no weight scale yet)", name_);
-    const quant::QuantTensor& dq = tensorwise_dy(dy, dyh.data);
-    const quant::QuantTensor wq = quant::quantize_with_scale(wh.data, out, in, g.b.format, weight_scale_);
+    const quant::QTensor& dq = tensorwise_dy(dy, dyh.data);
+    const quant::QTensor wq = quant::quantize_with_scale(wh.data, out, in, g.b.format, weight_scale_);
     const std::vector<float> d = quant::ref_gemm(dq, quant::transpose(wq), g.gemm);
     if (health)
       context_->record(name_, GemmKind::Dgrad, measure_health(dyh.data, dq), measure_health(wh.data, wq),
@@ -331,16 +333,16 @@ void LinearGemm::dgrad(const Tensor& dy, const Tensor& w, const Tensor& dx, bool
     write_output(dx, d, accumulate);
     return;
   }
-  quant::QuantConfig qa = g.a;
+  quant::QuantSpec qa = g.a;
   if (qa.rounding == quant::Rounding::Stochastic) qa.seed = next_seed();
   if (options_.dispatched_grad && cfg.moe_dispatch_fp8) {
     qa.scale_mode = quant::ScaleMode::PowerOfTwo;
     qa.granularity = quant::Granularity::tile_1x128();  // the dispatched tensor's own tiles
   }
-  quant::QuantTensor a = quant::quantize(dyh.data, tokens, out, qa);
-  const quant::QuantTensor wq = quant::quantize(wh.data, out, in, g.b);
+  quant::QTensor a = quant::quantize(dyh.data, tokens, out, qa);
+  const quant::QTensor wq = quant::quantize(wh.data, out, in, g.b);
   const OperandHealth health_a = health ? measure_health(dyh.data, a) : OperandHealth{};
-  if (!a.granularity.per_tensor && a.granularity.block_rows > 1) a = blocks_as_row_tiles(a);
+  if (!a.granularity().per_tensor && a.granularity().block_rows > 1) a = blocks_as_row_tiles(a);
   const std::vector<float> d = quant::ref_gemm(a, quant::transpose(wq), g.gemm);
   if (health)
     context_->record(name_, GemmKind::Dgrad, health_a, measure_health(wh.data, wq),
@@ -407,9 +409,9 @@ void LinearGemm::wgrad_impl(const Tensor& dy, const float* xv, const CachedActiv
   };
 
   if (cfg.per_tensor()) {
-    const quant::QuantTensor& dq = tensorwise_dy(dy, dyh.data);
-    quant::QuantTensor xq;
-    if (xc && xc->quant().granularity.per_tensor && xc->quant().format == g.b.format) {
+    const quant::QTensor& dq = tensorwise_dy(dy, dyh.data);
+    quant::QTensor xq;
+    if (xc && xc->quant().granularity().per_tensor && xc->quant().format() == g.b.format) {
       xq = xc->quant();
     } else {
       xq = quant::quantize(x_values(), tokens, in, g.b);
@@ -423,7 +425,7 @@ void LinearGemm::wgrad_impl(const Tensor& dy, const float* xv, const CachedActiv
   }
 
   // Both operands are tiled along tokens: quantize 128×1 on the [tokens, ·] matrices, then transpose.
-  quant::QuantConfig qa = g.a, qb = g.b;
+  quant::QuantSpec qa = g.a, qb = g.b;
   qa.granularity = qa.granularity.transposed();
   qb.granularity = qb.granularity.transposed();
   if (qa.rounding == quant::Rounding::Stochastic) qa.seed = next_seed();
@@ -431,16 +433,16 @@ void LinearGemm::wgrad_impl(const Tensor& dy, const float* xv, const CachedActiv
   std::vector<float> dispatched;
   if (options_.dispatched_grad && cfg.moe_dispatch_fp8) {
     // The expert received dy as FP8 with power-of-two 1×128 scales; Wgrad re-tiles those values.
-    quant::QuantConfig d = g.a;
+    quant::QuantSpec d = g.a;
     d.scale_mode = quant::ScaleMode::PowerOfTwo;
     d.granularity = quant::Granularity::tile_1x128();
     d.rounding = quant::Rounding::Nearest;
     dispatched = quant::dequantize(quant::quantize(dyh.data, tokens, out, d));
     dy_values = dispatched.data();
   }
-  const quant::QuantTensor dq = quant::quantize(dy_values, tokens, out, qa);
-  quant::QuantTensor xq;
-  if (xc && xc->quant().format == qb.format) {
+  const quant::QTensor dq = quant::quantize(dy_values, tokens, out, qa);
+  quant::QTensor xq;
+  if (xc && xc->quant().format() == qb.format) {
     xq = quant::retile(xc->quant(), qb);  // exact when both sides use power-of-two scales (quant.h)
   } else {
     xq = quant::quantize(x_values(), tokens, in, qb);

@@ -65,7 +65,7 @@ struct OperandHealth {
   void merge(const OperandHealth& o);
 };
 // Measures x [rows, cols] against its quantization q (same orientation and shape).
-OperandHealth measure_health(const float* x, const quant::QuantTensor& q);
+OperandHealth measure_health(const float* x, const quant::QTensor& q);
 
 // A recipe GEMM's product against its FP32 reference (see the top of this file).
 struct GemmAccuracy {
@@ -172,7 +172,7 @@ class LinearGemm {
                   bool accumulate);
   // fp8-tensorwise: dy quantized once per backward (one amax per step) and shared by Dgrad and Wgrad, which the
   // model calls one after the other with the same dy.
-  const quant::QuantTensor& tensorwise_dy(const Tensor& dy, const float* dyh);
+  const quant::QTensor& tensorwise_dy(const Tensor& dy, const float* dyh);
   // Values of dy as the GEMMs see them (the dispatched FP8 values for a dispatched gradient).
   RecipeContext* context_;
   std::string name_;
@@ -182,7 +182,7 @@ class LinearGemm {
   quant::AmaxHistory history_x_, history_w_, history_dy_;
   quant::BlockScale weight_scale_{1.0f, 1.0f};
   bool have_weight_scale_ = false;
-  quant::QuantTensor dy_q_;
+  quant::QTensor dy_q_;
   const void* dy_ptr_ = nullptr;
   int dy_uses_left_ = 0;
   size_t weight_operand_bytes_ = 0;

@@ -266,7 +266,7 @@ std::string describe_recipe(const RecipeConfig& c) {
   } else {
     for (GemmKind k : {GemmKind::Fprop, GemmKind::Dgrad, GemmKind::Wgrad}) {
       const GemmOperands g = gemm_operands(c, k);
-      auto operand = [](const quant::QuantConfig& q) {
+      auto operand = [](const quant::QuantSpec& q) {
         return fmt::format("{} {}{}{}", quant::format_name(q.format), q.granularity.name(),
                            q.scale_mode == quant::ScaleMode::PowerOfTwo ? " pow2" : "",
                            q.rounding == quant::Rounding::Stochastic ? " stochastic" : "");

@@ -109,7 +109,7 @@ std::string_view recipe_kind_name(RecipeKind k);
 //   Wgrad: a = dyᵀ [out, T] (1×128 along tokens), b = xᵀ [in, T] (1×128 along tokens)
 // Per-tensor recipes use Granularity::tensor() everywhere.
 struct GemmOperands {
-  quant::QuantConfig a, b;
+  quant::QuantSpec a, b;
   quant::GemmConfig gemm;
 };
 GemmOperands gemm_operands(const RecipeConfig& config, GemmKind kind);

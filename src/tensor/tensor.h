@@ -4,7 +4,7 @@
 //   device — where the storage lives (tensor/backend.h); data<T>() returns a pointer in that device's space
 // Views (view, narrow, rows) share the storage; a Storage frees its bytes, through the allocator that booked
 // them, when the last view goes away. Quantized tensors (FP8/E5M6/INT8 codes + FP32 scales + granularity) are
-// quant::QuantTensor, which keeps its codes and scales in Tensors of U8/U16 and F32.
+// quant::QTensor (quant/qtensor.h), which keeps its codes and scales in Tensors of U8 and F32.
 // Ops take Tensors and check dtype, shape, strides and device (ops/*.h); this layer only manages memory and
 // views. Most ops accept "matrix views": 2-D tensors whose last stride is 1 and whose row stride (ld) may be
 // larger than the number of columns, so a column block (narrow(1, ...)) is passed without a copy.

@@ -11,7 +11,6 @@
 
 namespace fp8train::gputest {
 namespace {
-using ops::cuda::CodeFormat;
 using ops::cuda::Encoder;
 using ops::cuda::detail::encode2;
 
@@ -29,15 +28,15 @@ __global__ void exhaustive_kernel(unsigned long long* counts, uint32_t* first) {
     const uint32_t u = static_cast<uint32_t>(i);
     const float lo = __uint_as_float(u);
     const float hi = __uint_as_float(u ^ 0x80000000u);  // the same magnitude with the other sign in the high slot
-    const uint32_t e4_hw = encode2<CodeFormat::E4M3, Encoder::Hardware>(lo, hi);
-    const uint32_t e4_sw = encode2<CodeFormat::E4M3, Encoder::Software>(lo, hi);
+    const uint32_t e4_hw = encode2<quant::Format::E4M3, Encoder::Hardware>(lo, hi);
+    const uint32_t e4_sw = encode2<quant::Format::E4M3, Encoder::Software>(lo, hi);
     if ((e4_hw & 0xFF) != (e4_sw & 0xFF)) report(counts, first, 0, u);
     if ((e4_hw >> 8) != (e4_sw >> 8)) report(counts, first, 1, u);
-    const uint32_t e5_hw = encode2<CodeFormat::E5M2, Encoder::Hardware>(lo, hi);
-    const uint32_t e5_sw = encode2<CodeFormat::E5M2, Encoder::Software>(lo, hi);
+    const uint32_t e5_hw = encode2<quant::Format::E5M2, Encoder::Hardware>(lo, hi);
+    const uint32_t e5_sw = encode2<quant::Format::E5M2, Encoder::Software>(lo, hi);
     if ((e5_hw & 0xFF) != (e5_sw & 0xFF)) report(counts, first, 2, u);
     if ((e5_hw >> 8) != (e5_sw >> 8)) report(counts, first, 3, u);
-    const uint32_t i8 = encode2<CodeFormat::INT8, Encoder::Hardware>(lo, hi);
+    const uint32_t i8 = encode2<quant::Format::INT8, Encoder::Hardware>(lo, hi);
     if ((i8 & 0xFF) != static_cast<uint8_t>(num::int8_encode_rne(lo))) report(counts, first, 4, u);
     if ((i8 >> 8) != static_cast<uint8_t>(num::int8_encode_rne(hi))) report(counts, first, 5, u);
     // The E5M6 kernel's encoder: in its range it must be the reference.

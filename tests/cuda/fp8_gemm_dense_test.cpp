@@ -48,22 +48,22 @@ std::string describe(const DenseCase& c) {
 
 // Runs one case on the GPU and compares with the CPU reference; returns the assertion.
 ::testing::AssertionResult run_dense_case(const DenseCase& c, uint64_t seed) {
-  const quant::QuantTensor a = random_e4m3(c.m, c.k, quant::Granularity::tile_1x128(), seed, c.pow2);
-  const quant::QuantTensor b = random_e4m3(c.n, c.k, quant::Granularity::block_128x128(), seed + 1, c.pow2);
+  const quant::QTensor a = random_e4m3(c.m, c.k, quant::Granularity::tile_1x128(), seed, c.pow2);
+  const quant::QTensor b = random_e4m3(c.n, c.k, quant::Granularity::block_128x128(), seed + 1, c.pow2);
 
   const int64_t kb = c.k / 128, nb = (c.n + 127) / 128;
   const int64_t m_pad = (c.m + 3) / 4 * 4, kb_pad = (kb + 3) / 4 * 4;
-  std::vector<float> sa = c.mn_major_a_scales ? transposed(a.scales, c.m, kb) : a.scales;
-  std::vector<float> sb = b.scales;
+  std::vector<float> sa = c.mn_major_a_scales ? transposed(a.row_major_scales(), c.m, kb) : a.row_major_scales();
+  std::vector<float> sb = b.row_major_scales();
   if (c.bulk_layout) {  // pad with a value the reference never sees (rows >= m, K blocks >= kb)
     sa.assign(static_cast<size_t>(kb * m_pad), 1e30f);
     for (int64_t r = 0; r < c.m; ++r)
-      for (int64_t g = 0; g < kb; ++g) sa[g * m_pad + r] = a.scales[r * kb + g];
+      for (int64_t g = 0; g < kb; ++g) sa[g * m_pad + r] = a.scale_ptr()[r * kb + g];
     sb.assign(static_cast<size_t>(nb * kb_pad), 1e30f);
     for (int64_t j = 0; j < nb; ++j)
-      for (int64_t g = 0; g < kb; ++g) sb[j * kb_pad + g] = b.scales[j * kb + g];
+      for (int64_t g = 0; g < kb; ++g) sb[j * kb_pad + g] = b.scale_ptr()[j * kb + g];
   }
-  DeviceArray<uint8_t> da(a.codes), db(b.codes);
+  DeviceArray<uint8_t> da(a.code_vector()), db(b.code_vector());
   DeviceArray<float> dsa(sa), dsb(sb);
   DeviceArray<uint16_t> dd(static_cast<size_t>(c.m * c.n));
   Fp8GemmDenseProblem p;

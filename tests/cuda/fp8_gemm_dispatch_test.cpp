@@ -55,9 +55,9 @@ TEST(Fp8GemmDispatch, BothBackendsComputeFpropAndWgrad) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const int64_t m = 256, n = 384, k = 640, kb = k / 128;
-  const quant::QuantTensor a = random_e4m3(m, k, quant::Granularity::tile_1x128(), seed);
-  const quant::QuantTensor w = random_e4m3(n, k, quant::Granularity::block_128x128(), seed + 1);
-  const quant::QuantTensor bt = random_e4m3(n, k, quant::Granularity::tile_1x128(), seed + 2);
+  const quant::QTensor a = random_e4m3(m, k, quant::Granularity::tile_1x128(), seed);
+  const quant::QTensor w = random_e4m3(n, k, quant::Granularity::block_128x128(), seed + 1);
+  const quant::QTensor bt = random_e4m3(n, k, quant::Granularity::tile_1x128(), seed + 2);
   std::vector<uint16_t> want_bf16(static_cast<size_t>(m * n));
   quant::GemmConfig fprop = hopper_config();  // the heuristic's split-K ranges, if it splits (M <= 256)
   fprop.k_splits = ops::cuda::fp8_gemm_dense_heuristic(m, n, k, ops::cuda::fp8_gemm_num_sms()).k_splits;
@@ -66,8 +66,8 @@ TEST(Fp8GemmDispatch, BothBackendsComputeFpropAndWgrad) {
   std::vector<float> want_wgrad(static_cast<size_t>(m * n));
   quant::ref_gemm(a, bt, hopper_config(true), want_wgrad.data(), c.data());
 
-  DeviceArray<uint8_t> da(a.codes), dw(w.codes), dbt(bt.codes);
-  DeviceArray<float> dsa(a.scales), dsw(w.scales), dsbt(bt.scales), dc(c), dd32(static_cast<size_t>(m * n));
+  DeviceArray<uint8_t> da(a.code_vector()), dw(w.code_vector()), dbt(bt.code_vector());
+  DeviceArray<float> dsa(a.row_major_scales()), dsw(w.row_major_scales()), dsbt(bt.row_major_scales()), dc(c), dd32(static_cast<size_t>(m * n));
   DeviceArray<uint16_t> dd(static_cast<size_t>(m * n));
   ops::cuda::Fp8GemmDenseProblem p;
   p.m = m;

@@ -29,36 +29,35 @@ using ops::cuda::Fp8GemmGroupedProblem;
   ops::cuda::check_group_offsets(offsets.data(), groups, m_total, "test offsets");
   const int64_t kb = k / 128, nb = (n + 127) / 128;
 
-  const quant::QuantTensor a = random_e4m3(m_total, k, quant::Granularity::tile_1x128(), seed);
+  const quant::QTensor a = random_e4m3(m_total, k, quant::Granularity::tile_1x128(), seed);
   std::vector<uint8_t> b_codes;
   std::vector<float> b_scales;
   std::vector<uint16_t> want(static_cast<size_t>(m_total * n));
   for (int e = 0; e < groups; ++e) {
-    const quant::QuantTensor b = random_e4m3(n, k, quant::Granularity::block_128x128(), seed + 1 + e);
-    b_codes.insert(b_codes.end(), b.codes.begin(), b.codes.end());
-    b_scales.insert(b_scales.end(), b.scales.begin(), b.scales.end());
+    const quant::QTensor b = random_e4m3(n, k, quant::Granularity::block_128x128(), seed + 1 + e);
+    const std::vector<uint8_t> codes = b.code_vector();
+    const std::vector<float> scales = b.row_major_scales();
+    b_codes.insert(b_codes.end(), codes.begin(), codes.end());
+    b_scales.insert(b_scales.end(), scales.begin(), scales.end());
     const int64_t rows = offsets[e + 1] - offsets[e];
     if (rows == 0) continue;
-    quant::QuantTensor a_e;  // the expert's row segment of A
+    quant::QTensor a_e = a;  // the expert's row segment of A (views of its codes and 1x128 scales)
     a_e.rows = rows;
-    a_e.cols = k;
-    a_e.format = a.format;
-    a_e.granularity = a.granularity;
-    a_e.codes.assign(a.codes.begin() + offsets[e] * k, a.codes.begin() + offsets[e + 1] * k);
-    a_e.scales.assign(a.scales.begin() + offsets[e] * kb, a.scales.begin() + offsets[e + 1] * kb);
+    a_e.rowwise.codes = a.rowwise.codes.rows(offsets[e], offsets[e + 1]);
+    a_e.rowwise.scales = a.rowwise.scales.rows(offsets[e], offsets[e + 1]);
     quant::ref_gemm_bf16(a_e, b, hopper_config(), want.data() + offsets[e] * n);
   }
 
   // bulk_layout: cuBLASLt-style padded scales (A MN-major; B rows padded to 4 K blocks): bulk scale copies.
   const int64_t kb_pad = (kb + 3) / 4 * 4;
-  std::vector<float> sa = a.scales, sb = b_scales;
+  std::vector<float> sa = a.row_major_scales(), sb = b_scales;
   if (bulk_layout) {
-    sa = transposed(a.scales, m_total, kb);
+    sa = transposed(a.row_major_scales(), m_total, kb);
     sb.assign(static_cast<size_t>(groups * nb * kb_pad), 1e30f);
     for (int64_t r = 0; r < groups * nb; ++r)
       for (int64_t g = 0; g < kb; ++g) sb[r * kb_pad + g] = b_scales[r * kb + g];
   }
-  DeviceArray<uint8_t> da(a.codes), db(b_codes);
+  DeviceArray<uint8_t> da(a.code_vector()), db(b_codes);
   DeviceArray<float> dsa(sa), dsb(sb);
   DeviceArray<int32_t> doff(offsets);
   DeviceArray<uint16_t> dd(static_cast<size_t>(m_total * n));

@@ -18,9 +18,9 @@ namespace fp8train::gputest {
 
 // An E4M3 operand [rows, k]: codes and row-major scales, quantized from fresh random values whose rows and
 // 128-column bands span six decades (so block scales differ everywhere).
-inline quant::QuantTensor random_e4m3(int64_t rows, int64_t k, quant::Granularity g, uint64_t seed,
+inline quant::QTensor random_e4m3(int64_t rows, int64_t k, quant::Granularity g, uint64_t seed,
                                       bool pow2_scales = false) {
-  quant::QuantConfig config;
+  quant::QuantSpec config;
   config.format = quant::Format::E4M3;
   config.granularity = g;
   config.scale_mode = pow2_scales ? quant::ScaleMode::PowerOfTwo : quant::ScaleMode::Amax;
@@ -73,7 +73,7 @@ inline ::testing::AssertionResult same_bits_f32(const std::vector<float>& got, c
   return ::testing::AssertionFailure() << buf;
 }
 
-// The transpose of a row-major [rows, cols] float grid (row-major QuantTensor scales -> "MN-major").
+// The transpose of a row-major [rows, cols] float grid (row-major QTensor scales -> "MN-major").
 inline std::vector<float> transposed(const std::vector<float>& x, int64_t rows, int64_t cols) {
   std::vector<float> t(x.size());
   for (int64_t r = 0; r < rows; ++r)

@@ -22,8 +22,8 @@ enum class CMode { None, Separate, InPlace };
 ::testing::AssertionResult run_wgrad_case(int64_t m, int64_t n, int64_t k, int block_n, CMode c_mode, uint64_t seed,
                                           ops::cuda::Fp8GemmMulticast multicast = ops::cuda::Fp8GemmMulticast::Auto,
                                           bool bulk_layout = false, int block_m = 0) {
-  const quant::QuantTensor a = random_e4m3(m, k, quant::Granularity::tile_1x128(), seed);
-  const quant::QuantTensor b = random_e4m3(n, k, quant::Granularity::tile_1x128(), seed + 1);
+  const quant::QTensor a = random_e4m3(m, k, quant::Granularity::tile_1x128(), seed);
+  const quant::QTensor b = random_e4m3(n, k, quant::Granularity::tile_1x128(), seed + 1);
   const std::vector<float> c = random_matrix(m, n, seed + 2);
   std::vector<float> want(static_cast<size_t>(m * n));
   quant::ref_gemm(a, b, hopper_config(c_mode != CMode::None), want.data(), c_mode != CMode::None ? c.data() : nullptr);
@@ -37,9 +37,9 @@ enum class CMode { None, Separate, InPlace };
       for (int64_t g = 0; g < kb; ++g) t[g * pad + r] = s[r * kb + g];
     return t;
   };
-  DeviceArray<uint8_t> da(a.codes), db(b.codes);
-  DeviceArray<float> dsa(bulk_layout ? mn_major(a.scales, m, m_pad) : a.scales),
-      dsb(bulk_layout ? mn_major(b.scales, n, n_pad) : b.scales), dc(c), dd(static_cast<size_t>(m * n));
+  DeviceArray<uint8_t> da(a.code_vector()), db(b.code_vector());
+  DeviceArray<float> dsa(bulk_layout ? mn_major(a.row_major_scales(), m, m_pad) : a.row_major_scales()),
+      dsb(bulk_layout ? mn_major(b.row_major_scales(), n, n_pad) : b.row_major_scales()), dc(c), dd(static_cast<size_t>(m * n));
   Fp8GemmWgradProblem p;
   p.m = m;
   p.n = n;
@@ -118,8 +118,8 @@ TEST(Fp8GemmWgrad, KGroupedExpertsIncludingEmptyOnes) {
   const int64_t kb = k / 128;
   // A = dY^T [m, k] and B = X^T [n, k] over the concatenated tokens; 1x128 tiles never straddle an expert,
   // so quantizing the whole token axis at once gives each expert's own tiles.
-  const quant::QuantTensor a = random_e4m3(m, k, quant::Granularity::tile_1x128(), seed);
-  const quant::QuantTensor b = random_e4m3(n, k, quant::Granularity::tile_1x128(), seed + 1);
+  const quant::QTensor a = random_e4m3(m, k, quant::Granularity::tile_1x128(), seed);
+  const quant::QTensor b = random_e4m3(n, k, quant::Granularity::tile_1x128(), seed + 1);
   const std::vector<float> c = random_matrix(groups * m, n, seed + 2);
   std::vector<float> want(c.size());
   for (int e = 0; e < groups; ++e) {
@@ -130,23 +130,13 @@ TEST(Fp8GemmWgrad, KGroupedExpertsIncludingEmptyOnes) {
       std::copy(c_e, c_e + m * n, want_e);
       continue;
     }
-    auto slice = [&](const quant::QuantTensor& q, int64_t rows) {
-      quant::QuantTensor s;
-      s.rows = rows;
-      s.cols = k1 - k0;
-      s.format = q.format;
-      s.granularity = q.granularity;
-      for (int64_t r = 0; r < rows; ++r) {
-        s.codes.insert(s.codes.end(), q.codes.begin() + r * k + k0, q.codes.begin() + r * k + k1);
-        s.scales.insert(s.scales.end(), q.scales.begin() + r * kb + k0 / 128, q.scales.begin() + r * kb + k1 / 128);
-      }
-      return s;
-    };
-    quant::ref_gemm(slice(a, m), slice(b, n), hopper_config(true), want_e, c_e);
+    // Columns [k0, k1) of both operands (codes and their 1x128 scales).
+    quant::ref_gemm(quant::k_slice(a, k0 / 128, k1 / 128), quant::k_slice(b, k0 / 128, k1 / 128), hopper_config(true),
+                    want_e, c_e);
   }
 
-  DeviceArray<uint8_t> da(a.codes), db(b.codes);
-  DeviceArray<float> dsa(a.scales), dsb(b.scales), dc(c), dd(c.size());
+  DeviceArray<uint8_t> da(a.code_vector()), db(b.code_vector());
+  DeviceArray<float> dsa(a.row_major_scales()), dsb(b.row_major_scales()), dc(c), dd(c.size());
   DeviceArray<int32_t> doff(offsets);
   using MC = ops::cuda::Fp8GemmMulticast;
   for (auto [block_n, mc] : {std::pair<int, MC>{64, MC::None}, {128, MC::Auto}, {96, MC::ShareA}, {128, MC::ShareB}}) {

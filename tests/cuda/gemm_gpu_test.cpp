@@ -36,34 +36,34 @@ namespace {
 using ops::cuda::GemmInput;
 using ops::cuda::GemmOutput;
 using ops::cuda::OperandScaling;
-using ops::cuda::ScaledGemmProblem;
-using ops::cuda::ScaleLayout;
+using ops::cuda::CublasLtProblem;
+using quant::ScaleLayout;
 
 ops::cuda::CublasLtGemm& gemm() { return ops::cuda::cublaslt_gemm(0); }
 
 GemmInput gemm_input(quant::Format f) { return f == quant::Format::E5M2 ? GemmInput::E5M2 : GemmInput::E4M3; }
-OperandScaling scaling_of(const quant::QuantTensor& q) {
-  if (q.granularity.per_tensor) return OperandScaling::Tensor;
-  return q.granularity.block_rows == 1 ? OperandScaling::Tile1x128 : OperandScaling::Block128x128;
+OperandScaling scaling_of(const quant::QTensor& q) {
+  if (q.granularity().per_tensor) return OperandScaling::Tensor;
+  return q.granularity().block_rows == 1 ? OperandScaling::Tile1x128 : OperandScaling::Block128x128;
 }
 
-// Native cuBLASLt scale layout of a QuantTensor's row-major scales (quant.h) — see cublaslt_gemm.h.
-std::vector<float> native_scales(const quant::QuantTensor& q) {
+// Native cuBLASLt scale layout of a QTensor's row-major scales (quant.h) — see cublaslt_gemm.h.
+std::vector<float> native_scales(const quant::QTensor& q) {
   const int64_t sr = q.scale_rows(), sc = q.scale_cols();
   if (scaling_of(q) == OperandScaling::Tile1x128) {
     std::vector<float> out(static_cast<size_t>(sr * sc));
     for (int64_t r = 0; r < sr; ++r)
-      for (int64_t c = 0; c < sc; ++c) out[c * sr + r] = q.scales[r * sc + c];
+      for (int64_t c = 0; c < sc; ++c) out[c * sr + r] = q.scale_ptr()[r * sc + c];
     return out;
   }
   if (scaling_of(q) == OperandScaling::Block128x128) {
     const int64_t ld = (sc + 3) / 4 * 4;
     std::vector<float> out(static_cast<size_t>(sr * ld), 0.0f);
     for (int64_t r = 0; r < sr; ++r)
-      for (int64_t c = 0; c < sc; ++c) out[r * ld + c] = q.scales[r * sc + c];
+      for (int64_t c = 0; c < sc; ++c) out[r * ld + c] = q.scale_ptr()[r * sc + c];
     return out;
   }
-  return q.scales;
+  return q.row_major_scales();
 }
 
 struct GpuResult {
@@ -71,24 +71,24 @@ struct GpuResult {
   std::vector<uint16_t> bf16;
 };
 
-// D = A·Bᵀ (+ C) on the GPU from two CPU QuantTensors.
-GpuResult run_gpu(const quant::QuantTensor& a, const quant::QuantTensor& b, GemmOutput out, bool fast_accum,
+// D = A·Bᵀ (+ C) on the GPU from two CPU QTensors.
+GpuResult run_gpu(const quant::QTensor& a, const quant::QTensor& b, GemmOutput out, bool fast_accum,
                   ScaleLayout layout, const std::vector<float>* c = nullptr) {
-  ScaledGemmProblem p;
+  CublasLtProblem p;
   p.m = a.rows;
   p.n = b.rows;
   p.k = a.cols;
-  p.a_type = gemm_input(a.format);
-  p.b_type = gemm_input(b.format);
+  p.a_type = gemm_input(a.format());
+  p.b_type = gemm_input(b.format());
   p.a_scaling = scaling_of(a);
   p.b_scaling = scaling_of(b);
   p.a_scale_layout = p.b_scale_layout = layout;
   p.out = out;
   p.fast_accum = fast_accum;
   p.accumulate = c != nullptr;
-  DeviceArray<uint8_t> da(a.codes), db(b.codes);
-  DeviceArray<float> sa(layout == ScaleLayout::Native ? native_scales(a) : a.scales);
-  DeviceArray<float> sb(layout == ScaleLayout::Native ? native_scales(b) : b.scales);
+  DeviceArray<uint8_t> da(a.code_vector()), db(b.code_vector());
+  DeviceArray<float> sa(layout == ScaleLayout::GemmNative ? native_scales(a) : a.row_major_scales());
+  DeviceArray<float> sb(layout == ScaleLayout::GemmNative ? native_scales(b) : b.row_major_scales());
   GpuResult r;
   if (out == GemmOutput::F32) {
     DeviceArray<float> d(a.rows * b.rows);
@@ -103,24 +103,24 @@ GpuResult run_gpu(const quant::QuantTensor& a, const quant::QuantTensor& b, Gemm
   return r;
 }
 
-quant::QuantTensor quantize(const std::vector<float>& x, int64_t rows, int64_t cols, quant::Format f,
+quant::QTensor quantize(const std::vector<float>& x, int64_t rows, int64_t cols, quant::Format f,
                             quant::Granularity g) {
-  quant::QuantConfig c;
+  quant::QuantSpec c;
   c.format = f;
   c.granularity = g;
   return quant::quantize(x, rows, cols, c);
 }
 
 // Random finite codes with all scales 1 (the setting of the captured H200 vectors).
-quant::QuantTensor unit_scale_operand(int64_t rows, int64_t cols, quant::Format f, quant::Granularity g,
+quant::QTensor unit_scale_operand(int64_t rows, int64_t cols, quant::Format f, quant::Granularity g,
                                       uint64_t seed) {
   std::vector<float> x = random_matrix(rows, cols, seed, 0.0f);
-  quant::QuantTensor q = quantize(x, rows, cols, f, g);
-  for (auto& s : q.scales) s = 1.0f;
+  quant::QTensor q = quantize(x, rows, cols, f, g);
+  for (int64_t i = 0; i < q.rowwise.scales.numel(); ++i) q.scale_ptr()[i] = 1.0f;
   return q;
 }
 
-double calc_diff_vs_fp64(const std::vector<float>& got, const quant::QuantTensor& a, const quant::QuantTensor& b) {
+double calc_diff_vs_fp64(const std::vector<float>& got, const quant::QTensor& a, const quant::QTensor& b) {
   const std::vector<double> ref = quant::ref_gemm_fp64(a, b);
   return num::calc_diff(std::span<const float>(got), std::span<const double>(ref));
 }
@@ -129,18 +129,18 @@ double calc_diff_vs_fp64(const std::vector<float>& got, const quant::QuantTensor
 // FP22 chain of each 128-group (num::hopper_dot over the group) is promoted by
 //   0: acc = fma(sa*sb, chain, acc)   (the CPU hopper model)   1: acc = acc + (sa*sb)*chain
 //   2: acc = acc + (chain*sa)*sb                                3: acc = fma(chain*sa, sb, acc)
-std::vector<int64_t> candidate_matches(const quant::QuantTensor& a, const quant::QuantTensor& b,
+std::vector<int64_t> candidate_matches(const quant::QTensor& a, const quant::QTensor& b,
                                        const std::vector<float>& got, int64_t max_rows) {
   const int64_t K = a.cols, groups = (K + 127) / 128;
-  const auto fa = a.format == quant::Format::E5M2 ? num::Fp8Format::E5M2 : num::Fp8Format::E4M3;
-  const auto fb = b.format == quant::Format::E5M2 ? num::Fp8Format::E5M2 : num::Fp8Format::E4M3;
+  const auto fa = a.format() == quant::Format::E5M2 ? num::Fp8Format::E5M2 : num::Fp8Format::E4M3;
+  const auto fb = b.format() == quant::Format::E5M2 ? num::Fp8Format::E5M2 : num::Fp8Format::E4M3;
   std::vector<int64_t> matches(4, 0);
   for (int64_t i = 0; i < std::min(a.rows, max_rows); ++i)
     for (int64_t j = 0; j < b.rows; ++j) {
       float acc[4] = {0, 0, 0, 0};
       for (int64_t g = 0; g < groups; ++g) {
         const int64_t k0 = g * 128, len = std::min<int64_t>(128, K - k0);
-        const float chain = num::hopper_dot(a.codes.data() + i * K + k0, fa, b.codes.data() + j * K + k0, fb,
+        const float chain = num::hopper_dot(a.code_ptr() + i * K + k0, fa, b.code_ptr() + j * K + k0, fb,
                                             static_cast<int>(len), num::kNeverPromote);
         const float sa = a.scale_of(i, k0), sb = b.scale_of(j, k0);
         acc[0] = std::fma(sa * sb, chain, acc[0]);
@@ -153,14 +153,14 @@ std::vector<int64_t> candidate_matches(const quant::QuantTensor& a, const quant:
   return matches;
 }
 
-struct Shape {
+struct GemmShape {
   int64_t m, n, k;
 };
 
 TEST(GemmGpu, Fp8BlockScaledUnitScalesAgainstTheHopperModel) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  for (Shape s : {Shape{128, 256, 1024}, Shape{64, 128, 4096}, Shape{132, 68, 384}}) {
+  for (GemmShape s : {GemmShape{128, 256, 1024}, GemmShape{64, 128, 4096}, GemmShape{132, 68, 384}}) {
     const auto a = unit_scale_operand(s.m, s.k, quant::Format::E4M3, quant::Granularity::tile_1x128(), seed + s.k);
     const auto b = unit_scale_operand(s.n, s.k, quant::Format::E4M3, quant::Granularity::block_128x128(), seed + s.n);
     const GpuResult got = run_gpu(a, b, GemmOutput::F32, false, ScaleLayout::RowMajor);
@@ -182,12 +182,12 @@ TEST(GemmGpu, Fp8BlockScaledUnitScalesAgainstTheHopperModel) {
 TEST(GemmGpu, Fp8BlockScaledRealScalesAgainstHopperModelAndFp64) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  for (Shape s : {Shape{128, 256, 1024}, Shape{256, 128, 640}, Shape{132, 68, 320}, Shape{128, 256, 4096}}) {
+  for (GemmShape s : {GemmShape{128, 256, 1024}, GemmShape{256, 128, 640}, GemmShape{132, 68, 320}, GemmShape{128, 256, 4096}}) {
     const auto xa = random_matrix(s.m, s.k, seed + s.m);
     const auto xb = random_matrix(s.n, s.k, seed + s.n + 1);
     const auto a = quantize(xa, s.m, s.k, quant::Format::E4M3, quant::Granularity::tile_1x128());
     const auto b = quantize(xb, s.n, s.k, quant::Format::E4M3, quant::Granularity::block_128x128());
-    for (ScaleLayout layout : {ScaleLayout::RowMajor, ScaleLayout::Native}) {
+    for (ScaleLayout layout : {ScaleLayout::RowMajor, ScaleLayout::GemmNative}) {
       const GpuResult got = run_gpu(a, b, GemmOutput::F32, false, layout);
       quant::GemmConfig cfg;
       cfg.mode = quant::AccumMode::Hopper;
@@ -198,7 +198,7 @@ TEST(GemmGpu, Fp8BlockScaledRealScalesAgainstHopperModelAndFp64) {
       std::printf("FINDING block-scaled 1x128x128x128 %s M=%lld N=%lld K=%lld: %lld of %zu outputs differ from the "
                   "hopper model; calc_diff vs FP64 %.3g; candidates (first 64 rows, %lld outputs) fma(sa*sb,c,acc) "
                   "%lld, acc+(sa*sb)*c %lld, acc+(c*sa)*sb %lld, fma(c*sa,sb,acc) %lld\n",
-                  layout == ScaleLayout::Native ? "native" : "row-major", static_cast<long long>(s.m),
+                  layout == ScaleLayout::GemmNative ? "native" : "row-major", static_cast<long long>(s.m),
                   static_cast<long long>(s.n), static_cast<long long>(s.k), static_cast<long long>(bad), want.size(),
                   cd, static_cast<long long>(std::min<int64_t>(64, s.m) * s.n), static_cast<long long>(cand[0]),
                   static_cast<long long>(cand[1]), static_cast<long long>(cand[2]), static_cast<long long>(cand[3]));
@@ -265,7 +265,7 @@ TEST(GemmGpu, PerTensorFp8WithAndWithoutFastAccumulation) {
       for (bool unit : {true, false}) {
         auto a = quantize(random_matrix(m, k, seed + 3), m, k, fa, quant::Granularity::tensor());
         auto b = quantize(random_matrix(n, k, seed + 4), n, k, quant::Format::E4M3, quant::Granularity::tensor());
-        if (unit) a.scales[0] = b.scales[0] = 1.0f;
+        if (unit) a.scale_ptr()[0] = b.scale_ptr()[0] = 1.0f;
         const GpuResult got = run_gpu(a, b, GemmOutput::F32, fast, ScaleLayout::RowMajor);
         quant::GemmConfig cfg;
         cfg.mode = quant::AccumMode::Hopper;
@@ -310,15 +310,15 @@ TEST(GemmGpu, PerTensorFp8Bf16Output) {
   // the tensorwise recipe keep them): cuBLASLt refuses those, so the wrapper copies them; same result.
   const auto a = quantize(random_matrix(m, k, seed + 7), m, k, quant::Format::E4M3, quant::Granularity::tensor());
   const auto b = quantize(random_matrix(n, k, seed + 8), n, k, quant::Format::E4M3, quant::Granularity::tensor());
-  ScaledGemmProblem p;
+  CublasLtProblem p;
   p.m = m;
   p.n = n;
   p.k = k;
   p.a_type = p.b_type = GemmInput::E4M3;
   p.a_scaling = p.b_scaling = OperandScaling::Tensor;
   p.out = GemmOutput::BF16;
-  DeviceArray<uint8_t> da(a.codes), db(b.codes);
-  DeviceArray<float> scales(std::vector<float>{0.0f, a.scales[0], b.scales[0]});
+  DeviceArray<uint8_t> da(a.code_vector()), db(b.code_vector());
+  DeviceArray<float> scales(std::vector<float>{0.0f, a.scale_ptr()[0], b.scale_ptr()[0]});
   DeviceArray<uint16_t> d(m * n);
   gemm().run(p, da.get(), scales.get() + 1, db.get(), scales.get() + 2, d.get(), nullptr);
   const std::vector<uint16_t> aligned = run_gpu(a, b, GemmOutput::BF16, false, ScaleLayout::RowMajor).bf16;
@@ -339,7 +339,7 @@ TEST(GemmGpu, Bf16GemmMatchesFp64) {
       for (int64_t q = 0; q < k; ++q) s += static_cast<double>(a[i * k + q]) * b[j * k + q];
       ref[i * n + j] = s;
     }
-  ScaledGemmProblem p;
+  CublasLtProblem p;
   p.m = m;
   p.n = n;
   p.k = k;
@@ -367,26 +367,26 @@ TEST(GemmGpu, PlansAreCachedPerShape) {
   const auto a = quantize(random_matrix(128, 512, seed), 128, 512, quant::Format::E4M3, quant::Granularity::tile_1x128());
   const auto b = quantize(random_matrix(256, 512, seed + 1), 256, 512, quant::Format::E4M3,
                           quant::Granularity::block_128x128());
-  run_gpu(a, b, GemmOutput::BF16, false, ScaleLayout::Native);
+  run_gpu(a, b, GemmOutput::BF16, false, ScaleLayout::GemmNative);
   const size_t plans = gemm().cached_plans();
-  for (int i = 0; i < 3; ++i) run_gpu(a, b, GemmOutput::BF16, false, ScaleLayout::Native);
+  for (int i = 0; i < 3; ++i) run_gpu(a, b, GemmOutput::BF16, false, ScaleLayout::GemmNative);
   EXPECT_EQ(gemm().cached_plans(), plans);
   const auto a2 = quantize(random_matrix(64, 512, seed + 2), 64, 512, quant::Format::E4M3, quant::Granularity::tile_1x128());
-  run_gpu(a2, b, GemmOutput::BF16, false, ScaleLayout::Native);
+  run_gpu(a2, b, GemmOutput::BF16, false, ScaleLayout::GemmNative);
   EXPECT_EQ(gemm().cached_plans(), plans + 1);
-  ScaledGemmProblem p;
+  CublasLtProblem p;
   p.m = 128;
   p.n = 256;
   p.k = 512;
   p.out = GemmOutput::BF16;
-  p.a_scale_layout = ScaleLayout::Native;
-  p.b_scale_layout = ScaleLayout::Native;
+  p.a_scale_layout = ScaleLayout::GemmNative;
+  p.b_scale_layout = ScaleLayout::GemmNative;
   std::printf("cuBLASLt plan for %s: %s (%s)\n", p.describe().c_str(), gemm().algorithm(p).c_str(),
               ops::cuda::cublaslt_version().c_str());
 }
 
 TEST(GemmGpu, UnservableProblemsThrowClearErrors) {
-  auto expect_error = [](ScaledGemmProblem p, const char* needle) {
+  auto expect_error = [](CublasLtProblem p, const char* needle) {
     try {
       ops::cuda::CublasLtGemm::validate(p);
       ADD_FAILURE() << "accepted: " << p.describe();
@@ -394,12 +394,12 @@ TEST(GemmGpu, UnservableProblemsThrowClearErrors) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  ScaledGemmProblem p;
+  CublasLtProblem p;
   p.m = 128;
   p.n = 256;
   p.k = 512;
   ops::cuda::CublasLtGemm::validate(p);  // the Fprop default is servable
-  ScaledGemmProblem q = p;
+  CublasLtProblem q = p;
   q.a_type = q.b_type = GemmInput::E5M2;
   expect_error(q, "E5M2 x E5M2");
   q = p;

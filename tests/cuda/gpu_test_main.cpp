@@ -6,6 +6,7 @@
 
 #include <cstdio>
 
+#include "ops/cuda/kernels.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/device.h"
 
@@ -26,7 +27,7 @@ int main(int argc, char** argv) {
     return kSkipCode;
   }
   std::printf("gpu_tests on %s\n", info.describe().c_str());
-  fp8train::cuda::init_cuda_backend(0);
+  fp8train::ops::cuda::init(0);  // the CUDA backend and its op table
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

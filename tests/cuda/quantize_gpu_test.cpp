@@ -1,4 +1,5 @@
-// The CUDA quantizers against the CPU reference quant::quantize / transpose / dequantize / quantize_delayed:
+// The CUDA quantizer launchers against the CPU ops of the same name (ops::quantize / dequantize / quantize_delayed
+// on the CPU, the exact arithmetic of quant/):
 // exact equality of every code byte and every scale (NaN equal to NaN), on fresh random inputs whose row and
 // band magnitudes span six decades, with poisoned outputs, for F32 and BF16 inputs, E4M3/E5M2/INT8 (nearest
 // and stochastic), E5M6, online and power-of-two scales, both encoders, both scale layouts, aligned and
@@ -14,13 +15,12 @@
 
 #include "gpu_test_util.h"
 #include "ops/cuda/quantize_cuda.h"
-#include "ops/cuda/tensor_ops.h"
+#include "ops/quantize.h"
 #include "quant/quant.h"
 
 namespace fp8train::gputest {
 namespace {
 
-using ops::cuda::CodeFormat;
 using ops::cuda::Encoder;
 using ops::cuda::InType;
 using ops::cuda::ScaleStrides;
@@ -48,14 +48,21 @@ Input make_input(int64_t rows, int64_t cols, InType type, std::vector<float> val
   return in;
 }
 
-quant::QuantConfig cpu_config(const ops::cuda::QuantOptions& o, quant::Granularity g) {
-  quant::QuantConfig c;
-  c.format = ops::cuda::quant_format(o.format);
+quant::QuantSpec cpu_config(const ops::cuda::QuantOptions& o, quant::Granularity g) {
+  quant::QuantSpec c;
+  c.format = o.format;
   c.granularity = g;
   c.scale_mode = o.pow2_scales ? quant::ScaleMode::PowerOfTwo : quant::ScaleMode::Amax;
   c.rounding = o.stochastic ? quant::Rounding::Stochastic : quant::Rounding::Nearest;
   c.seed = o.seed;
   return c;
+}
+
+// The CPU op of the same name on the reference values.
+quant::QTensor cpu_quantize(const std::vector<float>& x, int64_t rows, int64_t cols, const quant::QuantSpec& spec,
+                            ops::QuantizeOutputs outputs = ops::QuantizeOutputs::Rowwise) {
+  const Tensor t = Tensor::from_vector(x, {rows, cols}, MemCategory::Workspace, Device::cpu());
+  return ops::quantize(ExecCtx::cpu(), t, spec, outputs);
 }
 
 // Scales read back in `strides` order, rearranged into the CPU's row-major [srows, scols].
@@ -69,24 +76,24 @@ int64_t scale_extent(ScaleStrides s, int64_t srows, int64_t scols) {
   return (srows - 1) * s.row + (scols - 1) * s.col + 1;
 }
 
-void expect_same(const quant::QuantTensor& want, const std::vector<uint8_t>& codes, const std::vector<float>& scales,
+void expect_same(const quant::QTensor& want, const std::vector<uint8_t>& codes, const std::vector<float>& scales,
                  const std::string& what) {
   std::string first;
-  EXPECT_EQ(count_mismatches(codes, want.codes, &first), 0) << what << " codes; first: " << first;
+  EXPECT_EQ(count_mismatches(codes, want.code_vector(), &first), 0) << what << " codes; first: " << first;
   first.clear();
-  EXPECT_EQ(count_float_mismatches(scales, want.scales, &first), 0) << what << " scales; first: " << first;
+  EXPECT_EQ(count_float_mismatches(scales, want.row_major_scales(), &first), 0) << what << " scales; first: " << first;
 }
 
 struct Variant {
-  CodeFormat format;
+  quant::Format format;
   Encoder encoder;
   bool stochastic;
   const char* name;
 };
 const Variant kVariants[] = {
-    {CodeFormat::E4M3, Encoder::Hardware, false, "e4m3/hw"}, {CodeFormat::E4M3, Encoder::Software, false, "e4m3/sw"},
-    {CodeFormat::E5M2, Encoder::Hardware, false, "e5m2/hw"}, {CodeFormat::E5M2, Encoder::Software, false, "e5m2/sw"},
-    {CodeFormat::INT8, Encoder::Hardware, false, "int8/rne"}, {CodeFormat::INT8, Encoder::Hardware, true, "int8/sr"},
+    {quant::Format::E4M3, Encoder::Hardware, false, "e4m3/hw"}, {quant::Format::E4M3, Encoder::Software, false, "e4m3/sw"},
+    {quant::Format::E5M2, Encoder::Hardware, false, "e5m2/hw"}, {quant::Format::E5M2, Encoder::Software, false, "e5m2/sw"},
+    {quant::Format::INT8, Encoder::Hardware, false, "int8/rne"}, {quant::Format::INT8, Encoder::Hardware, true, "int8/sr"},
 };
 
 void run_1x128_case(const Input& in, const Variant& v, bool pow2, bool mn_major, uint64_t seed) {
@@ -110,18 +117,18 @@ void run_1x128_case(const Input& in, const Variant& v, bool pow2, bool mn_major,
   const std::string what = std::string(v.name) + (pow2 ? " pow2" : " amax") + (mn_major ? " mn-major" : " row-major") +
                            (in.type == InType::BF16 ? " bf16" : " f32") + " [" + std::to_string(rows) + "x" +
                            std::to_string(cols) + "]";
-  const quant::QuantTensor want = quant::quantize(in.ref, rows, cols, cpu_config(a.opt, quant::Granularity::tile_1x128()));
+  const quant::QTensor want =
+      cpu_quantize(in.ref, rows, cols, cpu_config(a.opt, quant::Granularity::tile_1x128()), ops::QuantizeOutputs::Both);
   expect_same(want, q.download(), to_row_major(qs.download(), a.q_strides, rows, kb), what + " 1x128");
-  const quant::QuantTensor want_t =
-      quant::transpose(quant::quantize(in.ref, rows, cols, cpu_config(a.opt, quant::Granularity::tile_128x1())));
-  expect_same(want_t, qt.download(), to_row_major(qts.download(), a.qt_strides, cols, rb), what + " 128x1 transposed");
+  expect_same(want.transposed(), qt.download(), to_row_major(qts.download(), a.qt_strides, cols, rb),
+              what + " 128x1 transposed");
 
   // The same kernel with only one of the two outputs requested writes the same bytes.
   a.qt = nullptr;
   q.poison();
   ops::cuda::quantize_1x128(a, nullptr);
   std::string first;
-  EXPECT_EQ(count_mismatches(q.download(), want.codes, &first), 0) << what << " codes without qt; " << first;
+  EXPECT_EQ(count_mismatches(q.download(), want.code_vector(), &first), 0) << what << " codes without qt; " << first;
 }
 
 TEST(QuantizeGpu, Fused1x128And128x1MatchCpuBitForBit) {
@@ -184,11 +191,11 @@ TEST(QuantizeGpu, Block128x128AndTransposeMatchCpu) {
           ops::cuda::quantize_128x128(a, nullptr);
           const std::string what = std::string(v.name) + (pow2 ? " pow2 " : " amax ") + std::to_string(rows) + "x" +
                                    std::to_string(cols) + (type == InType::BF16 ? " bf16" : " f32");
-          const quant::QuantTensor want =
-              quant::quantize(in.ref, rows, cols, cpu_config(a.opt, quant::Granularity::block_128x128()));
+          const quant::QTensor want = cpu_quantize(in.ref, rows, cols, cpu_config(a.opt, quant::Granularity::block_128x128()),
+                                                   ops::QuantizeOutputs::Both);
           expect_same(want, q.download(), to_row_major(qs.download(), a.q_strides, rb, kb), what + " 128x128");
-          const quant::QuantTensor want_t = quant::transpose(want);
-          expect_same(want_t, qt.download(), to_row_major(qts.download(), a.qt_strides, kb, rb), what + " transposed");
+          expect_same(want.transposed(), qt.download(), to_row_major(qts.download(), a.qt_strides, kb, rb),
+                      what + " transposed");
         }
 }
 
@@ -222,7 +229,7 @@ TEST(QuantizeGpu, GenericBlocksAnyShapeMatchCpu) {
           a.scales = qs.get();
           a.amax_scratch = scratch.get();
           ops::cuda::quantize_blocks(a, nullptr);
-          const quant::QuantTensor want = quant::quantize(in.ref, rows, cols, cpu_config(a.opt, g));
+          const quant::QTensor want = cpu_quantize(in.ref, rows, cols, cpu_config(a.opt, g));
           expect_same(want, q.download(), qs.download(),
                       std::string(v.name) + " " + g.name() + " " + std::to_string(rows) + "x" + std::to_string(cols));
         }
@@ -249,16 +256,16 @@ TEST(QuantizeGpu, E5M6PackAndUnpackMatchCpu) {
         a.packed = packed.get();
         a.scales = qs.get();
         ops::cuda::quantize_e5m6_1x128(a, nullptr);
-        quant::QuantConfig c;
+        quant::QuantSpec c;
         c.format = quant::Format::E5M6;
         c.granularity = quant::Granularity::tile_1x128();
         c.scale_mode = pow2 ? quant::ScaleMode::PowerOfTwo : quant::ScaleMode::Amax;
-        const quant::QuantTensor want = quant::quantize(in.ref, rows, cols, c);
+        const quant::QTensor want = cpu_quantize(in.ref, rows, cols, c);
         const std::string what = std::string("e5m6 ") + (pow2 ? "pow2 " : "amax ") + std::to_string(rows) + "x" +
                                  std::to_string(cols);
         expect_same(want, packed.download(), qs.download(), what);
 
-        const std::vector<float> deq = quant::dequantize(want);
+        const std::vector<float> deq = ops::dequantize(ExecCtx::cpu(), want, DType::F32).to_vector<float>();
         DeviceArray<float> out32(rows * cols);
         DeviceArray<uint16_t> out16(rows * cols);
         ops::cuda::dequantize_e5m6_1x128(packed.get(), qs.get(), a.strides, rows, cols, out32.get(), InType::F32, nullptr);
@@ -275,16 +282,16 @@ struct DequantOut {
   std::vector<float> f32;
   std::vector<uint16_t> bf16;
 };
-DequantOut gpu_dequantize(const quant::QuantTensor& q, CodeFormat f) {
-  DeviceArray<uint8_t> codes(q.codes);
-  DeviceArray<float> scales(q.scales);
+DequantOut gpu_dequantize(const quant::QTensor& q, quant::Format f) {
+  DeviceArray<uint8_t> codes(q.code_vector());
+  DeviceArray<float> scales(q.row_major_scales());
   ops::cuda::DequantArgs a;
   a.q = codes.get();
   a.format = f;
   a.rows = q.rows;
   a.cols = q.cols;
-  a.block_rows = q.granularity.block_rows;
-  a.block_cols = q.granularity.block_cols;
+  a.block_rows = q.granularity().block_rows;
+  a.block_cols = q.granularity().block_cols;
   a.scales = scales.get();
   a.strides = ops::cuda::row_major_scales(q.scale_cols());
   DeviceArray<float> out32(q.rows * q.cols);
@@ -306,14 +313,14 @@ TEST(QuantizeGpu, DequantizeMatchesCpu) {
                                       quant::Granularity::tile_128x1()};
   int s = 0;
   for (const auto& g : grans)
-    for (CodeFormat f : {CodeFormat::E4M3, CodeFormat::E5M2, CodeFormat::INT8})
+    for (quant::Format f : {quant::Format::E4M3, quant::Format::E5M2, quant::Format::INT8})
     for (int64_t cols : {int64_t{264}, int64_t{272}}) {  // 8 per thread; coalesced (cols % 16 == 0)
       const int64_t rows = 200;
       const std::vector<float> x = random_matrix(rows, cols, seed + s++);
       ops::cuda::QuantOptions o{f, s % 2 == 0, false, 0, Encoder::Hardware};
-      const quant::QuantTensor q = quant::quantize(x, rows, cols, cpu_config(o, g));
+      const quant::QTensor q = cpu_quantize(x, rows, cols, cpu_config(o, g));
       const DequantOut got = gpu_dequantize(q, f);
-      const std::vector<float> want = quant::dequantize(q);
+      const std::vector<float> want = ops::dequantize(ExecCtx::cpu(), q, DType::F32).to_vector<float>();
       std::string first;
       EXPECT_EQ(count_float_mismatches(got.f32, want, &first), 0) << g.name() << " " << cols << " f32 " << first;
       EXPECT_EQ(count_mismatches(got.bf16, to_bf16(want), &first), 0) << g.name() << " " << cols << " bf16 " << first;
@@ -327,22 +334,20 @@ TEST(QuantizeGpu, DequantizeEveryCodeMatchesCpu) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 gen(seed);
   std::uniform_real_distribution<float> scale(0.01f, 100.0f);
-  for (CodeFormat f : {CodeFormat::E4M3, CodeFormat::E5M2, CodeFormat::INT8})
+  for (quant::Format f : {quant::Format::E4M3, quant::Format::E5M2, quant::Format::INT8})
     for (int64_t cols : {int64_t{512}, int64_t{400}, int64_t{264}}) {
       const int64_t rows = 9;
-      quant::QuantTensor q;
-      q.rows = rows;
-      q.cols = cols;
-      q.format = ops::cuda::quant_format(f);
-      q.granularity = quant::Granularity::tile_1x128();
-      q.codes.resize(rows * cols);
-      for (int64_t i = 0; i < rows * cols; ++i) q.codes[i] = static_cast<uint8_t>((i * 7 + i / cols) & 0xFF);
-      q.scales.resize(q.scale_rows() * q.scale_cols());
-      for (float& v : q.scales) v = scale(gen);
+      quant::QuantSpec spec;
+      spec.format = f;
+      spec.granularity = quant::Granularity::tile_1x128();
+      quant::QTensor q = quant::QTensor::empty(spec, rows, cols, 1, true, false, quant::ScaleLayout::RowMajor,
+                                               Device::cpu());
+      for (int64_t i = 0; i < rows * cols; ++i) q.code_ptr()[i] = static_cast<uint8_t>((i * 7 + i / cols) & 0xFF);
+      for (int64_t i = 0; i < q.rowwise.scales.numel(); ++i) q.scale_ptr()[i] = scale(gen);
       const DequantOut got = gpu_dequantize(q, f);
       // Bitwise equal except NaN payloads: the GPU's multiply by the scale returns the canonical NaN where the
       // CPU's keeps the code's sign and payload (measured on the H200, docs/gpu.md), so NaN only has to stay NaN.
-      const std::vector<float> want = quant::dequantize(q);
+      const std::vector<float> want = ops::dequantize(ExecCtx::cpu(), q, DType::F32).to_vector<float>();
       std::string first;
       EXPECT_EQ(count_float_mismatches(got.f32, want, &first), 0)
           << static_cast<int>(f) << " cols " << cols << " f32 " << first;
@@ -379,11 +384,11 @@ TEST(QuantizeGpu, DelayedScalingFollowsTheCpuAmaxHistory) {
   const int64_t rows = 96, cols = 160;
   for (bool most_recent : {false, true})
     for (int margin : {0, 2, -1})
-      for (CodeFormat f : {CodeFormat::E4M3, CodeFormat::E5M2})
+      for (quant::Format f : {quant::Format::E4M3, quant::Format::E5M2})
         for (bool pow2 : {false, true}) {
           const int length = 3;
-          quant::AmaxHistory cpu(length, most_recent ? quant::AmaxAlgorithm::MostRecent : quant::AmaxAlgorithm::Max,
-                                 margin);
+          ops::AmaxHistoryState cpu = ops::AmaxHistoryState::make(
+              ExecCtx::cpu(), length, most_recent ? quant::AmaxAlgorithm::MostRecent : quant::AmaxAlgorithm::Max, margin);
           DeviceArray<float> entries(std::vector<float>(length, 0.0f));
           DeviceArray<int32_t> state(std::vector<int32_t>{0, 0, 0});
           ops::cuda::DeviceAmaxHistoryView h{entries.get(), state.get(), length, most_recent, margin};
@@ -408,7 +413,9 @@ TEST(QuantizeGpu, DelayedScalingFollowsTheCpuAmaxHistory) {
             a.amax_bits = amax.get();
             ops::cuda::quantize_with_scale(a, nullptr);
             ops::cuda::delayed_push_amax(h, amax.get(), nullptr);
-            const quant::QuantTensor want = quant::quantize_delayed(x.data(), rows, cols, cpu_config(o, quant::Granularity::tensor()), cpu);
+            const Tensor xh = Tensor::from_vector(x, {rows, cols}, MemCategory::Workspace, Device::cpu());
+            const quant::QTensor want =
+                ops::quantize_delayed(ExecCtx::cpu(), xh, cpu_config(o, quant::Granularity::tensor()), cpu);
             expect_same(want, q.download(), scale_out.download(),
                         "delayed step " + std::to_string(step) + (most_recent ? " most-recent" : " max") +
                             " margin " + std::to_string(margin));
@@ -416,21 +423,23 @@ TEST(QuantizeGpu, DelayedScalingFollowsTheCpuAmaxHistory) {
           // A NaN tensor: the CPU refuses it; the device flags it and leaves its history as it was.
           std::vector<float> bad = random_matrix(rows, cols, seed + 99);
           bad[17] = std::numeric_limits<float>::quiet_NaN();
-          EXPECT_THROW(quant::quantize_delayed(bad.data(), rows, cols, cpu_config(o, quant::Granularity::tensor()), cpu),
+          const Tensor bad_h = Tensor::from_vector(bad, {rows, cols}, MemCategory::Workspace, Device::cpu());
+          EXPECT_THROW(ops::quantize_delayed(ExecCtx::cpu(), bad_h, cpu_config(o, quant::Granularity::tensor()), cpu),
                        Error);
+          const std::vector<float> window = cpu.window();
           const Input in = make_input(rows, cols, InType::F32, bad);
           amax.upload({0});
           ops::cuda::amax_accumulate(in.device(), InType::F32, rows * cols, amax.get(), nullptr);
           ops::cuda::delayed_push_amax(h, amax.get(), nullptr);
           const auto st = state.download();
           EXPECT_EQ(st[2], 1) << "the error flag was not raised";
-          EXPECT_EQ(st[0], static_cast<int32_t>(cpu.size()));
+          EXPECT_EQ(st[0], static_cast<int32_t>(window.size()));
           const auto e = entries.download();
           // The ring holds the CPU history's entries, oldest at position `next`.
-          std::vector<float> ring(cpu.size());
-          for (size_t i = 0; i < cpu.size(); ++i)
-            ring[i] = e[(st[1] - static_cast<int32_t>(cpu.size()) + static_cast<int32_t>(i) + length) % length];
-          EXPECT_EQ(count_float_mismatches(ring, std::vector<float>(cpu.entries().begin(), cpu.entries().end())), 0);
+          std::vector<float> ring(window.size());
+          for (size_t i = 0; i < window.size(); ++i)
+            ring[i] = e[(st[1] - static_cast<int32_t>(window.size()) + static_cast<int32_t>(i) + length) % length];
+          EXPECT_EQ(count_float_mismatches(ring, window), 0);
         }
 }
 

@@ -139,9 +139,9 @@ TEST(LabDot, AdapterMatchesTheReferenceGemmBitForBit) {
   for (const auto& c : cases) {
     const auto la = lab::detail::quantize_operand(x, m, k, c.format, c.a_scaling, false);
     const auto lb = lab::detail::quantize_operand(w, n, k, c.format, c.b_scaling, false);
-    const quant::QuantTensor qa =
+    const quant::QTensor qa =
         quant::quantize(x, m, k, {c.format, quant::parse_granularity(c.a_scaling), quant::ScaleMode::Amax});
-    const quant::QuantTensor qb =
+    const quant::QTensor qb =
         quant::quantize(w, n, k, {c.format, quant::parse_granularity(c.b_scaling), quant::ScaleMode::Amax});
     quant::GemmConfig g;
     g.mode = quant::AccumMode::Hopper;
@@ -166,7 +166,7 @@ TEST(LabDot, RowTilesOfAnyScalingKeepTheProducts) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) pairs.emplace_back(i, j);
   const auto lw = lab::detail::quantize_operand(w, n, k, quant::Format::E4M3, "128x128", false);
-  const quant::QuantTensor qw =
+  const quant::QTensor qw =
       quant::quantize(w, n, k, {quant::Format::E4M3, quant::Granularity::block_128x128(), quant::ScaleMode::Amax});
   for (const std::string scaling : {"tensor", "128x128", "1x128"}) {
     const auto lx = lab::detail::quantize_operand(x, m, k, quant::Format::E4M3, scaling, false);

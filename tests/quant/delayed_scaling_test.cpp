@@ -25,8 +25,8 @@ std::vector<float> tensor_with_amax(float amax) {
   return x;
 }
 
-QuantConfig e4m3() {
-  QuantConfig c;
+QuantSpec e4m3() {
+  QuantSpec c;
   c.format = Format::E4M3;
   c.granularity = Granularity::tensor();
   return c;
@@ -44,12 +44,12 @@ TEST(DelayedScaling, ScaleComesFromTheHistoryBeforeTheTensor) {
     const BlockScale s = h.scale(Format::E4M3);
     const float want = expected_ref[t] == 0.0f ? 1.0f : expected_ref[t] / 448.0f;
     EXPECT_EQ(s.scale, want) << "tensor " << t;
-    const QuantTensor q = quantize_delayed(x.data(), 4, 8, e4m3(), h);
-    EXPECT_EQ(q.scales[0], want);
-    EXPECT_EQ(q.granularity, Granularity::tensor());
+    const QTensor q = quantize_delayed(x.data(), 4, 8, e4m3(), h);
+    EXPECT_EQ(q.scale_ptr()[0], want);
+    EXPECT_EQ(q.granularity(), Granularity::tensor());
     // Codes use the scale's inverse exactly as quant.h states.
     for (int64_t i = 0; i < 32; ++i)
-      ASSERT_EQ(q.codes[static_cast<size_t>(i)], num::e4m3_encode(x[static_cast<size_t>(i)] * s.inverse));
+      ASSERT_EQ(q.code_ptr()[static_cast<size_t>(i)], num::e4m3_encode(x[static_cast<size_t>(i)] * s.inverse));
     EXPECT_EQ(h.size(), static_cast<size_t>(t + 1));
     EXPECT_EQ(h.entries().back(), amaxes[t]);  // pushed after use
   }
@@ -86,8 +86,8 @@ TEST(DelayedScaling, MarginPowerOfTwoAndFormats) {
   AmaxHistory small(4, AmaxAlgorithm::Max, 0);
   small.push(1.0f);
   const std::vector<float> big = tensor_with_amax(10.0f);
-  const QuantTensor q = quantize_delayed(big.data(), 4, 8, e4m3(), small);
-  EXPECT_EQ(q.codes[13], 0xFE);  // -448
+  const QTensor q = quantize_delayed(big.data(), 4, 8, e4m3(), small);
+  EXPECT_EQ(q.code_ptr()[13], 0xFE);  // -448
   EXPECT_EQ(small.reference_amax(), 10.0f);
   // A zero tensor keeps the reference at 0, so the next scale is still 1.
   AmaxHistory zeros(4);

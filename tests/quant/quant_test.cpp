@@ -25,8 +25,8 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 using fp8train::test_data::randn;
 
-QuantConfig cfg(Format f, Granularity g, ScaleMode m = ScaleMode::Amax) {
-  QuantConfig c;
+QuantSpec cfg(Format f, Granularity g, ScaleMode m = ScaleMode::Amax) {
+  QuantSpec c;
   c.format = f;
   c.granularity = g;
   c.scale_mode = m;
@@ -95,8 +95,8 @@ TEST(QuantArithmetic, EveryFormatFollowsTheSpecBitForBit) {
   for (int64_t i = 0; i < rows * cols; i += 17) x[static_cast<size_t>(i)] *= 1000.0f;  // wide range per tile
   for (Format f : kScaledFormats) {
     for (ScaleMode mode : {ScaleMode::Amax, ScaleMode::PowerOfTwo}) {
-      const QuantTensor q = quantize(x, rows, cols, cfg(f, Granularity::tile_1x128(), mode));
-      ASSERT_EQ(q.scales.size(), static_cast<size_t>(rows * 3));
+      const QTensor q = quantize(x, rows, cols, cfg(f, Granularity::tile_1x128(), mode));
+      ASSERT_EQ(q.rowwise.scales.numel(), rows * 3);
       EXPECT_EQ(q.pow2_scales, mode == ScaleMode::PowerOfTwo);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t sc = 0; sc < 3; ++sc) {
@@ -104,7 +104,7 @@ TEST(QuantArithmetic, EveryFormatFollowsTheSpecBitForBit) {
           for (int64_t c = sc * 128; c < std::min(cols, sc * 128 + 128); ++c)
             amax = std::max(amax, std::fabs(x[static_cast<size_t>(r * cols + c)]));
           const Expected e = expected_scale(amax, format_max(f), mode);
-          ASSERT_EQ(bits(q.scales[static_cast<size_t>(r * 3 + sc)]), bits(e.scale));
+          ASSERT_EQ(bits(q.scale_ptr()[static_cast<size_t>(r * 3 + sc)]), bits(e.scale));
           for (int64_t c = sc * 128; c < std::min(cols, sc * 128 + 128); ++c) {
             const float v = x[static_cast<size_t>(r * cols + c)] * e.inverse;
             ASSERT_EQ(q.code_at(r, c), encode(f, v)) << format_name(f) << " " << r << "," << c;
@@ -130,13 +130,13 @@ TEST(QuantArithmetic, EveryFormatFollowsTheSpecBitForBit) {
 TEST(QuantArithmetic, PowerOfTwoScaleIsTheSmallestThatAvoidsOverflow) {
   const std::vector<float> x = randn(64 * 512, 2, 50.0f);
   for (Format f : kScaledFormats) {
-    const QuantTensor q = quantize(x, 64, 512, cfg(f, Granularity::block(32), ScaleMode::PowerOfTwo));
+    const QTensor q = quantize(x, 64, 512, cfg(f, Granularity::block(32), ScaleMode::PowerOfTwo));
     for (int64_t br = 0; br < 2; ++br)
       for (int64_t bc = 0; bc < 16; ++bc) {
         float amax = 0.0f;
         for (int64_t r = br * 32; r < br * 32 + 32; ++r)
           for (int64_t c = bc * 32; c < bc * 32 + 32; ++c) amax = std::max(amax, std::fabs(x[static_cast<size_t>(r * 512 + c)]));
-        const float s = q.scales[static_cast<size_t>(br * 16 + bc)];
+        const float s = q.scale_ptr()[static_cast<size_t>(br * 16 + bc)];
         int e;
         EXPECT_EQ(std::frexp(s, &e), 0.5f) << "not a power of two: " << s;
         EXPECT_LE(amax, s * format_max(f));
@@ -150,22 +150,22 @@ TEST(QuantShapes, RaggedEdgeBlocksUseOnlyValidElements) {
   std::vector<float> x(static_cast<size_t>(rows * cols), 1.0f);
   x[static_cast<size_t>(129 * cols + 299)] = 7.0f;  // the only value of block (1, 2) above 1
   x[static_cast<size_t>(5 * cols + 260)] = 3.0f;    // block (0, 2)
-  const QuantTensor q = quantize(x, rows, cols, cfg(Format::E4M3, Granularity::block_128x128()));
+  const QTensor q = quantize(x, rows, cols, cfg(Format::E4M3, Granularity::block_128x128()));
   ASSERT_EQ(q.scale_rows(), 2);
   ASSERT_EQ(q.scale_cols(), 3);
-  EXPECT_EQ(q.codes.size(), static_cast<size_t>(rows * cols));  // codes beyond the edge are not stored
-  EXPECT_EQ(q.scales[5], 7.0f / 448.0f);
-  EXPECT_EQ(q.scales[2], 3.0f / 448.0f);
-  EXPECT_EQ(q.scales[0], 1.0f / 448.0f);
-  EXPECT_EQ(q.scales[3], 1.0f / 448.0f);
+  EXPECT_EQ(q.rowwise.codes.nbytes(), static_cast<size_t>(rows * cols));  // codes beyond the edge are not stored
+  EXPECT_EQ(q.scale_ptr()[5], 7.0f / 448.0f);
+  EXPECT_EQ(q.scale_ptr()[2], 3.0f / 448.0f);
+  EXPECT_EQ(q.scale_ptr()[0], 1.0f / 448.0f);
+  EXPECT_EQ(q.scale_ptr()[3], 1.0f / 448.0f);
   EXPECT_EQ(q.value_at(129, 299), 7.0f);
   EXPECT_EQ(q.bytes(), static_cast<size_t>(rows * cols) + 6 * sizeof(float));
   // 1-row and 1-column tensors, and an empty one.
-  const QuantTensor one = quantize(randn(5, 3), 1, 5, cfg(Format::E4M3, Granularity::block_128x128()));
-  EXPECT_EQ(one.scales.size(), 1u);
-  const QuantTensor empty = quantize(std::vector<float>{}, 0, 5, cfg(Format::E4M3, Granularity::tile_1x128()));
-  EXPECT_EQ(empty.codes.size(), 0u);
-  EXPECT_EQ(empty.scales.size(), 0u);
+  const QTensor one = quantize(randn(5, 3), 1, 5, cfg(Format::E4M3, Granularity::block_128x128()));
+  EXPECT_EQ(one.rowwise.scales.numel(), 1);
+  const QTensor empty = quantize(std::vector<float>{}, 0, 5, cfg(Format::E4M3, Granularity::tile_1x128()));
+  EXPECT_EQ(empty.rowwise.codes.nbytes(), 0u);
+  EXPECT_EQ(empty.rowwise.scales.numel(), 0);
 }
 
 TEST(QuantShapes, ZeroBlocksGetAFinitePositiveScaleAndZeroCodes) {
@@ -173,8 +173,8 @@ TEST(QuantShapes, ZeroBlocksGetAFinitePositiveScaleAndZeroCodes) {
   for (int64_t c = 128; c < 256; ++c) x[static_cast<size_t>(2 * 256 + c)] = 0.0f;  // row 2, second tile
   for (Format f : {Format::E4M3, Format::E5M2, Format::E5M6, Format::INT8}) {
     for (ScaleMode mode : {ScaleMode::Amax, ScaleMode::PowerOfTwo}) {
-      const QuantTensor q = quantize(x, 4, 256, cfg(f, Granularity::tile_1x128(), mode));
-      const float s = q.scales[2 * 2 + 1];
+      const QTensor q = quantize(x, 4, 256, cfg(f, Granularity::tile_1x128(), mode));
+      const float s = q.scale_ptr()[2 * 2 + 1];
       EXPECT_TRUE(std::isfinite(s) && s > 0.0f) << s;
       EXPECT_EQ(s, expected_scale(0.0f, format_max(f), mode).scale);
       for (int64_t c = 128; c < 256; ++c) {
@@ -183,8 +183,8 @@ TEST(QuantShapes, ZeroBlocksGetAFinitePositiveScaleAndZeroCodes) {
       }
     }
   }
-  const QuantTensor all_zero = quantize(std::vector<float>(64, 0.0f), 8, 8, cfg(Format::E4M3, Granularity::tensor()));
-  EXPECT_EQ(all_zero.scales[0], kMinAmax / 448.0f);
+  const QTensor all_zero = quantize(std::vector<float>(64, 0.0f), 8, 8, cfg(Format::E4M3, Granularity::tensor()));
+  EXPECT_EQ(all_zero.scale_ptr()[0], kMinAmax / 448.0f);
 }
 
 TEST(QuantShapes, NanAndInfPropagateToTheirBlockOnly) {
@@ -192,8 +192,8 @@ TEST(QuantShapes, NanAndInfPropagateToTheirBlockOnly) {
   x[10] = kNaN;          // row 0, tile 0
   x[256 + 200] = -kInf;  // row 1, tile 1
   for (ScaleMode mode : {ScaleMode::Amax, ScaleMode::PowerOfTwo}) {
-    const QuantTensor q = quantize(x, 2, 256, cfg(Format::E4M3, Granularity::tile_1x128(), mode));
-    EXPECT_TRUE(std::isnan(q.scales[0]));
+    const QTensor q = quantize(x, 2, 256, cfg(Format::E4M3, Granularity::tile_1x128(), mode));
+    EXPECT_TRUE(std::isnan(q.scale_ptr()[0]));
     for (int64_t c = 0; c < 128; ++c) EXPECT_EQ(q.code_at(0, c), 0x7Fu);  // E4M3 NaN code
     const std::vector<float> back = dequantize(q);
     for (int64_t c = 0; c < 128; ++c) EXPECT_TRUE(std::isnan(back[static_cast<size_t>(c)]));
@@ -210,13 +210,13 @@ TEST(QuantShapes, NanAndInfPropagateToTheirBlockOnly) {
 TEST(QuantE5M6, PackedTwelveBitsPerValue) {
   const int64_t rows = 64, cols = 128;
   const std::vector<float> x = randn(rows * cols, 5, 100.0f);
-  const QuantTensor q = quantize(x, rows, cols, cfg(Format::E5M6, Granularity::tile_1x128(), ScaleMode::PowerOfTwo));
-  EXPECT_EQ(q.codes.size(), static_cast<size_t>(rows * cols) * 3 / 2);  // 1.5 bytes per element
+  const QTensor q = quantize(x, rows, cols, cfg(Format::E5M6, Granularity::tile_1x128(), ScaleMode::PowerOfTwo));
+  EXPECT_EQ(q.rowwise.codes.nbytes(), static_cast<size_t>(rows * cols) * 3 / 2);  // 1.5 bytes per element
   EXPECT_EQ(q.bytes(), static_cast<size_t>(rows * cols) * 3 / 2 + static_cast<size_t>(rows) * sizeof(float));
   // The byte layout is num::e5m6_pack8 over the flat row-major index.
   for (int64_t g = 0; g < rows * cols / 8; g += 37) {
     uint32_t words[3];
-    std::memcpy(words, q.codes.data() + 12 * g, 12);
+    std::memcpy(words, q.code_ptr() + 12 * g, 12);
     uint16_t codes[8];
     num::e5m6_unpack8(words, codes);
     for (int i = 0; i < 8; ++i) {
@@ -225,10 +225,10 @@ TEST(QuantE5M6, PackedTwelveBitsPerValue) {
     }
   }
   // Ragged count: the last group of 8 is zero-padded.
-  const QuantTensor odd = quantize(randn(3 * 5, 6), 3, 5, cfg(Format::E5M6, Granularity::tensor()));
-  ASSERT_EQ(odd.codes.size(), 24u);
+  const QTensor odd = quantize(randn(3 * 5, 6), 3, 5, cfg(Format::E5M6, Granularity::tensor()));
+  ASSERT_EQ(odd.rowwise.codes.nbytes(), 24u);
   uint32_t words[3];
-  std::memcpy(words, odd.codes.data() + 12, 12);
+  std::memcpy(words, odd.code_ptr() + 12, 12);
   uint16_t codes[8];
   num::e5m6_unpack8(words, codes);
   for (int i = 7; i < 8; ++i) EXPECT_EQ(codes[i], 0u);
@@ -239,18 +239,18 @@ TEST(QuantInt8, StochasticRoundingIsDeterministicAndUnbiased) {
   const int64_t rows = 100, cols = 2000;
   std::vector<float> x(static_cast<size_t>(rows * cols), 10.25f);
   x[0] = 127.0f;  // amax 127: inverse 127 / 127 = 1, so x * inverse = 10.25 exactly
-  QuantConfig c = cfg(Format::INT8, Granularity::tensor());
+  QuantSpec c = cfg(Format::INT8, Granularity::tensor());
   c.rounding = Rounding::Stochastic;
   c.seed = 99;
-  const QuantTensor a = quantize(x, rows, cols, c), b = quantize(x, rows, cols, c);
-  EXPECT_EQ(a.codes, b.codes);
+  const QTensor a = quantize(x, rows, cols, c), b = quantize(x, rows, cols, c);
+  EXPECT_EQ(a.code_vector(), b.code_vector());
   c.seed = 100;
-  const QuantTensor other = quantize(x, rows, cols, c);
-  EXPECT_NE(a.codes, other.codes);
-  ASSERT_EQ(a.scales[0], 1.0f);
+  const QTensor other = quantize(x, rows, cols, c);
+  EXPECT_NE(a.code_vector(), other.code_vector());
+  ASSERT_EQ(a.scale_ptr()[0], 1.0f);
   double sum = 0.0;
   for (int64_t i = 1; i < rows * cols; ++i) {
-    const int8_t code = static_cast<int8_t>(a.codes[static_cast<size_t>(i)]);
+    const int8_t code = static_cast<int8_t>(a.code_ptr()[static_cast<size_t>(i)]);
     ASSERT_TRUE(code == 10 || code == 11);
     // The documented random stream: counter_random_u32(seed, r * cols + c).
     ASSERT_EQ(code, num::int8_encode_stochastic(10.25f, num::counter_random_u32(99, static_cast<uint64_t>(i))));
@@ -260,16 +260,16 @@ TEST(QuantInt8, StochasticRoundingIsDeterministicAndUnbiased) {
   const double mean = sum / n, sigma = std::sqrt(0.25 * 0.75 / n);
   EXPECT_NEAR(mean, 10.25, 6 * sigma);
   c.rounding = Rounding::Nearest;
-  const QuantTensor rne = quantize(x, rows, cols, c);
-  EXPECT_EQ(static_cast<int8_t>(rne.codes[1]), 10);  // nearest is biased by 0.25 here
+  const QTensor rne = quantize(x, rows, cols, c);
+  EXPECT_EQ(static_cast<int8_t>(rne.code_ptr()[1]), 10);  // nearest is biased by 0.25 here
 }
 
 TEST(QuantBf16, UnscaledTwoBytesPerElement) {
   const std::vector<float> x = randn(33 * 70, 7, 1e5f);
-  const QuantTensor q = quantize(x, 33, 70, cfg(Format::BF16, Granularity::tile_1x128()));
-  EXPECT_EQ(q.codes.size(), 2u * 33 * 70);
+  const QTensor q = quantize(x, 33, 70, cfg(Format::BF16, Granularity::tile_1x128()));
+  EXPECT_EQ(q.rowwise.codes.nbytes(), 2u * 33 * 70);
   EXPECT_TRUE(q.pow2_scales);
-  for (float s : q.scales) EXPECT_EQ(s, 1.0f);
+  for (float s : q.row_major_scales()) EXPECT_EQ(s, 1.0f);
   const std::vector<float> back = dequantize(q);
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(bits(back[i]), bits(num::bf16_round(x[i])));
 }
@@ -278,11 +278,11 @@ TEST(QuantTranspose, ExactForEveryFormat) {
   const int64_t rows = 131, cols = 45;
   const std::vector<float> x = randn(rows * cols, 8, 5.0f);
   for (Format f : {Format::E4M3, Format::E5M2, Format::E5M6, Format::INT8, Format::BF16}) {
-    const QuantTensor q = quantize(x, rows, cols, cfg(f, Granularity::tile_128x1()));
-    const QuantTensor t = transpose(q);
+    const QTensor q = quantize(x, rows, cols, cfg(f, Granularity::tile_128x1()));
+    const QTensor t = transpose(q);
     EXPECT_EQ(t.rows, cols);
     EXPECT_EQ(t.cols, rows);
-    EXPECT_EQ(t.granularity, Granularity::tile_1x128());
+    EXPECT_EQ(t.granularity(), Granularity::tile_1x128());
     const std::vector<float> a = dequantize(q), b = dequantize(t);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c)
@@ -298,13 +298,13 @@ TEST(QuantErrors, BadInputThrows) {
   EXPECT_THROW(quantize(x.data(), 8, 8, cfg(Format::E4M3, Granularity::block(0, 128))), Error);
   EXPECT_THROW(quantize(x.data(), 8, 8, cfg(static_cast<Format>(9), Granularity::tensor())), Error);
   EXPECT_THROW(quantize(nullptr, 8, 8, cfg(Format::E4M3, Granularity::tensor())), Error);
-  QuantConfig sr = cfg(Format::E4M3, Granularity::tensor());
+  QuantSpec sr = cfg(Format::E4M3, Granularity::tensor());
   sr.rounding = Rounding::Stochastic;  // only INT8 rounds stochastically
   EXPECT_THROW(quantize(x.data(), 8, 8, sr), Error);
-  const QuantTensor q = quantize(x, 8, 8, cfg(Format::E4M3, Granularity::tensor()));
+  const QTensor q = quantize(x, 8, 8, cfg(Format::E4M3, Granularity::tensor()));
   EXPECT_THROW(q.value_at(8, 0), Error);
   EXPECT_THROW(q.code_at(0, -1), Error);
-  QuantTensor broken = q;
-  broken.codes.pop_back();
+  QTensor broken = q;
+  broken.rowwise.codes = q.rowwise.codes.view({64}).narrow(0, 0, 63);  // one code byte short
   EXPECT_THROW(dequantize(broken), Error);
 }

@@ -40,9 +40,9 @@ std::vector<float> randn_wide(int64_t rows, int64_t cols, uint64_t seed) {
   return v;
 }
 
-QuantTensor q(const std::vector<float>& x, int64_t rows, int64_t cols, Format f, Granularity g,
+QTensor q(const std::vector<float>& x, int64_t rows, int64_t cols, Format f, Granularity g,
               ScaleMode mode = ScaleMode::Amax) {
-  QuantConfig c;
+  QuantSpec c;
   c.format = f;
   c.granularity = g;
   c.scale_mode = mode;
@@ -57,18 +57,18 @@ uint32_t bits(float x) {
 
 num::Fp8Format fp8(Format f) { return f == Format::E4M3 ? num::Fp8Format::E4M3 : num::Fp8Format::E5M2; }
 
-const uint8_t* row(const QuantTensor& t, int64_t r) { return t.codes.data() + r * t.cols; }
+const uint8_t* row(const QTensor& t, int64_t r) { return t.code_ptr() + r * t.cols; }
 
 // Expected hopper output of a block-scaled pair through num::hopper_dot_scaled (P divides G).
-float expected_hopper_block(const QuantTensor& a, const QuantTensor& b, int64_t i, int64_t j, int P) {
-  const int64_t K = a.cols, G = a.granularity.block_cols;
+float expected_hopper_block(const QTensor& a, const QTensor& b, int64_t i, int64_t j, int P) {
+  const int64_t K = a.cols, G = a.granularity().block_cols;
   const int64_t groups = (K + P - 1) / P;
   std::vector<float> sa(static_cast<size_t>(groups)), sb(static_cast<size_t>(groups));
   for (int64_t g = 0; g < groups; ++g) {
     sa[static_cast<size_t>(g)] = a.scale_of(i, g * P / G * G);
     sb[static_cast<size_t>(g)] = b.scale_of(j, g * P / G * G);
   }
-  return num::hopper_dot_scaled(row(a, i), fp8(a.format), sa.data(), row(b, j), fp8(b.format), sb.data(),
+  return num::hopper_dot_scaled(row(a, i), fp8(a.format()), sa.data(), row(b, j), fp8(b.format()), sb.data(),
                                 static_cast<int>(K), P);
 }
 
@@ -85,14 +85,14 @@ float fp22_add_independent(float x, float y) {
 }
 
 // The P > G (or never) model for one element, from num::hopper_block and the independent adder.
-float expected_pending_model(const QuantTensor& a, const QuantTensor& b, int64_t i, int64_t j, int P) {
-  const int64_t K = a.cols, G = a.granularity.block_cols;
+float expected_pending_model(const QTensor& a, const QTensor& b, int64_t i, int64_t j, int P) {
+  const int64_t K = a.cols, G = a.granularity().block_cols;
   float acc = 0.0f, pending = 0.0f;
   for (int64_t g0 = 0; g0 < K; g0 += G) {
     const int64_t g1 = std::min(K, g0 + G);
     float chain = 0.0f;
     for (int64_t k0 = g0; k0 < g1; k0 += 32)
-      chain = num::hopper_block(row(a, i) + k0, fp8(a.format), row(b, j) + k0, fp8(b.format),
+      chain = num::hopper_block(row(a, i) + k0, fp8(a.format()), row(b, j) + k0, fp8(b.format()),
                                 static_cast<int>(std::min<int64_t>(32, g1 - k0)), chain);
     const float s = a.scale_of(i, g0) * b.scale_of(j, g0);
     pending = fp22_add_independent(pending, s * chain);
@@ -104,21 +104,21 @@ float expected_pending_model(const QuantTensor& a, const QuantTensor& b, int64_t
   return acc;
 }
 
-struct Shape {
+struct GemmShape {
   int64_t m, n, k;
 };
-const Shape kShapes[] = {{37, 45, 300}, {16, 16, 256}, {5, 33, 1000}, {20, 17, 31}, {3, 130, 128}};
+const GemmShape kShapes[] = {{37, 45, 300}, {16, 16, 256}, {5, 33, 1000}, {20, 17, 31}, {3, 130, 128}};
 
 }  // namespace
 
 TEST(RefGemmHopper, BlockScaledEqualsHopperDotScaled) {
   uint64_t seed = 1;
-  for (const Shape& s : kShapes) {
+  for (const GemmShape& s : kShapes) {
     for (Format fb : {Format::E4M3, Format::E5M2}) {
-      const QuantTensor a = q(randn_wide(s.m, s.k, seed++), s.m, s.k, Format::E4M3, Granularity::tile_1x128());
-      const QuantTensor b128 = q(randn_wide(s.n, s.k, seed++), s.n, s.k, fb, Granularity::block_128x128());
-      const QuantTensor b1 = q(randn_wide(s.n, s.k, seed++), s.n, s.k, fb, Granularity::tile_1x128());
-      for (const QuantTensor* b : {&b128, &b1}) {
+      const QTensor a = q(randn_wide(s.m, s.k, seed++), s.m, s.k, Format::E4M3, Granularity::tile_1x128());
+      const QTensor b128 = q(randn_wide(s.n, s.k, seed++), s.n, s.k, fb, Granularity::block_128x128());
+      const QTensor b1 = q(randn_wide(s.n, s.k, seed++), s.n, s.k, fb, Granularity::tile_1x128());
+      for (const QTensor* b : {&b128, &b1}) {
         for (int P : {32, 64, 128}) {
           GemmConfig cfg;
           cfg.mode = AccumMode::Hopper;
@@ -129,7 +129,7 @@ TEST(RefGemmHopper, BlockScaledEqualsHopperDotScaled) {
             for (int64_t j = 0; j < s.n; ++j)
               mismatches += bits(d[static_cast<size_t>(i * s.n + j)]) != bits(expected_hopper_block(a, *b, i, j, P));
           EXPECT_EQ(mismatches, 0) << "M=" << s.m << " N=" << s.n << " K=" << s.k << " P=" << P << " B "
-                                   << b->granularity.name() << " " << format_name(fb);
+                                   << b->granularity().name() << " " << format_name(fb);
         }
       }
     }
@@ -138,11 +138,11 @@ TEST(RefGemmHopper, BlockScaledEqualsHopperDotScaled) {
 
 TEST(RefGemmHopper, PerTensorEqualsHopperDot) {
   uint64_t seed = 100;
-  for (const Shape& s : kShapes) {
+  for (const GemmShape& s : kShapes) {
     // Unit-range values, per-tensor scales that are not 1, so the epilogue scale is exercised.
-    const QuantTensor a = q(randn(s.m * s.k, seed++, 3.0f), s.m, s.k, Format::E4M3, Granularity::tensor());
-    const QuantTensor b = q(randn(s.n * s.k, seed++, 0.5f), s.n, s.k, Format::E4M3, Granularity::tensor());
-    ASSERT_NE(a.scales[0], 1.0f);
+    const QTensor a = q(randn(s.m * s.k, seed++, 3.0f), s.m, s.k, Format::E4M3, Granularity::tensor());
+    const QTensor b = q(randn(s.n * s.k, seed++, 0.5f), s.n, s.k, Format::E4M3, Granularity::tensor());
+    ASSERT_NE(a.scale_ptr()[0], 1.0f);
     for (int P : {0, 32, 96, 128, 4096}) {
       GemmConfig cfg;
       cfg.mode = AccumMode::Hopper;
@@ -153,7 +153,7 @@ TEST(RefGemmHopper, PerTensorEqualsHopperDot) {
         for (int64_t j = 0; j < s.n; ++j) {
           const float acc = num::hopper_dot(row(a, i), num::Fp8Format::E4M3, row(b, j), num::Fp8Format::E4M3,
                                             static_cast<int>(s.k), P);
-          mismatches += bits(d[static_cast<size_t>(i * s.n + j)]) != bits((a.scales[0] * b.scales[0]) * acc);
+          mismatches += bits(d[static_cast<size_t>(i * s.n + j)]) != bits((a.scale_ptr()[0] * b.scale_ptr()[0]) * acc);
         }
       EXPECT_EQ(mismatches, 0) << "M=" << s.m << " N=" << s.n << " K=" << s.k << " P=" << P;
     }
@@ -162,9 +162,9 @@ TEST(RefGemmHopper, PerTensorEqualsHopperDot) {
 
 TEST(RefGemmHopper, PromotionLongerThanScaleBlockFollowsPendingModel) {
   uint64_t seed = 200;
-  for (const Shape& s : {Shape{19, 21, 700}, Shape{8, 40, 512}}) {
-    const QuantTensor a = q(randn_wide(s.m, s.k, seed++), s.m, s.k, Format::E4M3, Granularity::row_tile(64));
-    const QuantTensor b = q(randn_wide(s.n, s.k, seed++), s.n, s.k, Format::E4M3, Granularity::block(64));
+  for (const GemmShape& s : {GemmShape{19, 21, 700}, GemmShape{8, 40, 512}}) {
+    const QTensor a = q(randn_wide(s.m, s.k, seed++), s.m, s.k, Format::E4M3, Granularity::row_tile(64));
+    const QTensor b = q(randn_wide(s.n, s.k, seed++), s.n, s.k, Format::E4M3, Granularity::block(64));
     for (int P : {0, 128, 256}) {
       for (bool scalar : {false, true}) {
         GemmConfig cfg;
@@ -197,9 +197,9 @@ TEST(RefGemmHopper, Fp22AddMatchesIndependentAdder) {
 
 TEST(RefGemmHopper, SimdEqualsScalarAndSpecialRowsAreRecomputed) {
   const int64_t M = 24, N = 35, K = 384;
-  QuantTensor a = q(randn_wide(M, K, 300), M, K, Format::E4M3, Granularity::tile_1x128());
-  const QuantTensor b = q(randn_wide(N, K, 301), N, K, Format::E4M3, Granularity::block_128x128());
-  a.codes[static_cast<size_t>(5 * K + 77)] = 0x7F;  // NaN code in row 5
+  QTensor a = q(randn_wide(M, K, 300), M, K, Format::E4M3, Granularity::tile_1x128());
+  const QTensor b = q(randn_wide(N, K, 301), N, K, Format::E4M3, Granularity::block_128x128());
+  a.code_ptr()[static_cast<size_t>(5 * K + 77)] = 0x7F;  // NaN code in row 5
   for (int P : {0, 128, 256}) {
     GemmConfig cfg;
     cfg.mode = AccumMode::Hopper;
@@ -220,8 +220,8 @@ TEST(RefGemmHopper, SimdEqualsScalarAndSpecialRowsAreRecomputed) {
 TEST(RefGemmExact, MatchesFp64ProductAndItsFormula) {
   const int64_t M = 33, N = 29, K = 520;
   for (Format fb : {Format::E4M3, Format::E5M2}) {
-    const QuantTensor a = q(randn_wide(M, K, 400), M, K, Format::E4M3, Granularity::tile_1x128());
-    const QuantTensor b = q(randn_wide(N, K, 401), N, K, fb, Granularity::block_128x128());
+    const QTensor a = q(randn_wide(M, K, 400), M, K, Format::E4M3, Granularity::tile_1x128());
+    const QTensor b = q(randn_wide(N, K, 401), N, K, fb, Granularity::block_128x128());
     GemmConfig cfg;  // exact
     const std::vector<float> d = ref_gemm(a, b, cfg);
     const std::vector<float> av = dequantize(a), bv = dequantize(b);
@@ -249,8 +249,8 @@ TEST(RefGemmExact, MatchesFp64ProductAndItsFormula) {
 
 TEST(RefGemmExact, PerTensorUses128Blocks) {
   const int64_t M = 9, N = 11, K = 300;
-  const QuantTensor a = q(randn(M * K, 500, 2.0f), M, K, Format::E4M3, Granularity::tensor());
-  const QuantTensor b = q(randn(N * K, 501, 2.0f), N, K, Format::E4M3, Granularity::tensor());
+  const QTensor a = q(randn(M * K, 500, 2.0f), M, K, Format::E4M3, Granularity::tensor());
+  const QTensor b = q(randn(N * K, 501, 2.0f), N, K, Format::E4M3, Granularity::tensor());
   const std::vector<float> d = ref_gemm(a, b, GemmConfig{});
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
@@ -261,14 +261,14 @@ TEST(RefGemmExact, PerTensorUses128Blocks) {
           part += double(a.decoded_at(i, k)) * b.decoded_at(j, k);
         acc = std::fma(1.0f, static_cast<float>(part), acc);
       }
-      EXPECT_EQ(bits(d[static_cast<size_t>(i * N + j)]), bits((a.scales[0] * b.scales[0]) * acc));
+      EXPECT_EQ(bits(d[static_cast<size_t>(i * N + j)]), bits((a.scale_ptr()[0] * b.scale_ptr()[0]) * acc));
     }
 }
 
 TEST(RefGemmFp32, OrderedFmaOverDequantizedValuesSimdAndScalar) {
   const int64_t M = 23, N = 37, K = 200;
-  const QuantTensor a = q(randn_wide(M, K, 600), M, K, Format::E4M3, Granularity::tile_1x128());
-  const QuantTensor b = q(randn_wide(N, K, 601), N, K, Format::E5M2, Granularity::tile_1x128());
+  const QTensor a = q(randn_wide(M, K, 600), M, K, Format::E4M3, Granularity::tile_1x128());
+  const QTensor b = q(randn_wide(N, K, 601), N, K, Format::E5M2, Granularity::tile_1x128());
   GemmConfig cfg;
   cfg.mode = AccumMode::Fp32;
   const std::vector<float> fast = ref_gemm(a, b, cfg);
@@ -286,8 +286,8 @@ TEST(RefGemmFp32, OrderedFmaOverDequantizedValuesSimdAndScalar) {
 
 TEST(RefGemmInt8, ExactIntegerGroupsThenFp32Promotion) {
   const int64_t M = 13, N = 18, K = 333;
-  const QuantTensor a = q(randn_wide(M, K, 700), M, K, Format::INT8, Granularity::tile_1x128());
-  const QuantTensor b = q(randn_wide(N, K, 701), N, K, Format::INT8, Granularity::block_128x128());
+  const QTensor a = q(randn_wide(M, K, 700), M, K, Format::INT8, Granularity::tile_1x128());
+  const QTensor b = q(randn_wide(N, K, 701), N, K, Format::INT8, Granularity::block_128x128());
   GemmConfig exact, hopper;
   hopper.mode = AccumMode::Hopper;
   const std::vector<float> d = ref_gemm(a, b, exact), h = ref_gemm(a, b, hopper);
@@ -307,8 +307,8 @@ TEST(RefGemmInt8, ExactIntegerGroupsThenFp32Promotion) {
 
 TEST(RefGemmEpilogue, Bf16OutputRoundsToNearestEven) {
   const int64_t M = 17, N = 19, K = 256;
-  const QuantTensor a = q(randn(M * K, 800), M, K, Format::E4M3, Granularity::tile_1x128());
-  const QuantTensor b = q(randn(N * K, 801), N, K, Format::E4M3, Granularity::block_128x128());
+  const QTensor a = q(randn(M * K, 800), M, K, Format::E4M3, Granularity::tile_1x128());
+  const QTensor b = q(randn(N * K, 801), N, K, Format::E4M3, Granularity::block_128x128());
   for (AccumMode mode : {AccumMode::Exact, AccumMode::Hopper, AccumMode::Fp32}) {
     GemmConfig cfg;
     cfg.mode = mode;
@@ -334,8 +334,8 @@ TEST(RefGemmEpilogue, Bf16OutputRoundsToNearestEven) {
 
 TEST(RefGemmEpilogue, AccumulateIntoC) {
   const int64_t M = 10, N = 21, K = 160;
-  const QuantTensor a = q(randn(M * K, 900), M, K, Format::E4M3, Granularity::tensor());
-  const QuantTensor b = q(randn(N * K, 901), N, K, Format::E4M3, Granularity::tensor());
+  const QTensor a = q(randn(M * K, 900), M, K, Format::E4M3, Granularity::tensor());
+  const QTensor b = q(randn(N * K, 901), N, K, Format::E4M3, Granularity::tensor());
   const std::vector<float> c = randn(M * N, 902, 10.0f);
   for (AccumMode mode : {AccumMode::Exact, AccumMode::Hopper, AccumMode::Fp32}) {
     GemmConfig cfg;
@@ -352,14 +352,14 @@ TEST(RefGemmEpilogue, AccumulateIntoC) {
 
 TEST(RefGemmErrors, BadInputThrows) {
   const auto x = randn(64 * 256, 1000);
-  const QuantTensor a = q(x, 64, 256, Format::E4M3, Granularity::tile_1x128());
-  const QuantTensor b_k = q(x, 128, 128, Format::E4M3, Granularity::block_128x128());      // K mismatch
-  const QuantTensor b_col = q(x, 64, 256, Format::E4M3, Granularity::tile_128x1());        // wrong pair
-  const QuantTensor b_t = q(x, 64, 256, Format::E4M3, Granularity::tensor());               // wrong pair
-  const QuantTensor b_64 = q(x, 64, 256, Format::E4M3, Granularity::row_tile(64));          // G differs
-  const QuantTensor b_i8 = q(x, 64, 256, Format::INT8, Granularity::tile_1x128());          // INT8 × FP8
-  const QuantTensor b_e5m6 = q(x, 64, 256, Format::E5M6, Granularity::tile_1x128());
-  const QuantTensor b_ok = q(x, 64, 256, Format::E4M3, Granularity::block_128x128());
+  const QTensor a = q(x, 64, 256, Format::E4M3, Granularity::tile_1x128());
+  const QTensor b_k = q(x, 128, 128, Format::E4M3, Granularity::block_128x128());      // K mismatch
+  const QTensor b_col = q(x, 64, 256, Format::E4M3, Granularity::tile_128x1());        // wrong pair
+  const QTensor b_t = q(x, 64, 256, Format::E4M3, Granularity::tensor());               // wrong pair
+  const QTensor b_64 = q(x, 64, 256, Format::E4M3, Granularity::row_tile(64));          // G differs
+  const QTensor b_i8 = q(x, 64, 256, Format::INT8, Granularity::tile_1x128());          // INT8 × FP8
+  const QTensor b_e5m6 = q(x, 64, 256, Format::E5M6, Granularity::tile_1x128());
+  const QTensor b_ok = q(x, 64, 256, Format::E4M3, Granularity::block_128x128());
   GemmConfig cfg;
   EXPECT_THROW(ref_gemm(a, b_k, cfg), Error);
   EXPECT_THROW(ref_gemm(a, b_col, cfg), Error);
@@ -378,8 +378,8 @@ TEST(RefGemmErrors, BadInputThrows) {
   EXPECT_THROW(ref_gemm(a, b_ok, cfg, static_cast<const std::vector<float>*>(nullptr)), Error);
   std::vector<float> d(64 * 64);
   EXPECT_THROW(ref_gemm(a, b_ok, cfg, d.data(), nullptr), Error);
-  const QuantTensor a48 = q(x, 64, 256, Format::E4M3, Granularity::row_tile(48));
-  const QuantTensor b48 = q(x, 64, 256, Format::E4M3, Granularity::block(48));
+  const QTensor a48 = q(x, 64, 256, Format::E4M3, Granularity::row_tile(48));
+  const QTensor b48 = q(x, 64, 256, Format::E4M3, Granularity::block(48));
   cfg = GemmConfig{};
   cfg.mode = AccumMode::Hopper;
   EXPECT_THROW(ref_gemm(a48, b48, cfg), Error);  // G = 48 is not a multiple of 32
@@ -394,20 +394,20 @@ TEST(RefGemmErrors, BadInputThrows) {
 TEST(RefGemmHopper, SimdKernelBothProductPathsMatchTheModel) {
   const int64_t M = 9, N = 70, K = 520;
   for (Format fb : {Format::E4M3, Format::E5M2}) {
-    const QuantTensor a = q(randn_wide(M, K, 1100), M, K, Format::E5M2, Granularity::tile_1x128());
-    const QuantTensor b = q(randn_wide(N, K, 1101), N, K, fb, Granularity::block_128x128());
+    const QTensor a = q(randn_wide(M, K, 1100), M, K, Format::E5M2, Granularity::tile_1x128());
+    const QTensor b = q(randn_wide(N, K, 1101), N, K, fb, Granularity::block_128x128());
     for (int T : {58, -20, -60}) {
       for (int P : {0, 128}) {
         detail::HopperProblem p;
         p.m = M;
         p.n = N;
         p.k = K;
-        p.a = a.codes.data();
-        p.b = b.codes.data();
-        p.fa = fp8(a.format);
-        p.fb = fp8(b.format);
-        p.sa = {a.scales.data(), 1, a.scale_cols(), false};
-        p.sb = {b.scales.data(), 128, b.scale_cols(), false};
+        p.a = a.code_ptr();
+        p.b = b.code_ptr();
+        p.fa = fp8(a.format());
+        p.fb = fp8(b.format());
+        p.sa = {a.scale_ptr(), 1, a.scale_cols(), false};
+        p.sb = {b.scale_ptr(), 128, b.scale_cols(), false};
         p.per_tensor = false;
         p.group_k = 128;
         p.promote = P;
@@ -428,8 +428,8 @@ TEST(RefGemmHopper, SimdKernelBothProductPathsMatchTheModel) {
 // (floor(s * groups / S)) and S = groups (one K block per range) included.
 TEST(RefGemmHopper, SplitKEqualsPerRangeChainsAddedInOrder) {
   const int64_t m = 9, n = 21, k = 7 * 128;
-  const QuantTensor a = q(randn_wide(m, k, 71), m, k, Format::E4M3, Granularity::tile_1x128());
-  const QuantTensor b = q(randn_wide(n, k, 72), n, k, Format::E4M3, Granularity::block_128x128());
+  const QTensor a = q(randn_wide(m, k, 71), m, k, Format::E4M3, Granularity::tile_1x128());
+  const QTensor b = q(randn_wide(n, k, 72), n, k, Format::E4M3, Granularity::block_128x128());
   GemmConfig cfg;
   cfg.mode = AccumMode::Hopper;
   cfg.promote_interval = 128;
@@ -442,8 +442,8 @@ TEST(RefGemmHopper, SplitKEqualsPerRangeChainsAddedInOrder) {
       for (int64_t j = 0; j < n; ++j) {
         std::vector<float> sa(7), sb(7);
         for (int g = 0; g < 7; ++g) {
-          sa[g] = a.scales[static_cast<size_t>(i * 7 + g)];
-          sb[g] = b.scales[static_cast<size_t>((j / 128) * 7 + g)];
+          sa[g] = a.scale_ptr()[static_cast<size_t>(i * 7 + g)];
+          sb[g] = b.scale_ptr()[static_cast<size_t>((j / 128) * 7 + g)];
         }
         const float want = num::hopper_dot_scaled_split(row(a, i), num::Fp8Format::E4M3, sa.data(), row(b, j),
                                                         num::Fp8Format::E4M3, sb.data(), static_cast<int>(k), 128,

@@ -37,8 +37,8 @@ std::set<uint32_t> format_values(Format f) {
   return out;
 }
 
-QuantConfig pow2(Format f, Granularity g) {
-  QuantConfig c;
+QuantSpec pow2(Format f, Granularity g) {
+  QuantSpec c;
   c.format = f;
   c.granularity = g;
   c.scale_mode = ScaleMode::PowerOfTwo;
@@ -51,9 +51,9 @@ struct RetileCheck {
 
 // Checks the if-and-only-if statement element by element.
 RetileCheck check_retile(const std::vector<float>& x, int64_t rows, int64_t cols, Format f) {
-  const QuantTensor q = quantize(x, rows, cols, pow2(f, Granularity::tile_1x128()));
-  const QuantTensor t = retile(q, pow2(f, Granularity::tile_128x1()));
-  EXPECT_EQ(t.granularity, Granularity::tile_128x1());
+  const QTensor q = quantize(x, rows, cols, pow2(f, Granularity::tile_1x128()));
+  const QTensor t = retile(q, pow2(f, Granularity::tile_128x1()));
+  EXPECT_EQ(t.granularity(), Granularity::tile_128x1());
   EXPECT_TRUE(t.pow2_scales);
   const std::vector<float> before = dequantize(q), after = dequantize(t);
   const std::set<uint32_t> values = format_values(f);
@@ -103,12 +103,12 @@ TEST(Retile, UnderflowIsTheOnlyLoss) {
 TEST(Retile, AmaxScalesAreNotLossless) {
   const int64_t rows = 256, cols = 256;
   const std::vector<float> x = randn(rows * cols, 13);
-  QuantConfig a;
+  QuantSpec a;
   a.format = Format::E4M3;
   a.granularity = Granularity::tile_1x128();
-  const QuantTensor q = quantize(x, rows, cols, a);
+  const QTensor q = quantize(x, rows, cols, a);
   a.granularity = Granularity::tile_128x1();
-  const QuantTensor t = retile(q, a);
+  const QTensor t = retile(q, a);
   const std::vector<float> before = dequantize(q), after = dequantize(t);
   int64_t changed = 0;
   for (size_t i = 0; i < before.size(); ++i) changed += bits(before[i]) != bits(after[i]);
@@ -120,12 +120,12 @@ TEST(Retile, AmaxScalesAreNotLossless) {
   small[0] = 3.0f;
   small[1] = 1.0f;
   small[128 + 1] = 2.5f;
-  QuantConfig c1;
+  QuantSpec c1;
   c1.format = Format::E4M3;
   c1.granularity = Granularity::tile_1x128();
-  const QuantTensor q1 = quantize(small, 2, 128, c1);
+  const QTensor q1 = quantize(small, 2, 128, c1);
   c1.granularity = Granularity::tile_128x1();
-  const QuantTensor t1 = retile(q1, c1);
+  const QTensor t1 = retile(q1, c1);
   EXPECT_NE(bits(q1.value_at(0, 1)), bits(t1.value_at(0, 1)))
       << q1.value_at(0, 1) << " vs " << t1.value_at(0, 1);
 }

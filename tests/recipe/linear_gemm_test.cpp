@@ -39,8 +39,8 @@ Tensor mat(const std::vector<float>& v, int64_t rows, int64_t cols) {
   return Tensor::from_vector(v, {rows, cols});
 }
 
-quant::QuantConfig qc(quant::Format f, quant::Granularity g, quant::ScaleMode m = quant::ScaleMode::Amax) {
-  quant::QuantConfig c;
+quant::QuantSpec qc(quant::Format f, quant::Granularity g, quant::ScaleMode m = quant::ScaleMode::Amax) {
+  quant::QuantSpec c;
   c.format = f;
   c.granularity = g;
   c.scale_mode = m;
@@ -100,16 +100,16 @@ TEST(LinearGemm, DeepSeekMatchesNumericsCoreBitForBit) {
 
   using quant::Format;
   using quant::Granularity;
-  const quant::QuantTensor xq = quant::quantize(p.x, p.tokens, p.in, qc(Format::E4M3, Granularity::tile_1x128()));
-  const quant::QuantTensor wq = quant::quantize(p.w, p.out, p.in, qc(Format::E4M3, Granularity::block_128x128()));
-  const quant::QuantTensor dyq = quant::quantize(p.dy, p.tokens, p.out, qc(Format::E4M3, Granularity::tile_1x128()));
-  const quant::QuantTensor dyq_t = quant::quantize(p.dy, p.tokens, p.out, qc(Format::E4M3, Granularity::tile_128x1()));
-  const quant::QuantTensor xq_t = quant::retile(xq, qc(Format::E4M3, Granularity::tile_128x1()));
+  const quant::QTensor xq = quant::quantize(p.x, p.tokens, p.in, qc(Format::E4M3, Granularity::tile_1x128()));
+  const quant::QTensor wq = quant::quantize(p.w, p.out, p.in, qc(Format::E4M3, Granularity::block_128x128()));
+  const quant::QTensor dyq = quant::quantize(p.dy, p.tokens, p.out, qc(Format::E4M3, Granularity::tile_1x128()));
+  const quant::QTensor dyq_t = quant::quantize(p.dy, p.tokens, p.out, qc(Format::E4M3, Granularity::tile_128x1()));
+  const quant::QTensor xq_t = quant::retile(xq, qc(Format::E4M3, Granularity::tile_128x1()));
 
   // The cache holds the Fprop quantization of x itself.
   ASSERT_TRUE(cached.quantized());
-  EXPECT_EQ(cached.quant().codes, xq.codes);
-  EXPECT_EQ(cached.quant().scales, xq.scales);
+  EXPECT_EQ(cached.quant().code_vector(), xq.code_vector());
+  EXPECT_EQ(cached.quant().row_major_scales(), xq.row_major_scales());
 
   int64_t checked = 0;
   for (int64_t i = 0; i < p.tokens; i += 7) {
@@ -145,8 +145,8 @@ TEST(LinearGemm, DeepSeekMatchesNumericsCoreBitForBit) {
 namespace {
 // Runs one Linear forward + backward under `spec` and compares with ref_gemm on operands quantized by the
 // test from the recipe's documented choices.
-void check_against_ref_gemm(const std::string& spec, const quant::QuantConfig& fa, const quant::QuantConfig& fb,
-                            const quant::QuantConfig& da, const quant::QuantConfig& wa, const quant::QuantConfig& wb,
+void check_against_ref_gemm(const std::string& spec, const quant::QuantSpec& fa, const quant::QuantSpec& fb,
+                            const quant::QuantSpec& da, const quant::QuantSpec& wa, const quant::QuantSpec& wb,
                             const quant::GemmConfig& gemm, bool dgrad_blocks = false) {
   SCOPED_TRACE(spec);
   const Problem p = make_problem(96, 256, 130, 5);
@@ -161,19 +161,20 @@ void check_against_ref_gemm(const std::string& spec, const quant::QuantConfig& f
   const auto y_ref = quant::ref_gemm(quant::quantize(p.x, p.tokens, p.in, fa), quant::quantize(p.w, p.out, p.in, fb), gemm);
   EXPECT_EQ(y.to_vector<float>(), y_ref);
 
-  quant::QuantTensor dq = quant::quantize(p.dy, p.tokens, p.out, da);
+  quant::QTensor dq = quant::quantize(p.dy, p.tokens, p.out, da);
   if (dgrad_blocks) {  // the same values with the block scale repeated on each row of the block
-    quant::QuantTensor t = dq;
-    t.granularity = quant::Granularity::tile_1x128();
-    t.scales.clear();
+    quant::QTensor t = dq;
+    t.spec.granularity = quant::Granularity::tile_1x128();
+    std::vector<float> scales;
     for (int64_t r = 0; r < dq.rows; ++r)
-      for (int64_t c = 0; c < dq.scale_cols(); ++c) t.scales.push_back(dq.scales[(r / 128) * dq.scale_cols() + c]);
+      for (int64_t c = 0; c < dq.scale_cols(); ++c) scales.push_back(dq.scale_ptr()[(r / 128) * dq.scale_cols() + c]);
+    t.rowwise.scales = Tensor::from_vector(scales, {dq.rows, dq.scale_cols()}, MemCategory::Workspace, Device::cpu());
     dq = t;
   }
   const auto dx_ref = quant::ref_gemm(dq, quant::transpose(quant::quantize(p.w, p.out, p.in, fb)), gemm);
   EXPECT_EQ(dx.to_vector<float>(), dx_ref);
 
-  const quant::QuantTensor xq = quant::retile(quant::quantize(p.x, p.tokens, p.in, fa), wb);
+  const quant::QTensor xq = quant::retile(quant::quantize(p.x, p.tokens, p.in, fa), wb);
   const auto dw_ref = quant::ref_gemm(quant::transpose(quant::quantize(p.dy, p.tokens, p.out, wa)), quant::transpose(xq), gemm);
   EXPECT_EQ(dw.to_vector<float>(), dw_ref);
 }
@@ -216,10 +217,10 @@ TEST(LinearGemm, AblationsMatchRefGemm) {
 TEST(LinearGemm, Pow2RetileOfCachedInputChangesOnlyTinyCodes) {
   const int64_t rows = 256, cols = 256;
   const auto x = randn(rows * cols, 9);
-  quant::QuantConfig row = qc(quant::Format::E4M3, quant::Granularity::tile_1x128(), quant::ScaleMode::PowerOfTwo);
-  quant::QuantConfig col = row;
+  quant::QuantSpec row = qc(quant::Format::E4M3, quant::Granularity::tile_1x128(), quant::ScaleMode::PowerOfTwo);
+  quant::QuantSpec col = row;
   col.granularity = quant::Granularity::tile_128x1();
-  const quant::QuantTensor xq = quant::quantize(x, rows, cols, row);
+  const quant::QTensor xq = quant::quantize(x, rows, cols, row);
   const auto before = quant::dequantize(xq), after = quant::dequantize(quant::retile(xq, col));
   int64_t changed = 0;
   for (size_t i = 0; i < before.size(); ++i) {
@@ -230,7 +231,7 @@ TEST(LinearGemm, Pow2RetileOfCachedInputChangesOnlyTinyCodes) {
   }
   EXPECT_LT(changed, rows * cols / 100);
   row.scale_mode = col.scale_mode = quant::ScaleMode::Amax;
-  const quant::QuantTensor xa = quant::quantize(x, rows, cols, row);
+  const quant::QTensor xa = quant::quantize(x, rows, cols, row);
   const auto b2 = quant::dequantize(xa), a2 = quant::dequantize(quant::retile(xa, col));
   int64_t changed_amax = 0;
   for (size_t i = 0; i < b2.size(); ++i) changed_amax += b2[i] != a2[i];
@@ -251,19 +252,19 @@ TEST(LinearGemm, TensorwiseUsesDelayedScalingAndE5M2Gradients) {
   lin.backward(dy, w, c2, dx, dw);
 
   quant::AmaxHistory hx, hw, hdy;
-  quant::QuantConfig e4 = qc(quant::Format::E4M3, quant::Granularity::tensor());
-  quant::QuantConfig e5 = qc(quant::Format::E5M2, quant::Granularity::tensor());
+  quant::QuantSpec e4 = qc(quant::Format::E4M3, quant::Granularity::tensor());
+  quant::QuantSpec e5 = qc(quant::Format::E5M2, quant::Granularity::tensor());
   quant::GemmConfig g;
   g.mode = quant::AccumMode::Hopper;
   g.promote_interval = 128;
   const auto x1 = quant::quantize_delayed(p.x.data(), p.tokens, p.in, e4, hx);
   const auto w1 = quant::quantize_delayed(p.w.data(), p.out, p.in, e4, hw);
   EXPECT_EQ(y.to_vector<float>(), quant::ref_gemm(x1, w1, g));
-  EXPECT_EQ(x1.scales[0], 1.0f);
+  EXPECT_EQ(x1.scale_ptr()[0], 1.0f);
   const auto d1 = quant::quantize_delayed(p.dy.data(), p.tokens, p.out, e5, hdy);
   const auto x2 = quant::quantize_delayed(p.x.data(), p.tokens, p.in, e4, hx);
   const auto w2 = quant::quantize_delayed(p.w.data(), p.out, p.in, e4, hw);
-  EXPECT_NE(x2.scales[0], 1.0f);
+  EXPECT_NE(x2.scale_ptr()[0], 1.0f);
   EXPECT_EQ(y2.to_vector<float>(), quant::ref_gemm(x2, w2, g));
   const auto d2 = quant::quantize_delayed(p.dy.data(), p.tokens, p.out, e5, hdy);
   EXPECT_EQ(dx.to_vector<float>(), quant::ref_gemm(d2, quant::transpose(w2), g));

@@ -57,9 +57,9 @@ TEST(CachedActivation, EveryFormatStoresTheBytesItClaims) {
       EXPECT_EQ(cache_bytes_now() - before, c.bytes);  // measured from the allocator
       back = a.values();
       if (a.quantized()) {
-        const quant::QuantTensor q = quant::quantize(x.data(), rows, cols, cache_quant_config(c.format));
+        const quant::QTensor q = quant::quantize(x.data(), rows, cols, cache_quant_config(c.format));
         EXPECT_EQ(back, quant::dequantize(q));
-        EXPECT_EQ(a.quant().codes, q.codes);
+        EXPECT_EQ(a.quant().code_vector(), q.code_vector());
       }
     }
     EXPECT_EQ(cache_bytes_now(), before);  // released with the cache
@@ -79,11 +79,11 @@ TEST(CachedActivation, EveryFormatStoresTheBytesItClaims) {
 TEST(CachedActivation, E5M6ScalesArePowersOfTwo) {
   const auto x = randn(8 * 256, 3, 5.0f);
   const CachedActivation a = CachedActivation::store(x.data(), 8, 256, CacheFormat::E5M6Pow2);
-  for (float s : a.quant().scales) {
+  for (float s : a.quant().row_major_scales()) {
     int e;
     EXPECT_EQ(std::frexp(s, &e), 0.5f) << s;
   }
-  EXPECT_EQ(a.quant().format, quant::Format::E5M6);
+  EXPECT_EQ(a.quant().format(), quant::Format::E5M6);
 }
 
 TEST(RecipeStorage, LinearInputsCachedPerRecipe) {

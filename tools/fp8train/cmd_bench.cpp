@@ -11,7 +11,7 @@
 //                192-row tiles), --split-sweep every split-K width x range count on the few-row shapes, --floor
 //                times a read-only kernel over the operands of the few-row shapes (their memory floor),
 //                --clean-flush leaves L2 clean after the flush, --scales picks the scale layouts our kernels read
-//                (cuBLASLt's native ones take the bulk-copy path, QuantTensor's row-major ones the cp.async
+//                (cuBLASLt's native ones take the bulk-copy path, QTensor's row-major ones the cp.async
 //                path). Every configuration of ours is first checked bit for bit on sampled outputs against the
 //                CPU Hopper model (num::hopper_dot_scaled_split, --check), so a fast wrong variant cannot pass:
 //                a mismatch or a failed case of ours makes the command fail after the table.
@@ -43,6 +43,7 @@
 #include "ops/cuda/cublaslt_gemm.h"
 #include "ops/cuda/fp8_gemm.h"
 #include "ops/cuda/fp8_gemm_plan.h"
+#include "ops/cuda/kernels.h"
 #include "ops/cuda/quantize_cuda.h"
 #include "tensor/cuda/cuda_backend.h"
 #include "tensor/cuda/cuda_check.h"
@@ -102,7 +103,7 @@ struct Context {
 
 Context start(const BenchOptions& o) {
   Context c;
-  const Device d = fp8train::cuda::init_cuda_backend(o.device);
+  const Device d = ops::cuda::init(o.device);  // the CUDA backend and its op table
   fp8train::cuda::select_device(o.device);
   fp8train::cuda::require_hopper("fp8train bench");
   c.info = fp8train::cuda::device_info(o.device);
@@ -230,13 +231,15 @@ Families parse_families(const std::string& text) {
   return f;
 }
 
-enum class ScaleLayout { Native, RowMajor };
-const char* scale_layout_name(ScaleLayout l) { return l == ScaleLayout::Native ? "native" : "row-major"; }
+// The scale layouts the GEMM benchmarks time, named as --scales spells them.
+const char* bench_layout_name(quant::ScaleLayout l) {
+  return l == quant::ScaleLayout::GemmNative ? "native" : "row-major";
+}
 
-std::vector<ScaleLayout> parse_scale_layouts(const std::string& text) {
-  if (text == "native") return {ScaleLayout::Native};
-  if (text == "row-major") return {ScaleLayout::RowMajor};
-  if (text == "both") return {ScaleLayout::Native, ScaleLayout::RowMajor};
+std::vector<quant::ScaleLayout> parse_scale_layouts(const std::string& text) {
+  if (text == "native") return {quant::ScaleLayout::GemmNative};
+  if (text == "row-major") return {quant::ScaleLayout::RowMajor};
+  if (text == "both") return {quant::ScaleLayout::GemmNative, quant::ScaleLayout::RowMajor};
   FP8T_FAIL("bench gemm: --scales '{}' must be native, row-major or both", text);
 }
 
@@ -423,7 +426,7 @@ struct Failures {
   int errors = 0, mismatches = 0;
 };
 
-void bench_own(const Context& ctx, const BenchOptions& o, const OwnProblem& p, ScaleLayout layout,
+void bench_own(const Context& ctx, const BenchOptions& o, const OwnProblem& p, quant::ScaleLayout layout,
                const std::vector<ConfigChoice>& configs, std::vector<Row>& rows, Failures& failures) {
   if (!o.filter.empty() && std::string(p.case_name).find(o.filter) == std::string::npos) return;
   for (const Variant& v : make_variants(p.family, p.heuristic, p.m, p.k, configs, o)) {
@@ -431,7 +434,7 @@ void bench_own(const Context& ctx, const BenchOptions& o, const OwnProblem& p, S
     j.update(p.dims);
     j["config"] = v.config.describe();
     j["origin"] = v.origin;
-    j["scales"] = scale_layout_name(layout);
+    j["scales"] = bench_layout_name(layout);
     const std::string name = fmt::format("{:<24} {} {}", p.case_name, p.label, short_config(v.config));
     try {
       CheckResult c;
@@ -517,8 +520,8 @@ struct DenseOperands {
   }
 };
 
-OwnProblem dense_problem(DenseOperands& x, ScaleLayout layout, cudaStream_t stream) {
-  const bool native = layout == ScaleLayout::Native;
+OwnProblem dense_problem(DenseOperands& x, quant::ScaleLayout layout, cudaStream_t stream) {
+  const bool native = layout == quant::ScaleLayout::GemmNative;
   oc::Fp8GemmDenseProblem dp;
   dp.m = x.m;
   dp.n = x.n;
@@ -565,9 +568,9 @@ OwnProblem dense_problem(DenseOperands& x, ScaleLayout layout, cudaStream_t stre
   return p;
 }
 
-OwnProblem wgrad_problem(DenseOperands& x, ScaleLayout layout, DeviceBuffer& c0, DeviceBuffer& dcheck,
+OwnProblem wgrad_problem(DenseOperands& x, quant::ScaleLayout layout, DeviceBuffer& c0, DeviceBuffer& dcheck,
                          std::vector<float>& hc, cudaStream_t stream) {
-  const bool native = layout == ScaleLayout::Native;
+  const bool native = layout == quant::ScaleLayout::GemmNative;
   oc::Fp8GemmWgradProblem wp;
   wp.m = x.m;
   wp.n = x.n;
@@ -658,7 +661,7 @@ void bench_floor(const Context& ctx, const BenchOptions& o, const DenseOperands&
 }
 
 void bench_dense_shape(const Context& ctx, const BenchOptions& o, const Families& fam, const GemmShape& shape,
-                       const std::vector<ScaleLayout>& layouts, const std::vector<ConfigChoice>& configs,
+                       const std::vector<quant::ScaleLayout>& layouts, const std::vector<ConfigChoice>& configs,
                        uint64_t& seed, std::vector<Row>& rows, Failures& failures) {
   oc::CublasLtGemm& gemm = oc::cublaslt_gemm(o.device);
   DenseOperands x(shape, seed, ctx.stream);
@@ -666,20 +669,20 @@ void bench_dense_shape(const Context& ctx, const BenchOptions& o, const Families
 
   struct Case {
     const char* name;
-    oc::ScaledGemmProblem p;
+    oc::CublasLtProblem p;
     const void *a, *b;
     const float *sa, *sb;
     void* d;
   };
   auto problem = [&](oc::GemmInput t, oc::OperandScaling as, oc::OperandScaling bs, oc::GemmOutput out) {
-    oc::ScaledGemmProblem p;
+    oc::CublasLtProblem p;
     p.m = M;
     p.n = N;
     p.k = K;
     p.a_type = p.b_type = t;
     p.a_scaling = as;
     p.b_scaling = bs;
-    p.a_scale_layout = p.b_scale_layout = oc::ScaleLayout::Native;
+    p.a_scale_layout = p.b_scale_layout = quant::ScaleLayout::GemmNative;
     p.out = out;
     return p;
   };
@@ -751,10 +754,10 @@ void bench_dense_shape(const Context& ctx, const BenchOptions& o, const Families
   if (K % 128 != 0 || N % 16 != 0) return;  // shapes our kernels do not take
   DeviceBuffer c0, dcheck;  // the Wgrad check's C and output (allocated on first use)
   std::vector<float> hc;
-  for (ScaleLayout layout : layouts) {
-    if (layout == ScaleLayout::RowMajor) x.make_row_major_scales(ctx.stream);
+  for (quant::ScaleLayout layout : layouts) {
+    if (layout == quant::ScaleLayout::RowMajor) x.make_row_major_scales(ctx.stream);
     // cuBLASLt reads the native layouts: the interleaved comparison is made on those only.
-    const bool native = layout == ScaleLayout::Native;
+    const bool native = layout == quant::ScaleLayout::GemmNative;
     if (fam.dense) {
       OwnProblem p = dense_problem(x, layout, ctx.stream);
       p.bf16_ms = bf16_ms;
@@ -792,7 +795,7 @@ std::string tokens_label(const std::vector<int64_t>& tokens) {
 }
 
 void bench_grouped_shape(const Context& ctx, const BenchOptions& o, const MoeShape& shape,
-                         const std::vector<ScaleLayout>& layouts, const std::vector<ConfigChoice>& configs,
+                         const std::vector<quant::ScaleLayout>& layouts, const std::vector<ConfigChoice>& configs,
                          uint64_t& seed, std::vector<Row>& rows, Failures& failures) {
   const cudaStream_t stream = ctx.stream;
   const int groups = static_cast<int>(shape.tokens.size());
@@ -823,7 +826,7 @@ void bench_grouped_shape(const Context& ctx, const BenchOptions& o, const MoeSha
     ha = download<uint8_t>(a.get(), static_cast<size_t>(m * k), stream);
     hb = download<uint8_t>(b.get(), static_cast<size_t>(groups * n * k), stream);
   }
-  for (ScaleLayout layout : layouts) {
+  for (quant::ScaleLayout layout : layouts) {
     oc::Fp8GemmGroupedProblem gp;
     gp.m_total = m;
     gp.n = n;
@@ -832,9 +835,9 @@ void bench_grouped_shape(const Context& ctx, const BenchOptions& o, const MoeSha
     gp.row_offsets = doff.as<int32_t>();
     gp.a = a.as<uint8_t>();
     gp.b = b.as<uint8_t>();
-    gp.a_scales = layout == ScaleLayout::Native ? oc::ScaleView{sa.as<float>(), 1, m, 0}
+    gp.a_scales = layout == quant::ScaleLayout::GemmNative ? oc::ScaleView{sa.as<float>(), 1, m, 0}
                                                 : oc::row_major_scale_view(sa_rm.as<float>(), kb);
-    gp.b_scales = layout == ScaleLayout::Native ? oc::ScaleView{sb.as<float>(), kb4, 1, nb * kb4}
+    gp.b_scales = layout == quant::ScaleLayout::GemmNative ? oc::ScaleView{sb.as<float>(), kb4, 1, nb * kb4}
                                                 : oc::row_major_scale_view(sb_rm.as<float>(), kb, nb * kb);
     gp.d = d.as<uint16_t>();
     OwnProblem p;
@@ -873,7 +876,7 @@ void bench_grouped_shape(const Context& ctx, const BenchOptions& o, const MoeSha
 }
 
 void bench_kgrouped_shape(const Context& ctx, const BenchOptions& o, const MoeShape& shape,
-                          const std::vector<ScaleLayout>& layouts, const std::vector<ConfigChoice>& configs,
+                          const std::vector<quant::ScaleLayout>& layouts, const std::vector<ConfigChoice>& configs,
                           uint64_t& seed, std::vector<Row>& rows, Failures& failures) {
   const cudaStream_t stream = ctx.stream;
   const int groups = static_cast<int>(shape.tokens.size());
@@ -904,7 +907,7 @@ void bench_kgrouped_shape(const Context& ctx, const BenchOptions& o, const MoeSh
   }
   DeviceBuffer dcheck;
   if (o.check > 0) dcheck = DeviceBuffer(groups * m * n * 4, stream);
-  for (ScaleLayout layout : layouts) {
+  for (quant::ScaleLayout layout : layouts) {
     oc::Fp8GemmWgradProblem wp;
     wp.m = m;
     wp.n = n;
@@ -913,9 +916,9 @@ void bench_kgrouped_shape(const Context& ctx, const BenchOptions& o, const MoeSh
     wp.k_offsets = doff.as<int32_t>();
     wp.a = a.as<uint8_t>();
     wp.b = b.as<uint8_t>();
-    wp.a_scales = layout == ScaleLayout::Native ? oc::ScaleView{sa.as<float>(), 1, m, 0}
+    wp.a_scales = layout == quant::ScaleLayout::GemmNative ? oc::ScaleView{sa.as<float>(), 1, m, 0}
                                                 : oc::row_major_scale_view(sa_rm.as<float>(), kb);
-    wp.b_scales = layout == ScaleLayout::Native ? oc::ScaleView{sb.as<float>(), 1, n, 0}
+    wp.b_scales = layout == quant::ScaleLayout::GemmNative ? oc::ScaleView{sb.as<float>(), 1, n, 0}
                                                 : oc::row_major_scale_view(sb_rm.as<float>(), kb);
     wp.c = d.as<float>();  // timed in place: d = d + A.B^T per expert
     wp.d = d.as<float>();
@@ -975,7 +978,7 @@ void bench_gemm(const BenchOptions& o) {
   const std::vector<GemmShape> shapes = parse_shapes(o.shapes);
   const std::vector<MoeShape> grouped = parse_moe_shapes(o.grouped_shapes, "--grouped-shapes");
   const std::vector<MoeShape> kgrouped = parse_moe_shapes(o.kgrouped_shapes, "--kgrouped-shapes");
-  const std::vector<ScaleLayout> layouts = parse_scale_layouts(o.scales);
+  const std::vector<quant::ScaleLayout> layouts = parse_scale_layouts(o.scales);
   const std::vector<ConfigChoice> configs = parse_configs(o.configs);
   FP8T_CHECK(o.check >= 0, "bench gemm: --check {} must be >= 0", o.check);
 
@@ -1032,7 +1035,7 @@ void bench_quant(const BenchOptions& o) {
     cases.push_back({"copy_d2d", 2 * in_bytes, [&](cudaStream_t s) {
                        FP8T_CUDA_CHECK(cudaMemcpyAsync(copy_dst.get(), x.get(), n * esize, cudaMemcpyDeviceToDevice, s));
                      }});
-    auto act = [&](bool fused, bool pow2, oc::Encoder enc, oc::CodeFormat f) {
+    auto act = [&](bool fused, bool pow2, oc::Encoder enc, quant::Format f) {
       oc::Quant1x128Args a;
       a.x = x.get();
       a.x_type = type;
@@ -1052,14 +1055,14 @@ void bench_quant(const BenchOptions& o) {
     for (bool pow2 : {false, true})
       for (oc::Encoder enc : {oc::Encoder::Hardware, oc::Encoder::Software}) {
         const std::string suffix = std::string(pow2 ? "_pow2" : "") + (enc == oc::Encoder::Software ? "_swenc" : "");
-        const auto a1 = act(false, pow2, enc, oc::CodeFormat::E4M3);
-        const auto a2 = act(true, pow2, enc, oc::CodeFormat::E4M3);
+        const auto a1 = act(false, pow2, enc, quant::Format::E4M3);
+        const auto a2 = act(true, pow2, enc, quant::Format::E4M3);
         cases.push_back({"e4m3_1x128" + suffix, in_bytes + n + scale_bytes,
                          [&, a1](cudaStream_t s) { oc::quantize_1x128(a1, s); }});
         cases.push_back({"e4m3_1x128+128x1T" + suffix, in_bytes + 2.0 * n + 2 * scale_bytes,
                          [&, a2](cudaStream_t s) { oc::quantize_1x128(a2, s); }});
       }
-    const auto i8 = act(false, false, oc::Encoder::Hardware, oc::CodeFormat::INT8);
+    const auto i8 = act(false, false, oc::Encoder::Hardware, quant::Format::INT8);
     cases.push_back({"int8_1x128", in_bytes + n + scale_bytes, [&, i8](cudaStream_t s) { oc::quantize_1x128(i8, s); }});
     {
       oc::Quant128x128Args w;
@@ -1075,7 +1078,7 @@ void bench_quant(const BenchOptions& o) {
       w.qt_strides = oc::row_major_scales(rb);
       cases.push_back({"e4m3_128x128+T", in_bytes + 2.0 * n, [&, w](cudaStream_t s) { oc::quantize_128x128(w, s); }});
       oc::Quant128x128Args w8 = w;
-      w8.opt.format = oc::CodeFormat::INT8;
+      w8.opt.format = quant::Format::INT8;
       w8.qt = nullptr;
       cases.push_back({"int8_128x128", in_bytes + n, [&, w8](cudaStream_t s) { oc::quantize_128x128(w8, s); }});
     }
@@ -1195,7 +1198,7 @@ void add_bench(CLI::App& root) {
               "time a read-only kernel over B, and over A and B, of the dense shapes with M <= 256 (memory floor)");
   g->add_flag("--no-baselines", gemm_opts.no_baselines, "do not run cuBLASLt beside our kernels");
   g->add_option("--scales", gemm_opts.scales,
-                "scale layouts our kernels read: native (cuBLASLt's; bulk copies), row-major (QuantTensor's; "
+                "scale layouts our kernels read: native (cuBLASLt's; bulk copies), row-major (QTensor's; "
                 "cp.async) or both")
       ->capture_default_str();
   g->add_option("--check", gemm_opts.check,

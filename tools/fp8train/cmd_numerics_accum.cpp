@@ -46,7 +46,7 @@ float draw(const std::string& dist, uint64_t seed, int stream, uint64_t idx) {
   return static_cast<float>(64.0 * z);
 }
 
-quant::QuantTensor random_e4m3(const AccumOptions& o, int64_t rows, int stream) {
+quant::QTensor random_e4m3(const AccumOptions& o, int64_t rows, int stream) {
   std::vector<float> x(static_cast<size_t>(rows * o.k));
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < rows * o.k; ++i) x[static_cast<size_t>(i)] = draw(o.dist, o.seed, stream, static_cast<uint64_t>(i));
@@ -78,7 +78,7 @@ int run_accum(const AccumOptions& o) {
   FP8T_CHECK(o.promote > 0 && o.promote % num::kHopperBlockK == 0,
              "numerics accum: --promote must be a positive multiple of {} (got {})", num::kHopperBlockK, o.promote);
 
-  const quant::QuantTensor a = random_e4m3(o, o.m, 0), b = random_e4m3(o, o.n, 1);
+  const quant::QTensor a = random_e4m3(o, o.m, 0), b = random_e4m3(o, o.n, 1);
   const std::vector<double> ref = quant::ref_gemm_fp64(a, b);
 
   struct Case {

@@ -36,6 +36,15 @@ MoeUnpermuteFn moe_unpermute;
 MoeUnpermuteBackwardFn moe_unpermute_backward;
 CrossEntropyFn cross_entropy;
 
+// ---- quantization and scaled GEMMs: the exact arithmetic of quant/ (ops/cpu/quantize.cpp, scaled_gemm.cpp) ----
+QuantizeFn quantize;
+QuantizeDelayedFn quantize_delayed;
+DequantizeFn dequantize;
+WithColwiseFn with_colwise;
+ScaledGemmFn scaled_gemm;
+ScaledGemmGroupedFn scaled_gemm_grouped;
+ScaledGemmGroupedFn scaled_gemm_grouped_k;
+
 // The CPU table (built on first use; pins OpenBLAS to one thread).
 const OpTable& cpu_op_table();
 

@@ -43,6 +43,14 @@ OpTable make_table() {
   t.moe_unpermute = moe_unpermute;
   t.moe_unpermute_backward = moe_unpermute_backward;
   t.cross_entropy = cross_entropy;
+  // quantization and scaled GEMMs
+  t.quantize = quantize;
+  t.quantize_delayed = quantize_delayed;
+  t.dequantize = dequantize;
+  t.with_colwise = with_colwise;
+  t.scaled_gemm = scaled_gemm;
+  t.scaled_gemm_grouped = scaled_gemm_grouped;
+  t.scaled_gemm_grouped_k = scaled_gemm_grouped_k;
   return t;
 }
 }  // namespace

@@ -86,7 +86,7 @@ uint32_t pointer_alignment(const void* p) {
   return a;
 }
 
-ScaledGemmProblem with_dense_lds(ScaledGemmProblem p) {
+CublasLtProblem with_dense_lds(CublasLtProblem p) {
   if (p.lda == 0) p.lda = p.k;
   if (p.ldb == 0) p.ldb = p.k;
   if (p.ldd == 0) p.ldd = p.n;
@@ -136,19 +136,19 @@ std::string describe_algo(const cublasLtMatmulAlgo_t& algo) {
 
 }  // namespace
 
-std::string ScaledGemmProblem::describe() const {
+std::string CublasLtProblem::describe() const {
   return fmt::format("{}({}) x {}({}) -> {}{}{}, M={} N={} K={}", input_name(a_type), scaling_name(a_scaling),
                      input_name(b_type), scaling_name(b_scaling), out == GemmOutput::F32 ? "f32" : "bf16",
                      accumulate ? " +=" : "", fast_accum ? " fast-accum" : "", m, n, k);
 }
 
-int64_t scale_count(OperandScaling s, ScaleLayout layout, int64_t rows, int64_t k) {
+int64_t scale_count(OperandScaling s, quant::ScaleLayout layout, int64_t rows, int64_t k) {
   switch (s) {
     case OperandScaling::None: return 0;
     case OperandScaling::Tensor: return 1;
     case OperandScaling::Tile1x128: return rows * ceil_div(k, 128);
     case OperandScaling::Block128x128:
-      return ceil_div(rows, 128) * (layout == ScaleLayout::Native ? round_up4(ceil_div(k, 128)) : ceil_div(k, 128));
+      return ceil_div(rows, 128) * (layout == quant::ScaleLayout::GemmNative ? round_up4(ceil_div(k, 128)) : ceil_div(k, 128));
   }
   return 0;
 }
@@ -161,7 +161,7 @@ struct CublasLtGemm::Impl {
 
   // sa / sb: the scale pointers of this call (cuBLASLt's heuristic rejects block-scaled problems whose scale
   // pointers are unset, so they are set before it runs and again on every call).
-  Plan& plan_for(const ScaledGemmProblem& p, uint32_t align_a, uint32_t align_b, uint32_t align_d, const float* sa,
+  Plan& plan_for(const CublasLtProblem& p, uint32_t align_a, uint32_t align_b, uint32_t align_d, const float* sa,
                  const float* sb) {
     const PlanKey key{p.m, p.n, p.k, p.lda, p.ldb, p.ldd,
                       static_cast<uint8_t>(p.a_type), static_cast<uint8_t>(p.b_type),
@@ -230,8 +230,8 @@ size_t CublasLtGemm::cached_plans() const {
   return impl_->plans.size();
 }
 
-void CublasLtGemm::validate(const ScaledGemmProblem& q) {
-  const ScaledGemmProblem p = with_dense_lds(q);
+void CublasLtGemm::validate(const CublasLtProblem& q) {
+  const CublasLtProblem p = with_dense_lds(q);
   FP8T_CHECK(p.m > 0 && p.n > 0 && p.k > 0, "scaled GEMM: empty or negative shape M={} N={} K={}", p.m, p.n, p.k);
   FP8T_CHECK(is_fp8(p.a_type) == is_fp8(p.b_type),
              "scaled GEMM: {}: cuBLASLt multiplies FP8 by FP8 or BF16 by BF16, not a mix", p.describe());
@@ -266,10 +266,10 @@ void CublasLtGemm::validate(const ScaledGemmProblem& q) {
   }
 }
 
-void CublasLtGemm::run(const ScaledGemmProblem& q, const void* a, const float* a_scales, const void* b,
+void CublasLtGemm::run(const CublasLtProblem& q, const void* a, const float* a_scales, const void* b,
                        const float* b_scales, void* d, cudaStream_t stream) {
   validate(q);
-  const ScaledGemmProblem p = with_dense_lds(q);
+  const CublasLtProblem p = with_dense_lds(q);
   FP8T_CHECK(a != nullptr && b != nullptr && d != nullptr, "scaled GEMM: null operand or output pointer");
   const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b), align_d = pointer_alignment(d);
   FP8T_CHECK(align_a >= 16 && align_b >= 16 && align_d >= 16,
@@ -278,7 +278,7 @@ void CublasLtGemm::run(const ScaledGemmProblem& q, const void* a, const float* a
 
   // Scales in cuBLASLt's layouts: row-major 1x128 grids are transposed and 128x128 grids re-pitched.
   DeviceBuffer a_staged, b_staged;
-  auto stage = [&](OperandScaling s, ScaleLayout layout, const float* scales, int64_t rows,
+  auto stage = [&](OperandScaling s, quant::ScaleLayout layout, const float* scales, int64_t rows,
                    DeviceBuffer& buf) -> const float* {
     if (s == OperandScaling::None) return nullptr;
     FP8T_CHECK(scales != nullptr, "scaled GEMM: {}: an FP8 operand's scales are missing", p.describe());
@@ -294,7 +294,7 @@ void CublasLtGemm::run(const ScaledGemmProblem& q, const void* a, const float* a
     }
     FP8T_CHECK(reinterpret_cast<uintptr_t>(scales) % 16 == 0,
                "scaled GEMM: {}: block-scale pointers must be 16-byte aligned", p.describe());
-    if (layout == ScaleLayout::Native) return scales;
+    if (layout == quant::ScaleLayout::GemmNative) return scales;
     const int64_t kb = ceil_div(p.k, 128);
     if (s == OperandScaling::Tile1x128) {
       buf = DeviceBuffer(static_cast<size_t>(rows * kb) * sizeof(float), stream);
@@ -327,7 +327,7 @@ void CublasLtGemm::run(const ScaledGemmProblem& q, const void* a, const float* a
                                    plan.d, &plan.algo, impl_->workspace.get(), impl_->workspace.bytes(), stream));
 }
 
-std::string CublasLtGemm::algorithm(const ScaledGemmProblem& q, size_t alignment) {
+std::string CublasLtGemm::algorithm(const CublasLtProblem& q, size_t alignment) {
   validate(q);
   const auto al = static_cast<uint32_t>(alignment);
   std::lock_guard<std::mutex> lock(impl_->mutex);

@@ -14,7 +14,7 @@
 // cuBLASLt's rules (13.x, Hopper) are checked here and reported as fp8train::Error before any launch:
 //   FP8: E4M3×E4M3, E4M3×E5M2, E5M2×E4M3 (no E5M2×E5M2); block scaling: not 128x128 on both operands, M and N
 //   multiples of 4, no fast accumulation; every pointer and row stride 16-byte aligned; BF16 or FP32 output.
-// Scale layouts (ScaleLayout): QuantTensor's row-major grid, or cuBLASLt's native layout (1x128: "MN-major",
+// Scale layouts (quant::ScaleLayout): QTensor's row-major grid, or cuBLASLt's native layout (1x128: "MN-major",
 // scales[kb * rows + r]; 128x128: scales[rb * ld + kb] with ld a multiple of 4). Row-major 1x128 scales are
 // transposed, and row-major 128x128 scales with ceil(K/128) % 4 != 0 re-pitched, into a scratch buffer from
 // the caching allocator (no cudaMalloc in steady state); native layouts are passed through untouched.
@@ -27,18 +27,19 @@
 #include <memory>
 #include <string>
 
+#include "quant/spec.h"
+
 namespace fp8train::ops::cuda {
 
 enum class GemmInput : uint8_t { E4M3, E5M2, BF16 };
 enum class GemmOutput : uint8_t { F32, BF16 };
 enum class OperandScaling : uint8_t { None, Tensor, Tile1x128, Block128x128 };
-enum class ScaleLayout : uint8_t { RowMajor, Native };
 
-struct ScaledGemmProblem {
+struct CublasLtProblem {
   int64_t m = 0, n = 0, k = 0;
   GemmInput a_type = GemmInput::E4M3, b_type = GemmInput::E4M3;
   OperandScaling a_scaling = OperandScaling::Tile1x128, b_scaling = OperandScaling::Block128x128;
-  ScaleLayout a_scale_layout = ScaleLayout::Native, b_scale_layout = ScaleLayout::RowMajor;
+  quant::ScaleLayout a_scale_layout = quant::ScaleLayout::GemmNative, b_scale_layout = quant::ScaleLayout::RowMajor;
   GemmOutput out = GemmOutput::BF16;
   bool accumulate = false;  // D += A·Bᵀ
   bool fast_accum = false;  // per-tensor FP8 only: no promotion to FP32 (cuBLASLt FAST_ACCUM)
@@ -48,7 +49,7 @@ struct ScaledGemmProblem {
 
 // Bytes of scales each operand expects (for allocation): Tensor 1, Tile1x128 rows*ceil(K/128),
 // Block128x128 ceil(rows/128)*ceil(K/128) (row-major) or ceil(rows/128)*round_up(ceil(K/128), 4) (native).
-int64_t scale_count(OperandScaling s, ScaleLayout layout, int64_t rows, int64_t k);
+int64_t scale_count(OperandScaling s, quant::ScaleLayout layout, int64_t rows, int64_t k);
 
 class CublasLtGemm {
  public:
@@ -58,12 +59,12 @@ class CublasLtGemm {
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
 
   // Checks the problem against cuBLASLt's rules (throws fp8train::Error naming the violated one).
-  static void validate(const ScaledGemmProblem& p);
+  static void validate(const CublasLtProblem& p);
   // a_scales / b_scales: device floats in the problem's layouts (ignored for BF16 operands).
-  void run(const ScaledGemmProblem& p, const void* a, const float* a_scales, const void* b, const float* b_scales,
+  void run(const CublasLtProblem& p, const void* a, const float* a_scales, const void* b, const float* b_scales,
            void* d, cudaStream_t stream);
   // The cached algorithm chosen for p (selecting it if needed) as "algo 66 tile 23 stages 19 ...".
-  std::string algorithm(const ScaledGemmProblem& p, size_t alignment = 256);
+  std::string algorithm(const CublasLtProblem& p, size_t alignment = 256);
   size_t cached_plans() const;
 
   struct Impl;

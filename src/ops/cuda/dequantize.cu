@@ -138,16 +138,16 @@ __global__ void __launch_bounds__(kThreads) dequant_e5m6_kernel(const uint8_t* p
   }
 }
 
-__device__ __forceinline__ float decode_code(CodeFormat f, uint32_t code) {
+__device__ __forceinline__ float decode_code(quant::Format f, uint32_t code) {
   switch (f) {
-    case CodeFormat::E4M3: return num::e4m3_decode(static_cast<uint8_t>(code));
-    case CodeFormat::E5M2: return num::e5m2_decode(static_cast<uint8_t>(code));
+    case quant::Format::E4M3: return num::e4m3_decode(static_cast<uint8_t>(code));
+    case quant::Format::E5M2: return num::e5m2_decode(static_cast<uint8_t>(code));
     default: return static_cast<float>(static_cast<int8_t>(static_cast<uint8_t>(code)));
   }
 }
 
 // 8 consecutive codes of kRows rows; `uniform_block` when all 8 share one block column (block_cols % 8 == 0).
-template <CodeFormat F, InType OT>
+template <quant::Format F, InType OT>
 __global__ void __launch_bounds__(kThreads) dequant_kernel(const DequantArgs a, bool uniform_block) {
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * 8;
   if (col >= a.cols) return;
@@ -355,8 +355,8 @@ bool try_coalesced(const uint8_t* q, const float* scales, ScaleStrides strides, 
   return true;
 }
 
-constexpr Packed packed_of(CodeFormat f) {
-  return f == CodeFormat::E4M3 ? Packed::E4M3 : f == CodeFormat::E5M2 ? Packed::E5M2 : Packed::INT8;
+constexpr Packed packed_of(quant::Format f) {
+  return f == quant::Format::E4M3 ? Packed::E4M3 : f == quant::Format::E5M2 ? Packed::E5M2 : Packed::INT8;
 }
 
 dim3 grid_rows_cols(int64_t rows, int64_t cols) {
@@ -366,7 +366,7 @@ dim3 grid_rows_cols(int64_t rows, int64_t cols) {
   return dim3(static_cast<unsigned>(gx < 1 ? 1 : gx), static_cast<unsigned>(gy < 1 ? 1 : gy));
 }
 
-template <CodeFormat F>
+template <quant::Format F>
 cudaError_t dequant_by_out(const DequantArgs& a, cudaStream_t s) {
   if (try_coalesced<packed_of(F)>(a.q, a.scales, a.strides, a.rows, a.cols, a.block_rows, a.block_cols, a.out,
                                   a.out_type, s))
@@ -404,9 +404,10 @@ cudaError_t launch_dequant_e5m6(const uint8_t* packed, const float* scales, Scal
 
 cudaError_t launch_dequant(const DequantArgs& a, cudaStream_t stream) {
   switch (a.format) {
-    case CodeFormat::E4M3: return dequant_by_out<CodeFormat::E4M3>(a, stream);
-    case CodeFormat::E5M2: return dequant_by_out<CodeFormat::E5M2>(a, stream);
-    case CodeFormat::INT8: return dequant_by_out<CodeFormat::INT8>(a, stream);
+    case quant::Format::E4M3: return dequant_by_out<quant::Format::E4M3>(a, stream);
+    case quant::Format::E5M2: return dequant_by_out<quant::Format::E5M2>(a, stream);
+    case quant::Format::INT8: return dequant_by_out<quant::Format::INT8>(a, stream);
+    default: break;  // E5M6 / BF16: no one-byte kernel
   }
   return cudaErrorInvalidValue;
 }

@@ -15,7 +15,7 @@
 //
 // Layouts: A, B row-major with K contiguous ("TN"), FP8 E4M3 bytes, 16-byte aligned; K a multiple of 128;
 // N a multiple of 16; M any positive size. Scales are FP32, addressed through ScaleView so both the
-// QuantTensor row-major layout and cuBLASLt's "MN-major" layout work.
+// QTensor row-major layout and cuBLASLt's "MN-major" layout work.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -32,7 +32,7 @@ struct ScaleView {
   int64_t kblock_stride = 0;
   int64_t group_stride = 0;
 };
-// QuantTensor's layout: [rows (or row blocks), K/128] row-major.
+// QTensor's row-major layout: [rows (or row blocks), K/128] row-major.
 inline ScaleView row_major_scale_view(const float* data, int64_t k_blocks, int64_t group_stride = 0) {
   return {data, k_blocks, 1, group_stride};
 }
@@ -162,14 +162,6 @@ const char* fp8_gemm_backend_name(Fp8GemmBackend backend);  // "auto", "own", "c
 // 1x128) row-major or MN-major, B 128x128 row-major (re-pitched when K/128 % 4 != 0) or [N/128, round4(K/128)].
 void fp8_scaled_gemm(const Fp8GemmDenseProblem& p, cudaStream_t stream);
 void fp8_scaled_gemm_wgrad(const Fp8GemmWgradProblem& p, cudaStream_t stream);
-
-// The hook of the Tensor entry point ops::cuda::scaled_gemm (tensor_ops.h): when the backend is Own and the
-// problem is one of our forms — E4M3 x E4M3, A 1x128 with B 128x128 into BF16 (Fprop/Dgrad) or A 1x128 with
-// B 1x128 into FP32 (+= out when accumulate; Wgrad), K % 128 == 0, N % 16 == 0, 16-byte aligned codes — runs
-// it with our kernels on `stream` and returns true; otherwise returns false and the caller uses cuBLASLt.
-struct GpuQuantized;
-bool fp8_gemm_try_own(const GpuQuantized& a, const GpuQuantized& b, void* out, bool out_is_f32, bool accumulate,
-                      bool fast_accum, cudaStream_t stream);
 
 // Host-side check of a group-offset table (values as they will be copied to the device): non-decreasing,
 // multiples of 128, first 0, last == total. Throws fp8train::Error naming the first bad entry.

@@ -11,7 +11,7 @@
 // Scale flow: per K block the producer puts the A scales of the tile's 128 rows and the tile's B scale(s) into
 // the stage -- as two bulk copies completing on the stage's barrier when the layouts allow it (A scales
 // MN-major and padded to 4 rows, B scale rows padded to 4 K blocks: cuBLASLt's native layouts; +15-18 %,
-// docs/fp8_gemm.md), else with 4-byte cp.async (QuantTensor's row-major layout). A math thread
+// docs/fp8_gemm.md), else with 4-byte cp.async (QTensor's row-major layout). A math thread
 // reads its two rows' A scales and the B scale of its columns with shared-memory loads issued right after the
 // block's WGMMAs (while they run), forms sa*sb (one FP32 multiply, as the CPU model does), releases the stage after
 // wgmma.wait_group and promotes the 128-deep partial sum with one FMA per element. The B scale per tile:

@@ -193,7 +193,7 @@ void fill_units(KernelArgs& args, LaunchSpec& spec, const Fp8GemmConfig& config,
 // the next multiple of 4 rows (MN-major A scales, K-block stride padded to 4 rows), and the aligned group of
 // four B scales around any (row block, K block) lies inside the array (B rows padded to a multiple of four K
 // blocks, or, MN-major, the row-block count padded to four). cuBLASLt's native layouts qualify when padded;
-// QuantTensor's row-major A scales do not (those stages use 4-byte cp.async).
+// QTensor's row-major A scales do not (those stages use 4-byte cp.async).
 // One scale per row, MN-major (rows contiguous per K block), 16-byte aligned, K-block stride padded to 4 rows.
 bool mn_major_padded(const ScaleView& v, int64_t rows) {
   return v.row_stride == 1 && v.kblock_stride % 4 == 0 && v.kblock_stride >= (rows + 3) / 4 * 4 &&

@@ -56,7 +56,7 @@ constexpr ScaleB block_scale_b(int bn) {
 // scales of the tile's rows (MN-major: contiguous) and the 16-byte-aligned group of four B scales that holds the
 // tile's one (two groups for ScaleB::TwoBlocks; the tile's columns for ScaleB::PerColumn) -- instead of 32
 // lanes of 4-byte cp.async. Needs a ScaleB other than PerChunk and KernelArgs::bulk_scales (the host's layout
-// check: fill_scales); the cp.async path takes any layout, QuantTensor's row-major one included.
+// check: fill_scales); the cp.async path takes any layout, QTensor's row-major one included.
 
 constexpr int align_up(int x, int a) { return (x + a - 1) / a * a; }
 

@@ -1,5 +1,5 @@
 // Scale re-layout for cuBLASLt: transposes a [rows, cols] float32 matrix into [cols, rows] (row-major
-// QuantTensor 1x128 scales [M, ceil(K/128)] -> cuBLASLt's MN-major [ceil(K/128), M]). 32x32 tiles through
+// QTensor 1x128 scales [M, ceil(K/128)] -> cuBLASLt's MN-major [ceil(K/128), M]). 32x32 tiles through
 // shared memory (padded one column against bank conflicts). Tiny next to the GEMM it feeds.
 #include <cuda_runtime.h>
 

@@ -35,26 +35,26 @@ __device__ __forceinline__ ScaleInverse block_scale_dev(float amax, float fmax, 
   return {num::ue8m0_decode(u), num::ue8m0_decode(static_cast<uint8_t>(254 - u))};
 }
 
-template <CodeFormat F>
+template <quant::Format F>
 struct FormatTraits;
 template <>
-struct FormatTraits<CodeFormat::E4M3> {
+struct FormatTraits<quant::Format::E4M3> {
   static constexpr float kMax = 448.0f;
 };
 template <>
-struct FormatTraits<CodeFormat::E5M2> {
+struct FormatTraits<quant::Format::E5M2> {
   static constexpr float kMax = 57344.0f;
 };
 template <>
-struct FormatTraits<CodeFormat::INT8> {
+struct FormatTraits<quant::Format::INT8> {
   static constexpr float kMax = 127.0f;
 };
 
 // Encodes two already-scaled values; returns code(lo) in bits 0-7 and code(hi) in bits 8-15.
 // INT8 ignores Encoder (int8_encode_rne's arithmetic on float bits, checked on all 2^32 inputs by the GPU tests).
-template <CodeFormat F, Encoder E>
+template <quant::Format F, Encoder E>
 __device__ __forceinline__ uint32_t encode2(float lo, float hi) {
-  if constexpr (F == CodeFormat::INT8) {
+  if constexpr (F == quant::Format::INT8) {
     // num::int8_encode_rne's arithmetic: NaN -> 0, clamp to [-127, 127], then adding 1.5 * 2^23 rounds to an
     // integer with ties to even; that integer is the low byte of the sum's bits (two's complement).
     const float a = fminf(fmaxf(lo == lo ? lo : 0.0f, -127.0f), 127.0f);
@@ -64,9 +64,9 @@ __device__ __forceinline__ uint32_t encode2(float lo, float hi) {
     return __byte_perm(ra, rb, 0x7740) & 0xFFFFu;
   } else if constexpr (E == Encoder::Hardware) {
     const __nv_fp8x2_storage_t s = __nv_cvt_float2_to_fp8x2(
-        make_float2(lo, hi), __NV_SATFINITE, F == CodeFormat::E4M3 ? __NV_E4M3 : __NV_E5M2);
+        make_float2(lo, hi), __NV_SATFINITE, F == quant::Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
     return static_cast<uint32_t>(s);
-  } else if constexpr (F == CodeFormat::E4M3) {
+  } else if constexpr (F == quant::Format::E4M3) {
     return static_cast<uint32_t>(num::e4m3_encode(lo)) | (static_cast<uint32_t>(num::e4m3_encode(hi)) << 8);
   } else {
     return static_cast<uint32_t>(num::e5m2_encode(lo)) | (static_cast<uint32_t>(num::e5m2_encode(hi)) << 8);

@@ -23,8 +23,8 @@ struct FastParams {
   float* qt_scales;
   ScaleStrides qts;
 };
-cudaError_t launch_quant_1x128(const FastParams& p, InType it, CodeFormat f, Encoder e, cudaStream_t stream);
-cudaError_t launch_quant_128x128(const FastParams& p, InType it, CodeFormat f, Encoder e, cudaStream_t stream);
+cudaError_t launch_quant_1x128(const FastParams& p, InType it, quant::Format f, Encoder e, cudaStream_t stream);
+cudaError_t launch_quant_128x128(const FastParams& p, InType it, quant::Format f, Encoder e, cudaStream_t stream);
 
 // quantize_misc.cu: the generic block quantizer, E5M6, dequantization, per-tensor and delayed scaling.
 cudaError_t launch_quant_blocks(const QuantBlocksArgs& a, cudaStream_t stream);  // block_rows, block_cols >= 1
@@ -38,6 +38,10 @@ cudaError_t launch_amax(const void* x, InType x_type, int64_t n, uint32_t* amax_
 cudaError_t launch_quant_with_scale(const QuantWithScaleArgs& a, cudaStream_t stream);
 cudaError_t launch_delayed_compute(const DeviceAmaxHistoryView& h, float fmax, bool pow2, float* scale_inverse,
                                    cudaStream_t stream);
+cudaError_t launch_transpose_codes(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols, int64_t batches,
+                                   int64_t src_batch, int64_t dst_batch, cudaStream_t stream);
+cudaError_t launch_transpose_scales(const float* src, GridStrides src_strides, float* dst, GridStrides dst_strides,
+                                    int64_t rows, int64_t cols, int64_t groups, cudaStream_t stream);
 cudaError_t launch_delayed_push(const DeviceAmaxHistoryView& h, const uint32_t* amax_bits, cudaStream_t stream);
 
 }  // namespace fp8train::ops::cuda::detail

@@ -11,18 +11,17 @@ namespace fp8train::ops::cuda {
 
 size_t in_type_size(InType t) { return t == InType::F32 ? 4 : 2; }
 
-float code_format_max(CodeFormat f) {
-  switch (f) {
-    case CodeFormat::E4M3: return 448.0f;
-    case CodeFormat::E5M2: return 57344.0f;
-    case CodeFormat::INT8: return 127.0f;
-  }
-  return 0.0f;
-}
 
 namespace {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The one-byte kernels serve E4M3, E5M2 and INT8; E5M6 has its own quantizer and BF16 is not a CUDA code format.
+void check_one_byte(quant::Format f, const char* what) {
+  FP8T_CHECK(f == quant::Format::E4M3 || f == quant::Format::E5M2 || f == quant::Format::INT8,
+             "{}: format {} is not implemented on cuda (the one-byte kernels take e4m3, e5m2 or int8)", what,
+             quant::format_name(f));
+}
 
 void check_launch_result(cudaError_t err, const char* kernel, cudaStream_t stream) {
   if (err != cudaSuccess) FP8T_FAIL("launching {} failed: {} ({})", kernel, cudaGetErrorName(err), cudaGetErrorString(err));
@@ -34,6 +33,7 @@ detail::FastParams check_fast(const Args& a, const char* what) {
   FP8T_CHECK(a.rows >= 0 && a.cols >= 0, "{}: negative shape [{}, {}]", what, a.rows, a.cols);
   FP8T_CHECK(a.q != nullptr || a.qt != nullptr, "{}: neither the codes nor the transposed codes were requested",
              what);
+  check_one_byte(a.opt.format, what);
   FP8T_CHECK(a.x != nullptr || a.rows * a.cols == 0, "{}: the input pointer is null", what);
   FP8T_CHECK(a.cols % 16 == 0,
              "{}: cols = {} must be a multiple of 16 (16-byte vector loads); quantize_blocks serves other shapes",
@@ -45,7 +45,7 @@ detail::FastParams check_fast(const Args& a, const char* what) {
   FP8T_CHECK(a.q == nullptr || a.q_scales != nullptr, "{}: codes requested without a scale buffer", what);
   FP8T_CHECK(a.qt == nullptr || a.qt_scales != nullptr, "{}: transposed codes requested without a scale buffer",
              what);
-  FP8T_CHECK(!a.opt.stochastic || a.opt.format == CodeFormat::INT8,
+  FP8T_CHECK(!a.opt.stochastic || a.opt.format == quant::Format::INT8,
              "{}: stochastic rounding is only defined for INT8", what);
   FP8T_CHECK((a.rows + 127) / 128 <= 65535, "{}: rows = {} exceeds the CUDA grid limit (65535 tiles of 128)", what,
              a.rows);
@@ -73,7 +73,8 @@ void quantize_128x128(const Quant128x128Args& a, cudaStream_t stream) {
 void quantize_blocks(const QuantBlocksArgs& a, cudaStream_t stream) {
   FP8T_CHECK(a.rows >= 0 && a.cols >= 0, "quantize_blocks: negative shape [{}, {}]", a.rows, a.cols);
   FP8T_CHECK(a.q != nullptr && a.scales != nullptr, "quantize_blocks: the code and scale buffers must be given");
-  FP8T_CHECK(!a.opt.stochastic || a.opt.format == CodeFormat::INT8,
+  check_one_byte(a.opt.format, "quantize_blocks");
+  FP8T_CHECK(!a.opt.stochastic || a.opt.format == quant::Format::INT8,
              "quantize_blocks: stochastic rounding is only defined for INT8");
   if (a.rows == 0 || a.cols == 0) return;
   FP8T_CHECK(a.x != nullptr, "quantize_blocks: the input pointer is null");
@@ -85,7 +86,7 @@ void quantize_blocks(const QuantBlocksArgs& a, cudaStream_t stream) {
     FP8T_CUDA_CHECK(cudaMemsetAsync(a.amax_scratch, 0, sizeof(uint32_t), stream));
     amax_accumulate(a.x, a.x_type, a.rows * a.cols, a.amax_scratch, stream);
     float* scale_inverse = reinterpret_cast<float*>(a.amax_scratch + 2);
-    check_launch_result(detail::launch_scale_from_amax(a.amax_scratch, code_format_max(a.opt.format),
+    check_launch_result(detail::launch_scale_from_amax(a.amax_scratch, quant::format_max(a.opt.format),
                                                        a.opt.pow2_scales, scale_inverse, stream),
                         "scale_from_amax_kernel", stream);
     QuantWithScaleArgs w;
@@ -138,6 +139,7 @@ void dequantize(const DequantArgs& a, cudaStream_t stream) {
   if (a.rows == 0 || a.cols == 0) return;
   FP8T_CHECK(a.q != nullptr && a.scales != nullptr && a.out != nullptr,
              "dequantize: codes, scales and output must all be given");
+  check_one_byte(a.format, "dequantize");
   FP8T_CHECK(reinterpret_cast<uintptr_t>(a.q) % 8 == 0 && aligned16(a.out),
              "dequantize: codes must be 8-byte and the output 16-byte aligned");
   DequantArgs r = a;
@@ -164,20 +166,43 @@ void quantize_with_scale(const QuantWithScaleArgs& a, cudaStream_t stream) {
   FP8T_CHECK(a.rows >= 0 && a.cols >= 0, "quantize_with_scale: negative shape [{}, {}]", a.rows, a.cols);
   FP8T_CHECK(a.scale_inverse != nullptr && a.scale_out != nullptr && a.q != nullptr,
              "quantize_with_scale: scale_inverse, scale_out and the code buffer must be given");
-  FP8T_CHECK(!a.opt.stochastic || a.opt.format == CodeFormat::INT8,
+  check_one_byte(a.opt.format, "quantize_with_scale");
+  FP8T_CHECK(!a.opt.stochastic || a.opt.format == quant::Format::INT8,
              "quantize_with_scale: stochastic rounding is only defined for INT8");
   if (a.rows == 0 || a.cols == 0) return;
   FP8T_CHECK(a.x != nullptr, "quantize_with_scale: the input pointer is null");
   check_launch_result(detail::launch_quant_with_scale(a, stream), "quant_with_scale_kernel", stream);
 }
 
-void delayed_compute_scale(const DeviceAmaxHistoryView& h, CodeFormat format, bool pow2_scales,
+void transpose_codes(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols, int64_t batches, int64_t src_batch,
+                     int64_t dst_batch, cudaStream_t stream) {
+  FP8T_CHECK(rows >= 0 && cols >= 0 && batches >= 0, "transpose_codes: negative shape [{}, {}] x {}", rows, cols,
+             batches);
+  if (rows == 0 || cols == 0 || batches == 0) return;
+  FP8T_CHECK(src != nullptr && dst != nullptr, "transpose_codes: null codes");
+  FP8T_CHECK(batches <= 65535, "transpose_codes: {} batches exceed the CUDA grid limit of 65535", batches);
+  check_launch_result(detail::launch_transpose_codes(src, dst, rows, cols, batches, src_batch, dst_batch, stream),
+                      "transpose_codes_kernel", stream);
+}
+
+void transpose_scales(const float* src, GridStrides src_strides, float* dst, GridStrides dst_strides, int64_t rows,
+                      int64_t cols, int64_t groups, cudaStream_t stream) {
+  FP8T_CHECK(rows >= 0 && cols >= 0 && groups >= 0, "transpose_scales: negative grid [{}, {}] x {}", rows, cols,
+             groups);
+  if (rows == 0 || cols == 0 || groups == 0) return;
+  FP8T_CHECK(src != nullptr && dst != nullptr, "transpose_scales: null scales");
+  check_launch_result(detail::launch_transpose_scales(src, src_strides, dst, dst_strides, rows, cols, groups, stream),
+                      "transpose_scales_kernel", stream);
+}
+
+void delayed_compute_scale(const DeviceAmaxHistoryView& h, quant::Format format, bool pow2_scales,
                            float* scale_inverse, cudaStream_t stream) {
   FP8T_CHECK(h.entries != nullptr && h.state != nullptr && h.length >= 1,
              "delayed_compute_scale: the history needs entries, state and length >= 1");
   FP8T_CHECK(h.margin >= -64 && h.margin <= 64, "delayed_compute_scale: margin {} is outside [-64, 64]", h.margin);
   FP8T_CHECK(scale_inverse != nullptr, "delayed_compute_scale: the output pointer is null");
-  check_launch_result(detail::launch_delayed_compute(h, code_format_max(format), pow2_scales, scale_inverse, stream),
+  check_one_byte(format, "delayed_compute_scale");
+  check_launch_result(detail::launch_delayed_compute(h, quant::format_max(format), pow2_scales, scale_inverse, stream),
                       "delayed_compute_kernel", stream);
 }
 

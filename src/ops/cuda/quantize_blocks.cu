@@ -26,14 +26,14 @@ __device__ __forceinline__ uint32_t block_reduce_max(uint32_t m, uint32_t* smem 
   return m;
 }
 
-template <CodeFormat F>
+template <quant::Format F>
 __device__ __forceinline__ uint8_t encode_one(float v, bool stochastic, uint64_t seed, uint64_t index, Encoder e) {
-  if (F == CodeFormat::INT8 && stochastic) return static_cast<uint8_t>(encode_int8_stochastic(v, seed, index));
+  if (F == quant::Format::INT8 && stochastic) return static_cast<uint8_t>(encode_int8_stochastic(v, seed, index));
   return static_cast<uint8_t>(e == Encoder::Hardware ? encode2<F, Encoder::Hardware>(v, 0.0f)
                                                      : encode2<F, Encoder::Software>(v, 0.0f));
 }
 
-template <InType IT, CodeFormat F>
+template <InType IT, quant::Format F>
 __global__ void __launch_bounds__(kThreads) quant_blocks_kernel(const QuantBlocksArgs a) {
   __shared__ uint32_t red[kThreads / 32];
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * a.block_rows;
@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const void* x, int64_t n
   if (threadIdx.x == 0 && m != 0) atomicMax(amax_bits, m);
 }
 
-template <InType IT, CodeFormat F, Encoder E, bool kVec>
+template <InType IT, quant::Format F, Encoder E, bool kVec>
 __global__ void __launch_bounds__(kThreads) quant_with_scale_kernel(const QuantWithScaleArgs a) {
   __shared__ uint32_t red[kThreads / 32];
   const float scale = a.scale_inverse[0], inv = a.scale_inverse[1];
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kThreads) quant_with_scale_kernel(const QuantW
         const float lo = v.get(j), hi = v.get(j + 1);
         m = max(m, max(abs_bits(lo), abs_bits(hi)));
         uint32_t pair;
-        if (F == CodeFormat::INT8 && a.opt.stochastic) {
+        if (F == quant::Format::INT8 && a.opt.stochastic) {
           pair = encode_int8_stochastic(lo * inv, a.opt.seed, 8 * g + j) |
                  (encode_int8_stochastic(hi * inv, a.opt.seed, 8 * g + j + 1) << 8);
         } else {
@@ -167,14 +167,14 @@ int grid_for(int64_t work_items) {
   return static_cast<int>(blocks < 1 ? 1 : (blocks > 132 * 16 ? 132 * 16 : blocks));
 }
 
-template <CodeFormat F>
+template <quant::Format F>
 cudaError_t blocks_by_type(const QuantBlocksArgs& a, dim3 grid, cudaStream_t s) {
   if (a.x_type == InType::BF16) quant_blocks_kernel<InType::BF16, F><<<grid, kThreads, 0, s>>>(a);
   else quant_blocks_kernel<InType::F32, F><<<grid, kThreads, 0, s>>>(a);
   return cudaGetLastError();
 }
 
-template <InType IT, CodeFormat F, Encoder E>
+template <InType IT, quant::Format F, Encoder E>
 cudaError_t with_scale_vec(const QuantWithScaleArgs& a, bool vec, cudaStream_t s) {
   const int64_t n = a.rows * a.cols;
   if (vec) quant_with_scale_kernel<IT, F, E, true><<<grid_for(n / 8), kThreads, 0, s>>>(a);
@@ -186,13 +186,14 @@ template <InType IT>
 cudaError_t with_scale_fmt(const QuantWithScaleArgs& a, bool vec, cudaStream_t s) {
   const bool hw = a.opt.encoder == Encoder::Hardware;
   switch (a.opt.format) {
-    case CodeFormat::E4M3:
-      return hw ? with_scale_vec<IT, CodeFormat::E4M3, Encoder::Hardware>(a, vec, s)
-                : with_scale_vec<IT, CodeFormat::E4M3, Encoder::Software>(a, vec, s);
-    case CodeFormat::E5M2:
-      return hw ? with_scale_vec<IT, CodeFormat::E5M2, Encoder::Hardware>(a, vec, s)
-                : with_scale_vec<IT, CodeFormat::E5M2, Encoder::Software>(a, vec, s);
-    case CodeFormat::INT8: return with_scale_vec<IT, CodeFormat::INT8, Encoder::Software>(a, vec, s);
+    case quant::Format::E4M3:
+      return hw ? with_scale_vec<IT, quant::Format::E4M3, Encoder::Hardware>(a, vec, s)
+                : with_scale_vec<IT, quant::Format::E4M3, Encoder::Software>(a, vec, s);
+    case quant::Format::E5M2:
+      return hw ? with_scale_vec<IT, quant::Format::E5M2, Encoder::Hardware>(a, vec, s)
+                : with_scale_vec<IT, quant::Format::E5M2, Encoder::Software>(a, vec, s);
+    case quant::Format::INT8: return with_scale_vec<IT, quant::Format::INT8, Encoder::Software>(a, vec, s);
+    default: break;  // E5M6 / BF16: no one-byte kernel
   }
   return cudaErrorInvalidValue;
 }
@@ -203,9 +204,10 @@ cudaError_t launch_quant_blocks(const QuantBlocksArgs& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((a.cols + a.block_cols - 1) / a.block_cols),
                   static_cast<unsigned>((a.rows + a.block_rows - 1) / a.block_rows));
   switch (a.opt.format) {
-    case CodeFormat::E4M3: return blocks_by_type<CodeFormat::E4M3>(a, grid, stream);
-    case CodeFormat::E5M2: return blocks_by_type<CodeFormat::E5M2>(a, grid, stream);
-    case CodeFormat::INT8: return blocks_by_type<CodeFormat::INT8>(a, grid, stream);
+    case quant::Format::E4M3: return blocks_by_type<quant::Format::E4M3>(a, grid, stream);
+    case quant::Format::E5M2: return blocks_by_type<quant::Format::E5M2>(a, grid, stream);
+    case quant::Format::INT8: return blocks_by_type<quant::Format::INT8>(a, grid, stream);
+    default: break;  // E5M6 / BF16: no one-byte kernel
   }
   return cudaErrorInvalidValue;
 }

@@ -5,9 +5,9 @@
 //
 // Layouts. x: [rows, cols] row-major, float32 or bf16 (uint16 codes). Codes: [rows, cols] row-major bytes;
 // the transposed output qt: [cols, rows] row-major bytes (qt[c * rows + r] encodes x[r, c]). E5M6: 12 bytes per
-// 8 values over the flat row-major index (num::e5m6_pack8), as QuantTensor stores them.
+// 8 values over the flat row-major index (num::e5m6_pack8), as QTensor stores them.
 // Scales: one float per block; block (br, bc) is stored at scales[br * strides.row + bc * strides.col], so the
-// same kernel writes QuantTensor's row-major layout ({scale_cols, 1}) or cuBLASLt's "MN-major" layout for
+// same kernel writes QTensor's row-major layout ({scale_cols, 1}) or cuBLASLt's "MN-major" layout for
 // 1x128 scales ({1, scale_rows}: consecutive rows contiguous) or a padded 128x128 layout ({ld, 1}).
 //
 // Fast paths (one CTA per 128x128 tile, 16-byte loads, one read of x):
@@ -22,14 +22,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "quant/spec.h"
+
 namespace fp8train::ops::cuda {
 
 enum class InType : uint8_t { F32, BF16 };
 size_t in_type_size(InType t);
 
-// One-byte output formats of the block quantizers.
-enum class CodeFormat : uint8_t { E4M3, E5M2, INT8 };
-float code_format_max(CodeFormat f);  // 448, 57344, 127
+// The block quantizers write one-byte formats (quant::Format E4M3, E5M2, INT8) and reject the others before
+// any launch; E5M6 has its own quantizer below.
 
 // How E4M3/E5M2 codes are produced. Software: num::e4m3_encode / e5m2_encode from numerics/formats.h.
 // Hardware: the sm_89+ cvt.rn.satfinite.{e4m3,e5m2}x2.f32 instruction (two values per instruction).
@@ -44,7 +45,7 @@ inline ScaleStrides row_major_scales(int64_t scale_cols) { return {scale_cols, 1
 inline ScaleStrides mn_major_scales(int64_t scale_rows) { return {1, scale_rows}; }
 
 struct QuantOptions {
-  CodeFormat format = CodeFormat::E4M3;
+  quant::Format format = quant::Format::E4M3;
   bool pow2_scales = false;  // UE8M0 scales (ScaleMode::PowerOfTwo)
   bool stochastic = false;   // INT8 only: num::int8_encode_stochastic with counter_random_u32(seed, r*cols+c)
   uint64_t seed = 0;
@@ -115,7 +116,7 @@ void dequantize_e5m6_1x128(const uint8_t* packed, const float* scales, ScaleStri
 // out [rows, cols] = decode(code) * scale of the (block_rows x block_cols) block (0,0: per tensor).
 struct DequantArgs {
   const uint8_t* q = nullptr;
-  CodeFormat format = CodeFormat::E4M3;
+  quant::Format format = quant::Format::E4M3;
   int64_t rows = 0, cols = 0;
   int64_t block_rows = 0, block_cols = 0;
   const float* scales = nullptr;
@@ -124,6 +125,18 @@ struct DequantArgs {
   InType out_type = InType::F32;
 };
 void dequantize(const DequantArgs& a, cudaStream_t stream);
+
+// ---- transposes: the column-wise payload of square blocks, and of any blocks quantized on x -----------------------
+// One-byte codes, `batches` matrices: dst[z·dst_batch + c·rows + r] = src[z·src_batch + r·cols + c].
+void transpose_codes(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols, int64_t batches, int64_t src_batch,
+                     int64_t dst_batch, cudaStream_t stream);
+// Where block (g, r, c) of a scale grid lives: scales[g·group + r·row + c·col].
+struct GridStrides {
+  int64_t row = 0, col = 0, group = 0;
+};
+// dst block (g, c, r) = src block (g, r, c) for r < rows, c < cols, g < groups (a scale grid transposed).
+void transpose_scales(const float* src, GridStrides src_strides, float* dst, GridStrides dst_strides, int64_t rows,
+                      int64_t cols, int64_t groups, cudaStream_t stream);
 
 // ---- per-tensor amax and delayed scaling (TE-style `fp8-tensorwise`) ----------------------------------------
 // amax_bits (device, one uint32) = max(amax_bits, bits of max |x|) — NaN-propagating, like quant::amax_of.
@@ -156,7 +169,7 @@ struct DeviceAmaxHistoryView {
   bool most_recent = false;   // AmaxAlgorithm::MostRecent (else Max)
   int margin = 0;
 };
-void delayed_compute_scale(const DeviceAmaxHistoryView& h, CodeFormat format, bool pow2_scales,
+void delayed_compute_scale(const DeviceAmaxHistoryView& h, quant::Format format, bool pow2_scales,
                            float* scale_inverse, cudaStream_t stream);
 void delayed_push_amax(const DeviceAmaxHistoryView& h, const uint32_t* amax_bits, cudaStream_t stream);
 

@@ -19,7 +19,7 @@ constexpr int kThreads = 256;
 
 
 // Codes of 8 values of one row (row-major output) or one column (transposed output), as two words.
-template <CodeFormat F, Encoder E, bool kStoch>
+template <quant::Format F, Encoder E, bool kStoch>
 __device__ __forceinline__ uint2 encode8(const float (&v)[8], float inv, uint64_t seed, int64_t index0,
                                          int64_t index_step) {
   uint32_t w[2];
@@ -72,7 +72,7 @@ __device__ __forceinline__ void load_block(Vec8<IT> (&in)[8], const FastParams& 
   }
 }
 
-template <InType IT, CodeFormat F, Encoder E, bool kStoch, bool kFull>
+template <InType IT, quant::Format F, Encoder E, bool kStoch, bool kFull>
 __device__ __forceinline__ void quant_1x128_tile(const FastParams& p, uint8_t* tile, uint32_t (*colmax_part)[kTile],
                                                  float* col_inverse) {
   const int t = threadIdx.x, a = t >> 4, c = t & 15, warp = t >> 5, lane = t & 31;
@@ -154,7 +154,7 @@ __device__ __forceinline__ void quant_1x128_tile(const FastParams& p, uint8_t* t
   write_transposed<kFull>(tile, p.qt, p.rows, p.cols, r0, c0);
 }
 
-template <InType IT, CodeFormat F, Encoder E, bool kStoch>
+template <InType IT, quant::Format F, Encoder E, bool kStoch>
 __global__ void __launch_bounds__(kThreads, IT == InType::BF16 && !kStoch ? 4 : 3) quant_1x128_kernel(const FastParams p) {
   __shared__ __align__(16) uint8_t tile[kTile * kTile];
   __shared__ __align__(16) uint32_t colmax_part[kThreads / 32][kTile];
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kThreads, IT == InType::BF16 && !kStoch ? 4 : 
   else quant_1x128_tile<IT, F, E, kStoch, false>(p, tile, colmax_part, col_inverse);
 }
 
-template <InType IT, CodeFormat F, Encoder E, bool kStoch, bool kFull>
+template <InType IT, quant::Format F, Encoder E, bool kStoch, bool kFull>
 __device__ __forceinline__ void quant_128x128_tile(const FastParams& p, uint8_t* tile, uint32_t* warp_max) {
   const int t = threadIdx.x, a = t >> 4, c = t & 15, warp = t >> 5, lane = t & 31;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile, c0 = static_cast<int64_t>(blockIdx.x) * kTile;
@@ -220,8 +220,8 @@ __device__ __forceinline__ void quant_128x128_tile(const FastParams& p, uint8_t*
   write_transposed<kFull>(tile, p.qt, p.rows, p.cols, r0, c0);
 }
 
-template <InType IT, CodeFormat F, Encoder E, bool kStoch>
-__global__ void __launch_bounds__(kThreads, IT == InType::BF16 && F != CodeFormat::INT8 ? 4 : 3) quant_128x128_kernel(const FastParams p) {
+template <InType IT, quant::Format F, Encoder E, bool kStoch>
+__global__ void __launch_bounds__(kThreads, IT == InType::BF16 && F != quant::Format::INT8 ? 4 : 3) quant_128x128_kernel(const FastParams p) {
   __shared__ __align__(16) uint8_t tile[kTile * kTile];
   __shared__ uint32_t warp_max[kThreads / 32];
   const bool full = (static_cast<int64_t>(blockIdx.y) + 1) * kTile <= p.rows &&
@@ -230,37 +230,38 @@ __global__ void __launch_bounds__(kThreads, IT == InType::BF16 && F != CodeForma
   else quant_128x128_tile<IT, F, E, kStoch, false>(p, tile, warp_max);
 }
 
-template <template <InType, CodeFormat, Encoder, bool> class Launch, InType IT>
-cudaError_t dispatch_format(CodeFormat f, Encoder e, const FastParams& p, dim3 grid, cudaStream_t stream) {
+template <template <InType, quant::Format, Encoder, bool> class Launch, InType IT>
+cudaError_t dispatch_format(quant::Format f, Encoder e, const FastParams& p, dim3 grid, cudaStream_t stream) {
   const bool hw = e == Encoder::Hardware;
   switch (f) {
-    case CodeFormat::E4M3:
-      return hw ? Launch<IT, CodeFormat::E4M3, Encoder::Hardware, false>::run(p, grid, stream)
-                : Launch<IT, CodeFormat::E4M3, Encoder::Software, false>::run(p, grid, stream);
-    case CodeFormat::E5M2:
-      return hw ? Launch<IT, CodeFormat::E5M2, Encoder::Hardware, false>::run(p, grid, stream)
-                : Launch<IT, CodeFormat::E5M2, Encoder::Software, false>::run(p, grid, stream);
-    case CodeFormat::INT8:
-      return p.stochastic ? Launch<IT, CodeFormat::INT8, Encoder::Software, true>::run(p, grid, stream)
-                          : Launch<IT, CodeFormat::INT8, Encoder::Software, false>::run(p, grid, stream);
+    case quant::Format::E4M3:
+      return hw ? Launch<IT, quant::Format::E4M3, Encoder::Hardware, false>::run(p, grid, stream)
+                : Launch<IT, quant::Format::E4M3, Encoder::Software, false>::run(p, grid, stream);
+    case quant::Format::E5M2:
+      return hw ? Launch<IT, quant::Format::E5M2, Encoder::Hardware, false>::run(p, grid, stream)
+                : Launch<IT, quant::Format::E5M2, Encoder::Software, false>::run(p, grid, stream);
+    case quant::Format::INT8:
+      return p.stochastic ? Launch<IT, quant::Format::INT8, Encoder::Software, true>::run(p, grid, stream)
+                          : Launch<IT, quant::Format::INT8, Encoder::Software, false>::run(p, grid, stream);
+    default: break;  // E5M6 / BF16: no one-byte kernel
   }
   return cudaErrorInvalidValue;
 }
 
-template <template <InType, CodeFormat, Encoder, bool> class Launch>
-cudaError_t dispatch(InType it, CodeFormat f, Encoder e, const FastParams& p, dim3 grid, cudaStream_t stream) {
+template <template <InType, quant::Format, Encoder, bool> class Launch>
+cudaError_t dispatch(InType it, quant::Format f, Encoder e, const FastParams& p, dim3 grid, cudaStream_t stream) {
   return it == InType::BF16 ? dispatch_format<Launch, InType::BF16>(f, e, p, grid, stream)
                             : dispatch_format<Launch, InType::F32>(f, e, p, grid, stream);
 }
 
-template <InType IT, CodeFormat F, Encoder E, bool kStoch>
+template <InType IT, quant::Format F, Encoder E, bool kStoch>
 struct Launch1x128 {
   static cudaError_t run(const FastParams& p, dim3 grid, cudaStream_t stream) {
     quant_1x128_kernel<IT, F, E, kStoch><<<grid, kThreads, 0, stream>>>(p);
     return cudaGetLastError();
   }
 };
-template <InType IT, CodeFormat F, Encoder E, bool kStoch>
+template <InType IT, quant::Format F, Encoder E, bool kStoch>
 struct Launch128x128 {
   static cudaError_t run(const FastParams& p, dim3 grid, cudaStream_t stream) {
     quant_128x128_kernel<IT, F, E, kStoch><<<grid, kThreads, 0, stream>>>(p);
@@ -274,10 +275,10 @@ dim3 tile_grid(const FastParams& p) {
 
 }  // namespace
 
-cudaError_t launch_quant_1x128(const FastParams& p, InType it, CodeFormat f, Encoder e, cudaStream_t stream) {
+cudaError_t launch_quant_1x128(const FastParams& p, InType it, quant::Format f, Encoder e, cudaStream_t stream) {
   return dispatch<Launch1x128>(it, f, e, p, tile_grid(p), stream);
 }
-cudaError_t launch_quant_128x128(const FastParams& p, InType it, CodeFormat f, Encoder e, cudaStream_t stream) {
+cudaError_t launch_quant_128x128(const FastParams& p, InType it, quant::Format f, Encoder e, cudaStream_t stream) {
   return dispatch<Launch128x128>(it, f, e, p, tile_grid(p), stream);
 }
 

@@ -1,0 +1,33 @@
+// The CUDA op table (ops/op_table.h) and its launchers: each member of the table is declared here by its launcher
+// type and put into the table by ops/cuda/table.cpp. A launcher runs on ctx.stream, trusts what the entry point
+// validated (shapes, dtypes, devices), and throws fp8train::Error "<op> is not implemented on cuda: <what>" for a
+// form the CUDA kernels do not serve (the CPU serves every form). A null table entry: the whole op is CPU only.
+// The kernels behind them: quantize_fast.cu / quantize_blocks.cu / dequantize.cu / transpose.cu (quantizers,
+// quantize_cuda.h), fp8_gemm_*.cu (fp8train's FP8 GEMMs, fp8_gemm.h) and cuBLASLt (cublaslt_gemm.h).
+#pragma once
+#include "ops/op_table.h"
+#include "tensor/device.h"
+
+namespace fp8train::ops::cuda {
+
+// Starts the CUDA backend on device `ordinal` (tensor/cuda: streams, allocator) and registers the CUDA op table;
+// what the command line and the GPU tests call instead of fp8train::cuda::init_cuda_backend.
+Device init(int ordinal = 0, bool make_default = false);
+
+const OpTable& cuda_op_table();
+
+[[noreturn]] void throw_not_implemented(const char* op, const std::string& what);
+
+namespace kernels {
+GemmFn gemm;  // cuBLASLt: BF16 a · bᵀ into F32 or BF16
+// quantization and scaled GEMMs (quantize_ops.cpp, scaled_gemm_ops.cpp)
+QuantizeFn quantize;
+QuantizeDelayedFn quantize_delayed;
+DequantizeFn dequantize;
+WithColwiseFn with_colwise;
+ScaledGemmFn scaled_gemm;
+ScaledGemmGroupedFn scaled_gemm_grouped;
+ScaledGemmGroupedFn scaled_gemm_grouped_k;
+}  // namespace kernels
+
+}  // namespace fp8train::ops::cuda

@@ -1,0 +1,41 @@
+// The CUDA op table (ops/op_table.h): the ops with a CUDA kernel, registered when the backend starts
+// (ops::cuda::init). Ops left null here are CPU only for now; their entry points then say so.
+#include "common/error.h"
+#include "ops/cuda/kernels.h"
+#include "tensor/cuda/cuda_backend.h"
+
+namespace fp8train::ops::cuda {
+
+namespace {
+OpTable make_table() {
+  OpTable t;
+  t.backend = "cuda";
+  t.gemm = kernels::gemm;
+  // quantization and scaled GEMMs
+  t.quantize = kernels::quantize;
+  t.quantize_delayed = kernels::quantize_delayed;
+  t.dequantize = kernels::dequantize;
+  t.with_colwise = kernels::with_colwise;
+  t.scaled_gemm = kernels::scaled_gemm;
+  t.scaled_gemm_grouped = kernels::scaled_gemm_grouped;
+  t.scaled_gemm_grouped_k = kernels::scaled_gemm_grouped_k;
+  return t;
+}
+}  // namespace
+
+const OpTable& cuda_op_table() {
+  static const OpTable table = make_table();
+  return table;
+}
+
+Device init(int ordinal, bool make_default) {
+  const Device d = fp8train::cuda::init_cuda_backend(ordinal, make_default);
+  register_op_table(DeviceType::CUDA, &cuda_op_table());
+  return d;
+}
+
+void throw_not_implemented(const char* op, const std::string& what) {
+  FP8T_FAIL("{} is not implemented on cuda: {}", op, what);
+}
+
+}  // namespace fp8train::ops::cuda

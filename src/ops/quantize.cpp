@@ -1,0 +1,177 @@
+// Quantization entry points (ops/quantize.h): validate, allocate the QTensor's payloads on ctx's device, and call
+// the device's launcher.
+#include "ops/quantize.h"
+
+#include "common/error.h"
+#include "ops/checks.h"
+
+namespace fp8train::ops {
+
+std::string_view quantize_outputs_name(QuantizeOutputs o) {
+  switch (o) {
+    case QuantizeOutputs::Rowwise: return "rowwise";
+    case QuantizeOutputs::Colwise: return "colwise";
+    case QuantizeOutputs::Both: return "both";
+  }
+  return "?";
+}
+
+namespace {
+
+int64_t ld_of(const Tensor& m) { return m.size(0) > 1 ? m.ld() : m.size(1); }
+
+void check_input(const char* op, const ExecCtx& ctx, const Tensor& x) {
+  check::matrix(op, "x", x);
+  FP8T_CHECK(x.dtype() == DType::F32 || x.dtype() == DType::BF16, "{}: x must be F32 or BF16, got {}", op,
+             dtype_name(x.dtype()));
+  check::on_device(op, ctx, {&x});
+}
+
+// E5M6 packs 8 codes per 12 bytes over the flat index: a group must start on a packing boundary.
+void check_groups(const char* op, const quant::QuantSpec& spec, int64_t rows, int64_t cols, int64_t groups) {
+  FP8T_CHECK(groups >= 1 && rows % groups == 0, "{}: {} rows do not split into {} equal groups", op, rows, groups);
+  FP8T_CHECK(spec.format != quant::Format::E5M6 || groups == 1 || (rows / groups * cols) % 8 == 0,
+             "{}: E5M6 groups of [{}, {}] elements do not start on 8-code packing boundaries", op, rows / groups, cols);
+}
+
+QuantizedOut out_of(const quant::QPayload& p) {
+  if (!p.defined()) return {};
+  return {p.codes.raw(), p.scales.data<float>()};
+}
+
+QuantizeProblem problem_of(const Tensor& x, const quant::QuantSpec& spec, QuantizeOutputs outputs,
+                           quant::ScaleLayout layout, int64_t groups) {
+  QuantizeProblem p;
+  p.in_dtype = x.dtype();
+  p.rows = x.size(0);
+  p.cols = x.size(1);
+  p.ld = ld_of(x);
+  p.groups = groups;
+  p.spec = spec;
+  p.layout = layout;
+  p.rowwise = outputs != QuantizeOutputs::Colwise;
+  p.colwise = outputs != QuantizeOutputs::Rowwise;
+  return p;
+}
+
+}  // namespace
+
+quant::QTensor quantize(const ExecCtx& ctx, const Tensor& x, const quant::QuantSpec& spec, QuantizeOutputs outputs,
+                        quant::ScaleLayout layout, int64_t groups, MemCategory category) {
+  const char* op = "quantize";
+  check_input(op, ctx, x);
+  quant::check_spec(spec, op);
+  check_groups(op, spec, x.size(0), x.size(1), groups);
+  const QuantizeProblem p = problem_of(x, spec, outputs, layout, groups);
+  quant::QTensor q =
+      quant::QTensor::empty(spec, p.rows, p.cols, groups, p.rowwise, p.colwise, layout, ctx.device, category);
+  launcher(ctx, &OpTable::quantize, op)(ctx, p, x.raw(), out_of(q.rowwise), out_of(q.colwise));
+  return q;
+}
+
+// ---- delayed scaling ------------------------------------------------------------------------------------------
+AmaxHistoryState AmaxHistoryState::make(const ExecCtx& ctx, int length, quant::AmaxAlgorithm algorithm, int margin,
+                                        MemCategory category) {
+  // quant::AmaxHistory's checks (length, margin, algorithm), with its messages.
+  const quant::AmaxHistory rules(length, algorithm, margin);
+  AmaxHistoryState h;
+  h.entries = Tensor::zeros({length}, DType::F32, category, ctx.device);
+  h.meta = Tensor::zeros({3}, DType::I32, category, ctx.device);
+  h.length = rules.length();
+  h.algorithm = rules.algorithm();
+  h.margin = rules.margin();
+  return h;
+}
+
+std::vector<float> AmaxHistoryState::window() const {
+  const std::vector<float> e = entries.to_vector<float>();
+  const std::vector<int32_t> m = meta.to_vector<int32_t>();
+  std::vector<float> out(static_cast<size_t>(m[0]));
+  for (int32_t i = 0; i < m[0]; ++i) out[static_cast<size_t>(i)] = e[static_cast<size_t>((m[1] - m[0] + i + length) % length)];
+  return out;
+}
+
+void AmaxHistoryState::check() const {
+  const std::vector<int32_t> m = meta.to_vector<int32_t>();
+  FP8T_CHECK(m[2] == 0, "delayed scaling: a tensor holding Inf or NaN was offered to the amax history (it was "
+             "refused and the history left as it was)");
+}
+
+quant::QTensor quantize_delayed(const ExecCtx& ctx, const Tensor& x, const quant::QuantSpec& spec,
+                                AmaxHistoryState& history, QuantizeOutputs outputs, quant::ScaleLayout layout,
+                                MemCategory category) {
+  const char* op = "quantize_delayed";
+  check_input(op, ctx, x);
+  quant::QuantSpec s = spec;
+  s.granularity = quant::Granularity::tensor();
+  quant::check_spec(s, op);
+  FP8T_CHECK(history.length >= 1 && history.entries.defined() && history.meta.defined(),
+             "{}: the amax history is not made (AmaxHistoryState::make)", op);
+  check::vector(op, "history.entries", history.entries, history.length);
+  check::dtype(op, "history.entries", history.entries, DType::F32);
+  check::vector(op, "history.meta", history.meta, 3);
+  check::dtype(op, "history.meta", history.meta, DType::I32);
+  check::on_device(op, ctx, {&history.entries, &history.meta});
+  const QuantizeProblem p = problem_of(x, s, outputs, layout, 1);
+  quant::QTensor q = quant::QTensor::empty(s, p.rows, p.cols, 1, p.rowwise, p.colwise, layout, ctx.device, category);
+  const AmaxHistoryProblem h{history.length, history.algorithm, history.margin};
+  launcher(ctx, &OpTable::quantize_delayed, op)(ctx, p, h, x.raw(), history.entries.data<float>(),
+                                                history.meta.data<int32_t>(), out_of(q.rowwise), out_of(q.colwise));
+  return q;
+}
+
+// ---- dequantize / with_colwise ------------------------------------------------------------------------------------
+namespace {
+void check_quantized(const char* op, const ExecCtx& ctx, const quant::QTensor& q) {
+  FP8T_CHECK(q.rowwise.defined(), "{}: the quantized tensor has no row-wise payload", op);
+  quant::check_spec(q.spec, op);
+  FP8T_CHECK(q.groups >= 1 && q.rows % q.groups == 0, "{}: {} rows do not split into {} groups", op, q.rows, q.groups);
+  FP8T_CHECK(q.rowwise.codes.is_contiguous() && q.rowwise.scales.is_contiguous() &&
+                 q.rowwise.codes.nbytes() == quant::code_bytes(q.format(), q.rows * q.cols) &&
+                 q.rowwise.scales.numel() == q.rowwise_grid().numel(),
+             "{}: a [{}, {}] {} tensor holds {} code bytes and {} scales, which do not match its shape and layout", op,
+             q.rows, q.cols, quant::format_name(q.format()), q.rowwise.codes.nbytes(), q.rowwise.scales.numel());
+  check::on_device(op, ctx, {&q.rowwise.codes, &q.rowwise.scales});
+}
+}  // namespace
+
+Tensor dequantize(const ExecCtx& ctx, const quant::QTensor& q, DType out, MemCategory category) {
+  const char* op = "dequantize";
+  check_quantized(op, ctx, q);
+  FP8T_CHECK(out == DType::F32 || out == DType::BF16, "{}: the output must be F32 or BF16, got {}", op,
+             dtype_name(out));
+  Tensor y = Tensor::empty({q.rows, q.cols}, out, category, ctx.device);
+  DequantizeProblem p;
+  p.format = q.format();
+  p.granularity = q.granularity();
+  p.rows = q.rows;
+  p.cols = q.cols;
+  p.groups = q.groups;
+  p.layout = q.rowwise.layout;
+  p.out_dtype = out;
+  p.ld_out = q.cols;
+  launcher(ctx, &OpTable::dequantize, op)(ctx, p, q.rowwise.codes.raw(), q.rowwise.scales.data<float>(), y.raw());
+  return y;
+}
+
+quant::QTensor with_colwise(const ExecCtx& ctx, const quant::QTensor& q, MemCategory category) {
+  const char* op = "with_colwise";
+  check_quantized(op, ctx, q);
+  if (q.has_colwise()) return q;
+  check_groups(op, q.spec, q.rows, q.cols, q.groups);
+  quant::QTensor out = q;
+  const quant::QTensor fresh = quant::QTensor::empty(q.spec, q.rows, q.cols, q.groups, false, true, q.rowwise.layout,
+                                                     ctx.device, category);
+  out.colwise = fresh.colwise;
+  ColwiseProblem p;
+  p.spec = q.spec;
+  p.rows = q.rows;
+  p.cols = q.cols;
+  p.groups = q.groups;
+  p.layout = q.rowwise.layout;
+  launcher(ctx, &OpTable::with_colwise, op)(ctx, p, q.rowwise.codes.raw(), q.rowwise.scales.data<float>(),
+                                            out_of(out.colwise));
+  return out;
+}
+
+}  // namespace fp8train::ops

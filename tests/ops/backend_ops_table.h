@@ -1,0 +1,698 @@
+// The backend test table (after ggml's test-backend-ops): one row per op case — how to build its random inputs
+// (never zeros; outputs the op allocates are poisoned first, outputs the caller passes are filled with NaN), how
+// to run it on an ExecCtx, and how to compare. tests/ops/backend_ops_test.cpp runs every row on the CPU against
+// its reference (the quant/ reference functions, or an FP64 evaluation for the reducing ops);
+// tests/cuda/backend_ops_gpu_test.cpp runs every row on CUDA against the CPU op of the same name when a GPU is
+// present. Comparisons: exact (code bytes equal; floats equal bit for bit, NaN equal to NaN), or the normalized
+// error 1 − 2Σxy / Σ(x² + y²) below a stated bound.
+// Adding a row: append a BackendOpCase in the function of its op family (or a new family function listed in
+// backend_cases()).
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "ops/quantize.h"
+#include "ops/scaled_gemm.h"
+#include "quant/quant.h"
+#include "quant/ref_gemm.h"
+#include "tensor/exec_ctx.h"
+
+namespace fp8train::backend_test {
+
+// One named output, read back to the host.
+struct OpResult {
+  std::string name;
+  std::vector<uint8_t> bytes;  // code bytes, BF16 bits: compared byte for byte
+  std::vector<float> floats;   // scales, F32 outputs: compared bit for bit or by normalized error
+};
+
+struct Compare {
+  bool exact = true;
+  double bound = 0.0;  // normalized error bound when not exact
+  static Compare bits() { return {true, 0.0}; }
+  static Compare normalized(double b) { return {false, b}; }
+};
+
+struct BackendOpCase {
+  std::string op;    // the op's name ("quantize", "scaled_gemm", ...)
+  std::string name;  // the case: shapes, formats, options
+  Compare cpu;       // the CPU op against `reference`
+  Compare cuda;      // the CUDA op against the CPU op
+  bool on_cuda = true;  // false: the CUDA backend must refuse the case with "not implemented on cuda"
+  std::function<std::vector<OpResult>(const ExecCtx&, uint64_t seed)> run;
+  std::function<std::vector<OpResult>(uint64_t seed)> reference;
+};
+
+// Makes the next allocations of these byte sizes on a device hand out poisoned memory (set per device by the
+// test executable: the CPU half drops the CPU allocator's cache first, the CUDA half the CUDA one's).
+using PoisonFn = void (*)(Device device, const std::vector<size_t>& bytes);
+inline PoisonFn& poison_hook() {
+  static PoisonFn fn = nullptr;
+  return fn;
+}
+inline void poison_next(Device device, const std::vector<size_t>& bytes) {
+  if (poison_hook() != nullptr) poison_hook()(device, bytes);
+}
+
+// ---- inputs --------------------------------------------------------------------------------------------------
+// rows × cols values, never zero: random signs, magnitudes e^U(-2, 2) times a per-row and per-128-column band
+// factor spanning six decades (so block scales differ everywhere).
+inline std::vector<float> random_values(int64_t rows, int64_t cols, uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> mag(-2.0f, 2.0f), decade(-3.0f, 3.0f);
+  std::bernoulli_distribution sign(0.5);
+  std::vector<float> row_f(static_cast<size_t>(rows)), band_f(static_cast<size_t>((cols + 127) / 128));
+  for (auto& f : row_f) f = std::pow(10.0f, decade(gen) * 0.5f);
+  for (auto& f : band_f) f = std::pow(10.0f, decade(gen) * 0.5f);
+  std::vector<float> x(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = std::exp(mag(gen)) * row_f[static_cast<size_t>(r)] * band_f[static_cast<size_t>(c / 128)];
+      x[static_cast<size_t>(r * cols + c)] = sign(gen) ? v : -v;
+    }
+  return x;
+}
+
+// The values as the op's input: F32, or BF16 (then `x` is rounded in place to what the op sees).
+inline Tensor input_on(const ExecCtx& ctx, std::vector<float>& x, int64_t rows, int64_t cols, DType dtype) {
+  if (dtype == DType::BF16) {
+    std::vector<bf16> b(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      b[i] = bf16(x[i]);
+      x[i] = static_cast<float>(b[i]);
+    }
+    return Tensor::from_vector(b, {rows, cols}, MemCategory::Workspace, Device::cpu()).to(ctx.device);
+  }
+  return Tensor::from_vector(x, {rows, cols}, MemCategory::Workspace, Device::cpu()).to(ctx.device);
+}
+
+// ---- results -------------------------------------------------------------------------------------------------
+inline OpResult bytes_of(const std::string& name, const Tensor& t) {
+  const Tensor h = t.device().is_cpu() ? t.clone() : t.to(Device::cpu());
+  OpResult r{name, {}, {}};
+  const auto* p = static_cast<const uint8_t*>(h.raw());
+  r.bytes.assign(p, p + h.nbytes());
+  return r;
+}
+inline OpResult floats_of(const std::string& name, const Tensor& t) {
+  return {name, {}, (t.device().is_cpu() ? t.clone() : t.to(Device::cpu())).to_vector<float>()};
+}
+// A QTensor's payloads as they are stored (codes and scales, layout and padding included).
+inline void add_payloads(std::vector<OpResult>& out, const quant::QTensor& q, const std::string& prefix = "") {
+  if (q.rowwise.defined()) {
+    out.push_back(bytes_of(prefix + "rowwise codes", q.rowwise.codes));
+    out.push_back(floats_of(prefix + "rowwise scales", q.rowwise.scales));
+  }
+  if (q.colwise.defined()) {
+    out.push_back(bytes_of(prefix + "colwise codes", q.colwise.codes));
+    out.push_back(floats_of(prefix + "colwise scales", q.colwise.scales));
+  }
+}
+
+inline double normalized_error(const std::vector<float>& x, const std::vector<float>& y) {
+  double xy = 0, sq = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    xy += static_cast<double>(x[i]) * y[i];
+    sq += static_cast<double>(x[i]) * x[i] + static_cast<double>(y[i]) * y[i];
+  }
+  return sq == 0 ? 0.0 : 1.0 - 2.0 * xy / sq;
+}
+
+// An empty string when got matches want under `compare`, else what differs first.
+inline std::string compare_results(const std::vector<OpResult>& got, const std::vector<OpResult>& want,
+                                   const Compare& compare) {
+  if (got.size() != want.size()) return "the op returned " + std::to_string(got.size()) + " outputs, want " +
+                                        std::to_string(want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const OpResult& g = got[i];
+    const OpResult& w = want[i];
+    if (g.name != w.name) return "output " + std::to_string(i) + " is '" + g.name + "', want '" + w.name + "'";
+    if (g.bytes.size() != w.bytes.size() || g.floats.size() != w.floats.size())
+      return w.name + ": " + std::to_string(g.bytes.size() + g.floats.size()) + " elements, want " +
+             std::to_string(w.bytes.size() + w.floats.size());
+    for (size_t j = 0; j < w.bytes.size(); ++j)
+      if (g.bytes[j] != w.bytes[j])
+        return w.name + ": byte " + std::to_string(j) + " is " + std::to_string(g.bytes[j]) + ", want " +
+               std::to_string(w.bytes[j]);
+    if (compare.exact) {
+      for (size_t j = 0; j < w.floats.size(); ++j) {
+        const bool same = (std::isnan(g.floats[j]) && std::isnan(w.floats[j])) ||
+                          std::memcmp(&g.floats[j], &w.floats[j], sizeof(float)) == 0;
+        if (!same)
+          return w.name + ": element " + std::to_string(j) + " is " + std::to_string(g.floats[j]) + ", want " +
+                 std::to_string(w.floats[j]);
+      }
+    } else {
+      const double e = normalized_error(g.floats, w.floats);
+      if (!(e <= compare.bound))
+        return w.name + ": normalized error " + std::to_string(e) + " above the bound " + std::to_string(compare.bound);
+    }
+  }
+  return "";
+}
+
+// ---- quantize / dequantize / with_colwise rows ------------------------------------------------------------------
+namespace detail {
+
+inline std::string spec_name(const quant::QuantSpec& s) { return quant::describe(s); }
+
+// The reference of quantize(x, spec, outputs, layout, groups): quant::quantize per group (row-wise), and
+// quant::transpose(quant::quantize(x_g, spec with the granularity transposed)) (column-wise), the scales
+// re-laid out into the payload's layout (relayout_scales).
+inline quant::QTensor reference_quantize(const std::vector<float>& x, int64_t rows, int64_t cols,
+                                         const quant::QuantSpec& spec, ops::QuantizeOutputs outputs,
+                                         quant::ScaleLayout layout, int64_t groups) {
+  const bool row = outputs != ops::QuantizeOutputs::Colwise, col = outputs != ops::QuantizeOutputs::Rowwise;
+  quant::QTensor q = quant::QTensor::empty(spec, rows, cols, groups, row, col, quant::ScaleLayout::RowMajor,
+                                           Device::cpu());
+  const int64_t rg = rows / groups;
+  // quant::quantize counts the stochastic-rounding positions from the slice's first element; the ops count them
+  // in x, so a stochastic reference is modelled for one group only.
+  FP8T_CHECK(groups == 1 || spec.rounding == quant::Rounding::Nearest,
+             "reference_quantize: stochastic rounding of row groups is not modelled here");
+  for (int64_t g = 0; g < groups; ++g) {
+    const float* xg = x.data() + g * rg * cols;
+    if (row) {
+      const quant::QTensor part = quant::quantize(xg, rg, cols, spec);
+      std::memcpy(static_cast<uint8_t*>(q.rowwise.codes.raw()) + quant::code_bytes(spec.format, g * rg * cols),
+                  part.code_ptr(), part.code_byte_count());
+      const int64_t n = part.rowwise.scales.numel();
+      std::memcpy(q.rowwise.scales.data<float>() + g * n, part.scale_ptr(), static_cast<size_t>(n) * sizeof(float));
+    }
+    if (col) {
+      quant::QuantSpec s = spec;
+      s.granularity = spec.granularity.transposed();
+      const quant::QTensor part = quant::transpose(quant::quantize(xg, rg, cols, s));
+      std::memcpy(static_cast<uint8_t*>(q.colwise.codes.raw()) + quant::code_bytes(spec.format, g * cols * rg),
+                  part.code_ptr(), part.code_byte_count());
+      const int64_t n = part.rowwise.scales.numel();
+      std::memcpy(q.colwise.scales.data<float>() + g * n, part.scale_ptr(), static_cast<size_t>(n) * sizeof(float));
+    }
+  }
+  if (row) q.rowwise = quant::relayout_scales(q.rowwise, q.rowwise_grid(), layout, MemCategory::Workspace);
+  if (col) q.colwise = quant::relayout_scales(q.colwise, q.colwise_grid(), layout, MemCategory::Workspace);
+  return q;
+}
+
+inline quant::QuantSpec make_spec(quant::Format f, quant::Granularity g, bool pow2, bool stochastic = false,
+                                  uint64_t seed = 0) {
+  quant::QuantSpec s;
+  s.format = f;
+  s.granularity = g;
+  s.scale_mode = pow2 ? quant::ScaleMode::PowerOfTwo : quant::ScaleMode::Amax;
+  s.rounding = stochastic ? quant::Rounding::Stochastic : quant::Rounding::Nearest;
+  s.seed = seed;
+  return s;
+}
+
+inline std::string shape_name(int64_t rows, int64_t cols, int64_t groups, DType dtype) {
+  std::string s = "[" + std::to_string(rows) + "x" + std::to_string(cols) + "]";
+  if (groups > 1) s += " groups " + std::to_string(groups);
+  return s + " " + std::string(dtype_name(dtype));
+}
+
+}  // namespace detail
+
+inline void add_quantize_case(std::vector<BackendOpCase>& out, const quant::QuantSpec& spec,
+                              ops::QuantizeOutputs outputs, quant::ScaleLayout layout, int64_t rows, int64_t cols,
+                              int64_t groups, DType dtype, bool on_cuda = true) {
+  BackendOpCase c;
+  c.op = "quantize";
+  c.name = detail::spec_name(spec) + " " + std::string(ops::quantize_outputs_name(outputs)) + " " +
+           std::string(quant::scale_layout_name(layout)) + " " + detail::shape_name(rows, cols, groups, dtype);
+  c.on_cuda = on_cuda;
+  c.run = [=](const ExecCtx& ctx, uint64_t seed) {
+    std::vector<float> x = random_values(rows, cols, seed);
+    const Tensor xt = input_on(ctx, x, rows, cols, dtype);
+    poison_next(ctx.device, {quant::code_bytes(spec.format, rows * cols)});
+    const quant::QTensor q = ops::quantize(ctx, xt, spec, outputs, layout, groups);
+    std::vector<OpResult> r;
+    add_payloads(r, q);
+    return r;
+  };
+  c.reference = [=](uint64_t seed) {
+    std::vector<float> x = random_values(rows, cols, seed);
+    if (dtype == DType::BF16)
+      for (float& v : x) v = static_cast<float>(bf16(v));
+    std::vector<OpResult> r;
+    add_payloads(r, detail::reference_quantize(x, rows, cols, spec, outputs, layout, groups));
+    return r;
+  };
+  out.push_back(std::move(c));
+}
+
+inline void quantize_cases(std::vector<BackendOpCase>& out) {
+  using quant::Format;
+  using quant::Granularity;
+  using ops::QuantizeOutputs;
+  const auto RM = quant::ScaleLayout::RowMajor, GN = quant::ScaleLayout::GemmNative;
+  // Activations: 1x128 with the 128x1 copy (Wgrad), every one-byte format, both scale rules and layouts.
+  for (Format f : {Format::E4M3, Format::E5M2, Format::INT8})
+    for (bool pow2 : {false, true})
+      for (DType dt : {DType::BF16, DType::F32})
+        add_quantize_case(out, detail::make_spec(f, Granularity::tile_1x128(), pow2), QuantizeOutputs::Both,
+                          pow2 ? GN : RM, 256, 384, 1, dt);
+  add_quantize_case(out, detail::make_spec(Format::INT8, Granularity::tile_1x128(), false, true, 77),
+                    QuantizeOutputs::Both, GN, 256, 512, 1, DType::BF16);
+  add_quantize_case(out, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), false), QuantizeOutputs::Colwise,
+                    GN, 272, 400, 1, DType::F32);
+  // Weights: 128x128 with Wᵀ, ragged, and MoE experts as row groups (N = 160 per expert: padded blocks).
+  add_quantize_case(out, detail::make_spec(Format::E4M3, Granularity::block_128x128(), false), QuantizeOutputs::Both,
+                    GN, 384, 256, 1, DType::F32);
+  add_quantize_case(out, detail::make_spec(Format::E4M3, Granularity::block_128x128(), true), QuantizeOutputs::Both,
+                    RM, 272, 400, 1, DType::BF16);
+  add_quantize_case(out, detail::make_spec(Format::E4M3, Granularity::block_128x128(), false), QuantizeOutputs::Both,
+                    GN, 3 * 160, 256, 3, DType::F32);
+  add_quantize_case(out, detail::make_spec(Format::INT8, Granularity::block_128x128(), false), QuantizeOutputs::Rowwise,
+                    RM, 256, 384, 1, DType::F32);
+  // Any block shape, any size, per tensor (also one scale per group).
+  add_quantize_case(out, detail::make_spec(Format::E4M3, Granularity::block(32, 64), false), QuantizeOutputs::Rowwise,
+                    RM, 37, 300, 1, DType::F32);
+  add_quantize_case(out, detail::make_spec(Format::E5M2, Granularity::tensor(), false), QuantizeOutputs::Rowwise, RM,
+                    300, 129, 1, DType::BF16);
+  add_quantize_case(out, detail::make_spec(Format::E4M3, Granularity::tensor(), false), QuantizeOutputs::Rowwise, RM,
+                    4 * 64, 128, 4, DType::F32);
+  add_quantize_case(out, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), false), QuantizeOutputs::Rowwise,
+                    RM, 100, 200, 1, DType::F32);
+  // E5M6 with power-of-two scales: the cached input of the attention output projection.
+  add_quantize_case(out, detail::make_spec(Format::E5M6, Granularity::tile_1x128(), true), QuantizeOutputs::Rowwise,
+                    RM, 256, 384, 1, DType::BF16);
+  add_quantize_case(out, detail::make_spec(Format::E5M6, Granularity::tile_1x128(), false), QuantizeOutputs::Rowwise,
+                    RM, 37, 656, 1, DType::F32);
+  // The column-wise copy of E5M6 is CPU only.
+  add_quantize_case(out, detail::make_spec(Format::E5M6, Granularity::tile_1x128(), true), QuantizeOutputs::Both, RM,
+                    128, 256, 1, DType::F32, /*on_cuda=*/false);
+}
+
+inline void add_dequantize_case(std::vector<BackendOpCase>& out, const quant::QuantSpec& spec,
+                                quant::ScaleLayout layout, int64_t rows, int64_t cols, int64_t groups, DType dtype) {
+  BackendOpCase c;
+  c.op = "dequantize";
+  c.name = detail::spec_name(spec) + " " + std::string(quant::scale_layout_name(layout)) + " -> " +
+           std::string(dtype_name(dtype)) + " " + detail::shape_name(rows, cols, groups, DType::F32);
+  c.run = [=](const ExecCtx& ctx, uint64_t seed) {
+    std::vector<float> x = random_values(rows, cols, seed);
+    const quant::QTensor q = ops::quantize(ctx, input_on(ctx, x, rows, cols, DType::F32), spec,
+                                           ops::QuantizeOutputs::Rowwise, layout, groups);
+    poison_next(ctx.device, {static_cast<size_t>(rows * cols) * dtype_size(dtype)});
+    const Tensor y = ops::dequantize(ctx, q, dtype);
+    return std::vector<OpResult>{dtype == DType::F32 ? floats_of("values", y) : bytes_of("values", y)};
+  };
+  c.reference = [=](uint64_t seed) {
+    const std::vector<float> x = random_values(rows, cols, seed);
+    std::vector<float> v;
+    const int64_t rg = rows / groups;
+    for (int64_t g = 0; g < groups; ++g) {
+      const std::vector<float> part = quant::dequantize(quant::quantize(x.data() + g * rg * cols, rg, cols, spec));
+      v.insert(v.end(), part.begin(), part.end());
+    }
+    const Tensor t = Tensor::from_vector(v, {rows, cols}, MemCategory::Workspace, Device::cpu());
+    if (dtype == DType::F32) return std::vector<OpResult>{floats_of("values", t)};
+    std::vector<bf16> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = bf16(v[i]);
+    return std::vector<OpResult>{
+        bytes_of("values", Tensor::from_vector(b, {rows, cols}, MemCategory::Workspace, Device::cpu()))};
+  };
+  out.push_back(std::move(c));
+}
+
+inline void dequantize_cases(std::vector<BackendOpCase>& out) {
+  using quant::Format;
+  using quant::Granularity;
+  const auto RM = quant::ScaleLayout::RowMajor, GN = quant::ScaleLayout::GemmNative;
+  for (Format f : {Format::E4M3, Format::E5M2, Format::INT8})
+    for (DType dt : {DType::F32, DType::BF16}) {
+      add_dequantize_case(out, detail::make_spec(f, Granularity::tile_1x128(), false), GN, 200, 272, 1, dt);
+      add_dequantize_case(out, detail::make_spec(f, Granularity::block_128x128(), true), RM, 200, 264, 1, dt);
+    }
+  add_dequantize_case(out, detail::make_spec(Format::E4M3, Granularity::tensor(), false), RM, 96, 160, 1, DType::F32);
+  add_dequantize_case(out, detail::make_spec(Format::E4M3, Granularity::block(4, 12), false), RM, 200, 264, 1,
+                      DType::F32);
+  add_dequantize_case(out, detail::make_spec(Format::E4M3, Granularity::block_128x128(), false), GN, 3 * 128, 256, 3,
+                      DType::BF16);
+  add_dequantize_case(out, detail::make_spec(Format::E5M6, Granularity::tile_1x128(), true), RM, 100, 200, 1,
+                      DType::F32);
+  add_dequantize_case(out, detail::make_spec(Format::E5M6, Granularity::tile_1x128(), true), RM, 64, 384, 1,
+                      DType::BF16);
+}
+
+inline void add_with_colwise_case(std::vector<BackendOpCase>& out, const quant::QuantSpec& spec,
+                                  quant::ScaleLayout layout, int64_t rows, int64_t cols, int64_t groups) {
+  BackendOpCase c;
+  c.op = "with_colwise";
+  c.name = detail::spec_name(spec) + " " + std::string(quant::scale_layout_name(layout)) + " " +
+           detail::shape_name(rows, cols, groups, DType::F32);
+  c.run = [=](const ExecCtx& ctx, uint64_t seed) {
+    std::vector<float> x = random_values(rows, cols, seed);
+    const quant::QTensor q = ops::quantize(ctx, input_on(ctx, x, rows, cols, DType::F32), spec,
+                                           ops::QuantizeOutputs::Rowwise, layout, groups);
+    poison_next(ctx.device, {quant::code_bytes(spec.format, rows * cols)});
+    const quant::QTensor t = ops::with_colwise(ctx, q);
+    std::vector<OpResult> r;
+    add_payloads(r, t);
+    return r;
+  };
+  c.reference = [=](uint64_t seed) {
+    const std::vector<float> x = random_values(rows, cols, seed);
+    // Square blocks: the column-wise payload of a direct quantization is the exact transpose. Otherwise the
+    // dequantized values are re-quantized: retile's rule on xᵀ.
+    const int64_t rg = rows / groups;
+    std::vector<float> v;
+    for (int64_t g = 0; g < groups; ++g) {
+      const std::vector<float> part = quant::dequantize(quant::quantize(x.data() + g * rg * cols, rg, cols, spec));
+      v.insert(v.end(), part.begin(), part.end());
+    }
+    const quant::QTensor row = detail::reference_quantize(x, rows, cols, spec, ops::QuantizeOutputs::Rowwise, layout,
+                                                          groups);
+    const quant::QTensor col = detail::reference_quantize(spec.granularity.square() ? x : v, rows, cols, spec,
+                                                          ops::QuantizeOutputs::Colwise, layout, groups);
+    quant::QTensor both = row;
+    both.colwise = col.colwise;
+    std::vector<OpResult> r;
+    add_payloads(r, both);
+    return r;
+  };
+  out.push_back(std::move(c));
+}
+
+inline void with_colwise_cases(std::vector<BackendOpCase>& out) {
+  using quant::Format;
+  using quant::Granularity;
+  const auto RM = quant::ScaleLayout::RowMajor, GN = quant::ScaleLayout::GemmNative;
+  add_with_colwise_case(out, detail::make_spec(Format::E4M3, Granularity::block_128x128(), false), GN, 384, 256, 1);
+  add_with_colwise_case(out, detail::make_spec(Format::E4M3, Granularity::block_128x128(), false), RM, 3 * 160, 256, 3);
+  add_with_colwise_case(out, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), true), GN, 256, 384, 1);
+  add_with_colwise_case(out, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), false), RM, 256, 256, 1);
+  add_with_colwise_case(out, detail::make_spec(Format::E5M2, Granularity::tensor(), false), RM, 128, 96, 1);
+}
+
+// ---- delayed scaling --------------------------------------------------------------------------------------------
+inline void delayed_cases(std::vector<BackendOpCase>& out) {
+  for (bool most_recent : {false, true})
+    for (int margin : {0, 2, -1})
+      for (quant::Format f : {quant::Format::E4M3, quant::Format::E5M2})
+        for (bool pow2 : {false, true}) {
+          BackendOpCase c;
+          c.op = "quantize_delayed";
+          const quant::QuantSpec spec = detail::make_spec(f, quant::Granularity::tensor(), pow2);
+          const auto algo = most_recent ? quant::AmaxAlgorithm::MostRecent : quant::AmaxAlgorithm::Max;
+          c.name = detail::spec_name(spec) + (most_recent ? " most-recent" : " max") + " margin " +
+                   std::to_string(margin) + " length 3, 5 tensors [96x160] bf16";
+          const int64_t rows = 96, cols = 160;
+          const int steps = 5;
+          c.run = [=](const ExecCtx& ctx, uint64_t seed) {
+            ops::AmaxHistoryState h = ops::AmaxHistoryState::make(ctx, 3, algo, margin);
+            std::vector<OpResult> r;
+            for (int s = 0; s < steps; ++s) {
+              std::vector<float> x = random_values(rows, cols, seed + 31 * s);
+              const Tensor xt = input_on(ctx, x, rows, cols, DType::BF16);
+              poison_next(ctx.device, {quant::code_bytes(f, rows * cols)});
+              const quant::QTensor q = ops::quantize_delayed(ctx, xt, spec, h,
+                                                             s == 2 ? ops::QuantizeOutputs::Both
+                                                                    : ops::QuantizeOutputs::Rowwise);
+              add_payloads(r, q, "step " + std::to_string(s) + " ");
+            }
+            h.check();
+            r.push_back({"window", {}, h.window()});
+            return r;
+          };
+          c.reference = [=](uint64_t seed) {
+            quant::AmaxHistory h(3, algo, margin);
+            std::vector<OpResult> r;
+            for (int s = 0; s < steps; ++s) {
+              std::vector<float> x = random_values(rows, cols, seed + 31 * s);
+              for (float& v : x) v = static_cast<float>(bf16(v));
+              const quant::QTensor q = quant::quantize_delayed(x.data(), rows, cols, spec, h);
+              quant::QTensor both = q;
+              if (s == 2) {
+                const quant::QTensor t = quant::transpose(q);
+                both.colwise = t.rowwise;
+              }
+              add_payloads(r, both, "step " + std::to_string(s) + " ");
+            }
+            r.push_back({"window", {}, std::vector<float>(h.entries().begin(), h.entries().end())});
+            return r;
+          };
+          out.push_back(std::move(c));
+        }
+}
+
+// ---- scaled GEMMs ---------------------------------------------------------------------------------------------------
+namespace detail {
+
+struct GemmSide {
+  quant::QuantSpec spec;
+  int64_t rows;
+  quant::ScaleLayout layout = quant::ScaleLayout::RowMajor;
+  int64_t groups = 1;
+};
+
+// An operand quantized on ctx (through the op) and its CPU reference twin (quant::quantize, row-major).
+inline quant::QTensor operand_on(const ExecCtx& ctx, const GemmSide& s, int64_t k, uint64_t seed) {
+  std::vector<float> x = random_values(s.rows, k, seed);
+  return ops::quantize(ctx, input_on(ctx, x, s.rows, k, DType::F32), s.spec, ops::QuantizeOutputs::Rowwise, s.layout,
+                       s.groups);
+}
+inline quant::QTensor operand_ref(const GemmSide& s, int64_t k, uint64_t seed) {
+  return reference_quantize(random_values(s.rows, k, seed), s.rows, k, s.spec, ops::QuantizeOutputs::Rowwise,
+                            quant::ScaleLayout::RowMajor, s.groups);
+}
+
+// d's initial contents: C for accumulation, NaN poison otherwise.
+inline std::vector<float> initial_d(int64_t n, bool accumulate, uint64_t seed) {
+  if (accumulate) return random_values(1, n, seed);
+  return std::vector<float>(static_cast<size_t>(n), std::numeric_limits<float>::quiet_NaN());
+}
+inline Tensor d_on(const ExecCtx& ctx, const std::vector<float>& init, Shape shape, DType dtype) {
+  if (dtype == DType::F32) return Tensor::from_vector(init, shape, MemCategory::Workspace, Device::cpu()).to(ctx.device);
+  std::vector<bf16> b(init.size());
+  for (size_t i = 0; i < init.size(); ++i) b[i] = bf16(init[i]);
+  return Tensor::from_vector(b, shape, MemCategory::Workspace, Device::cpu()).to(ctx.device);
+}
+inline OpResult d_result(const Tensor& d) { return d.dtype() == DType::F32 ? floats_of("d", d) : bytes_of("d", d); }
+
+inline std::string gemm_name(const GemmSide& a, const GemmSide& b, int64_t k, DType out, bool accumulate,
+                             const quant::GemmConfig& g) {
+  return std::string(quant::format_name(a.spec.format)) + "(" + a.spec.granularity.name() + ", " +
+         std::string(quant::scale_layout_name(a.layout)) + ") x " + std::string(quant::format_name(b.spec.format)) +
+         "(" + b.spec.granularity.name() + ", " + std::string(quant::scale_layout_name(b.layout)) + ") -> " +
+         std::string(dtype_name(out)) + (accumulate ? " +=" : "") + " M=" + std::to_string(a.rows) +
+         " N=" + std::to_string(b.rows / b.groups) + " K=" + std::to_string(k) + " " +
+         std::string(quant::accum_mode_name(g.mode)) +
+         (g.mode == quant::AccumMode::Hopper ? " P=" + std::to_string(g.promote_interval) : "") +
+         (g.k_splits > 1 ? " splits " + std::to_string(g.k_splits) : "");
+}
+
+inline quant::GemmConfig numerics(quant::AccumMode mode, int promote = 128, int splits = 1) {
+  quant::GemmConfig g;
+  g.mode = mode;
+  g.promote_interval = promote;
+  g.k_splits = splits;
+  return g;
+}
+
+}  // namespace detail
+
+inline void add_scaled_gemm_case(std::vector<BackendOpCase>& out, const detail::GemmSide& a, const detail::GemmSide& b,
+                                 int64_t k, DType dtype, bool accumulate, const quant::GemmConfig& g,
+                                 Compare cuda, bool on_cuda) {
+  BackendOpCase c;
+  c.op = "scaled_gemm";
+  c.name = detail::gemm_name(a, b, k, dtype, accumulate, g);
+  c.cuda = cuda;
+  c.on_cuda = on_cuda;
+  const int64_t m = a.rows, n = b.rows;
+  c.run = [=](const ExecCtx& ctx, uint64_t seed) {
+    const quant::QTensor qa = detail::operand_on(ctx, a, k, seed), qb = detail::operand_on(ctx, b, k, seed + 1);
+    const Tensor d = detail::d_on(ctx, detail::initial_d(m * n, accumulate, seed + 2), {m, n}, dtype);
+    ops::ScaledGemmOptions o;
+    o.numerics = g;
+    o.accumulate = accumulate;
+    ops::scaled_gemm(ctx, qa, qb, d, o);
+    return std::vector<OpResult>{detail::d_result(d)};
+  };
+  c.reference = [=](uint64_t seed) {
+    const quant::QTensor qa = detail::operand_ref(a, k, seed), qb = detail::operand_ref(b, k, seed + 1);
+    const std::vector<float> c0 = detail::initial_d(m * n, accumulate, seed + 2);
+    quant::GemmConfig cfg = g;
+    cfg.accumulate = accumulate;
+    if (dtype == DType::F32) {
+      std::vector<float> d(static_cast<size_t>(m * n));
+      quant::ref_gemm(qa, qb, cfg, d.data(), accumulate ? c0.data() : nullptr);
+      return std::vector<OpResult>{{"d", {}, d}};
+    }
+    std::vector<float> cw(c0.size());
+    for (size_t i = 0; i < c0.size(); ++i) cw[i] = static_cast<float>(bf16(c0[i]));
+    std::vector<uint16_t> d(static_cast<size_t>(m * n));
+    quant::ref_gemm_bf16(qa, qb, cfg, d.data(), accumulate ? cw.data() : nullptr);
+    OpResult r{"d", {}, {}};
+    r.bytes.resize(d.size() * 2);
+    std::memcpy(r.bytes.data(), d.data(), r.bytes.size());
+    return std::vector<OpResult>{r};
+  };
+  out.push_back(std::move(c));
+}
+
+inline void scaled_gemm_cases(std::vector<BackendOpCase>& out) {
+  using quant::AccumMode;
+  using quant::Format;
+  using quant::Granularity;
+  using detail::make_spec;
+  using detail::numerics;
+  const auto RM = quant::ScaleLayout::RowMajor, GN = quant::ScaleLayout::GemmNative;
+  const auto act = make_spec(Format::E4M3, Granularity::tile_1x128(), false);
+  const auto act2 = make_spec(Format::E4M3, Granularity::tile_1x128(), true);
+  const auto wgt = make_spec(Format::E4M3, Granularity::block_128x128(), false);
+  const Compare bits = Compare::bits();
+  // Fprop / Dgrad: 1x128 x 128x128 -> BF16, fp8train's own kernels (bit-exact), both scale layouts, N not a
+  // multiple of 128, small M (the split-K heuristic is not used: k_splits is part of the numerics).
+  for (auto layout : {RM, GN}) {
+    add_scaled_gemm_case(out, {act, 192, layout}, {wgt, 272, layout}, 384, DType::BF16, false,
+                         numerics(AccumMode::Hopper), bits, true);
+    add_scaled_gemm_case(out, {act2, 64, layout}, {wgt, 256, layout}, 1024, DType::BF16, false,
+                         numerics(AccumMode::Hopper, 128, 2), bits, true);
+  }
+  // Wgrad: 1x128 x 1x128 -> FP32 += C.
+  add_scaled_gemm_case(out, {act, 256, GN}, {act, 384, GN}, 512, DType::F32, true, numerics(AccumMode::Hopper), bits,
+                       true);
+  add_scaled_gemm_case(out, {act2, 128, RM}, {act2, 256, RM}, 256, DType::F32, false, numerics(AccumMode::Hopper),
+                       bits, true);
+  // Per-tensor FP8 (cuBLASLt on CUDA: measured bit-exact against the hopper model, bounded here all the same).
+  const auto t4 = make_spec(Format::E4M3, Granularity::tensor(), false);
+  const auto t5 = make_spec(Format::E5M2, Granularity::tensor(), false);
+  add_scaled_gemm_case(out, {t4, 128, RM}, {t4, 256, RM}, 512, DType::F32, false, numerics(AccumMode::Hopper),
+                       Compare::normalized(1e-6), true);
+  add_scaled_gemm_case(out, {t5, 128, RM}, {t4, 192, RM}, 256, DType::BF16, false,
+                       numerics(AccumMode::Hopper, num::kNeverPromote), Compare::normalized(1e-5), true);
+  // CPU-only forms: INT8 (exact integer groups), other promotion intervals, exact and fp32 accumulation.
+  const auto i8a = make_spec(Format::INT8, Granularity::tile_1x128(), false);
+  const auto i8w = make_spec(Format::INT8, Granularity::block_128x128(), false);
+  add_scaled_gemm_case(out, {i8a, 96, RM}, {i8w, 160, RM}, 384, DType::F32, false, numerics(AccumMode::Hopper), bits,
+                       false);
+  add_scaled_gemm_case(out, {act, 64, RM}, {wgt, 128, RM}, 512, DType::BF16, false, numerics(AccumMode::Hopper, 64),
+                       bits, false);
+  add_scaled_gemm_case(out, {act, 64, RM}, {wgt, 128, RM}, 384, DType::F32, true, numerics(AccumMode::Exact), bits,
+                       false);
+  add_scaled_gemm_case(out, {act, 37, RM}, {act, 45, RM}, 300, DType::F32, false, numerics(AccumMode::Fp32), bits,
+                       false);
+}
+
+// MoE experts over M: E = 3 experts of N = 160 rows each (padded 128x128 blocks per expert), one expert empty.
+inline void grouped_cases(std::vector<BackendOpCase>& out) {
+  using quant::AccumMode;
+  using quant::Format;
+  using quant::Granularity;
+  for (auto layout : {quant::ScaleLayout::RowMajor, quant::ScaleLayout::GemmNative})
+    for (DType dtype : {DType::BF16, DType::F32}) {
+      const int E = 3;
+      const int64_t n = 160, k = 384;
+      const std::vector<int32_t> offsets = {0, 128, 128, 384};
+      const int64_t m = offsets.back();
+      const detail::GemmSide a{detail::make_spec(Format::E4M3, Granularity::tile_1x128(), false), m, layout};
+      const detail::GemmSide b{detail::make_spec(Format::E4M3, Granularity::block_128x128(), false), E * n, layout, E};
+      const quant::GemmConfig g = detail::numerics(AccumMode::Hopper);
+      BackendOpCase c;
+      c.op = "scaled_gemm_grouped";
+      c.name = detail::gemm_name(a, b, k, dtype, false, g) + " experts 3 (rows 128, 0, 256)";
+      c.on_cuda = dtype == DType::BF16;  // the CUDA grouped kernel writes BF16
+      c.run = [=](const ExecCtx& ctx, uint64_t seed) {
+        const quant::QTensor qa = detail::operand_on(ctx, a, k, seed), qb = detail::operand_on(ctx, b, k, seed + 1);
+        const Tensor off = Tensor::from_vector(offsets, {E + 1}, MemCategory::Workspace, Device::cpu()).to(ctx.device);
+        const Tensor d = detail::d_on(ctx, detail::initial_d(m * n, false, 0), {m, n}, dtype);
+        ops::ScaledGemmOptions o;
+        o.numerics = g;
+        ops::scaled_gemm_grouped(ctx, qa, qb, off, d, o);
+        return std::vector<OpResult>{detail::d_result(d)};
+      };
+      c.reference = [=](uint64_t seed) {
+        const quant::QTensor qa = detail::operand_ref(a, k, seed), qb = detail::operand_ref(b, k, seed + 1);
+        std::vector<float> d32(static_cast<size_t>(m * n));
+        std::vector<uint16_t> d16(static_cast<size_t>(m * n));
+        for (int e = 0; e < E; ++e) {
+          if (offsets[e + 1] == offsets[e]) continue;
+          quant::QTensor ae = qa;
+          ae.rows = offsets[e + 1] - offsets[e];
+          ae.rowwise.codes = qa.rowwise.codes.rows(offsets[e], offsets[e + 1]);
+          ae.rowwise.scales = qa.rowwise.scales.rows(offsets[e], offsets[e + 1]);
+          if (dtype == DType::F32) quant::ref_gemm(ae, qb.group(e), g, d32.data() + offsets[e] * n);
+          else quant::ref_gemm_bf16(ae, qb.group(e), g, d16.data() + offsets[e] * n);
+        }
+        if (dtype == DType::F32) return std::vector<OpResult>{{"d", {}, d32}};
+        OpResult r{"d", {}, {}};
+        r.bytes.resize(d16.size() * 2);
+        std::memcpy(r.bytes.data(), d16.data(), r.bytes.size());
+        return std::vector<OpResult>{r};
+      };
+      out.push_back(std::move(c));
+    }
+}
+
+// MoE expert Wgrad over K: E = 3, K ranges 256, 0, 256; += C.
+inline void grouped_k_cases(std::vector<BackendOpCase>& out) {
+  using quant::Format;
+  using quant::Granularity;
+  for (auto layout : {quant::ScaleLayout::RowMajor, quant::ScaleLayout::GemmNative})
+    for (bool accumulate : {true, false}) {
+      const int E = 3;
+      const int64_t m = 128, n = 256;
+      const std::vector<int32_t> offsets = {0, 256, 256, 512};
+      const int64_t k = offsets.back();
+      const detail::GemmSide a{detail::make_spec(Format::E4M3, Granularity::tile_1x128(), true), m, layout};
+      const detail::GemmSide b{detail::make_spec(Format::E4M3, Granularity::tile_1x128(), true), n, layout};
+      const quant::GemmConfig g = detail::numerics(quant::AccumMode::Hopper);
+      BackendOpCase c;
+      c.op = "scaled_gemm_grouped_k";
+      c.name = detail::gemm_name(a, b, k, DType::F32, accumulate, g) + " experts 3 (K 256, 0, 256)";
+      c.run = [=](const ExecCtx& ctx, uint64_t seed) {
+        const quant::QTensor qa = detail::operand_on(ctx, a, k, seed), qb = detail::operand_on(ctx, b, k, seed + 1);
+        const Tensor off = Tensor::from_vector(offsets, {E + 1}, MemCategory::Workspace, Device::cpu()).to(ctx.device);
+        const std::vector<float> init = accumulate ? random_values(E * m, n, seed + 2)
+                                                   : detail::initial_d(E * m * n, false, 0);
+        const Tensor d = Tensor::from_vector(init, {E, m, n}, MemCategory::Workspace, Device::cpu()).to(ctx.device);
+        ops::ScaledGemmOptions o;
+        o.numerics = g;
+        o.accumulate = accumulate;
+        ops::scaled_gemm_grouped_k(ctx, qa, qb, off, d, o);
+        return std::vector<OpResult>{floats_of("d", d)};
+      };
+      c.reference = [=](uint64_t seed) {
+        const quant::QTensor qa = detail::operand_ref(a, k, seed), qb = detail::operand_ref(b, k, seed + 1);
+        std::vector<float> d = accumulate ? random_values(E * m, n, seed + 2)
+                                          : std::vector<float>(static_cast<size_t>(E * m * n), 0.0f);
+        quant::GemmConfig cfg = g;
+        cfg.accumulate = accumulate;
+        for (int e = 0; e < E; ++e) {
+          if (offsets[e + 1] == offsets[e]) continue;
+          float* de = d.data() + e * m * n;
+          const std::vector<float> c0(de, de + m * n);
+          quant::ref_gemm(quant::k_slice(qa, offsets[e] / 128, offsets[e + 1] / 128),
+                          quant::k_slice(qb, offsets[e] / 128, offsets[e + 1] / 128), cfg, de,
+                          accumulate ? c0.data() : nullptr);
+        }
+        return std::vector<OpResult>{{"d", {}, d}};
+      };
+      out.push_back(std::move(c));
+    }
+}
+
+// Every row of the table.
+inline std::vector<BackendOpCase> backend_cases() {
+  std::vector<BackendOpCase> out;
+  quantize_cases(out);
+  dequantize_cases(out);
+  with_colwise_cases(out);
+  delayed_cases(out);
+  scaled_gemm_cases(out);
+  grouped_cases(out);
+  grouped_k_cases(out);
+  return out;
+}
+
+}  // namespace fp8train::backend_test
