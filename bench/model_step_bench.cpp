@@ -1,13 +1,14 @@
 // Training-step speed of the DeepSeek-V3-style model on the CPU backend, against OpenBLAS SGEMM in the same run.
 // Config: model::bench_config() — hidden 256, 4 layers (1 dense + 3 MoE), 4 heads (qk 64+32, v 64),
 // q_lora 128, kv_lora 64, dense FFN 1024, 8 routed experts top-2 (FFN 256) + 1 shared, MTP D = 1, vocab 259 —
-// FP32, batch 8 × seq 256 (2048 tokens). A step = forward + backward (model.forward_backward), no optimizer.
+// batch 8 × seq 256 (2048 tokens), under a precision recipe (--recipe, default fp32). A step = forward + backward
+// (model.forward_backward), no optimizer. --profile adds each op's share of the step (ExecCtx::profile).
 // Baseline: cblas_sgemm 1024³ with OpenBLAS using the same number of threads, timed between model steps so both
 // see the same machine load. Model FLOPs are counted from the config (formula printed): every matmul of the
 // forward (Linears, router, head, attention QKᵀ and PV over the causal pairs only) × 3 for forward + backward;
 // the backward's attention recompute and all elementwise work are not counted.
 // Output: a human summary, then one JSON line.
-//   model_step_bench [--steps=5] [--warmup=2] [--batch=8] [--seq=256] [--threads=N] [--profile]
+//   model_step_bench [--steps=5] [--warmup=2] [--batch=8] [--seq=256] [--threads=N] [--recipe=SPEC] [--profile]
 #include <cblas.h>
 #include <omp.h>
 
@@ -15,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -65,32 +67,6 @@ FlopCount count_flops(const model::ModelConfig& c, int64_t seq) {
   return f;
 }
 
-// Wraps the default LinearCompute and times its GEMMs (--profile).
-class TimedLinear final : public model::LinearCompute {
- public:
-  explicit TimedLinear(std::shared_ptr<model::LinearCompute> inner) : inner_(std::move(inner)) {}
-  std::string name() const override { return "timed-" + inner_->name(); }
-  void fprop(const model::LinearSite& s, const Tensor& x, const Tensor& w, const Tensor& y) override {
-    const auto t0 = Clock::now();
-    inner_->fprop(s, x, w, y);
-    seconds += seconds_since(t0);
-  }
-  void dgrad(const model::LinearSite& s, const Tensor& dy, const Tensor& w, const Tensor& dx, bool acc) override {
-    const auto t0 = Clock::now();
-    inner_->dgrad(s, dy, w, dx, acc);
-    seconds += seconds_since(t0);
-  }
-  void wgrad(const model::LinearSite& s, const Tensor& dy, const Tensor& x, const Tensor& dw) override {
-    const auto t0 = Clock::now();
-    inner_->wgrad(s, dy, x, dw);
-    seconds += seconds_since(t0);
-  }
-  double seconds = 0;
-
- private:
-  std::shared_ptr<model::LinearCompute> inner_;
-};
-
 double sgemm_seconds(int threads, const std::vector<float>& a, const std::vector<float>& b, std::vector<float>& c) {
   openblas_set_num_threads(threads);
   const auto t0 = Clock::now();
@@ -99,6 +75,13 @@ double sgemm_seconds(int threads, const std::vector<float>& a, const std::vector
   const double s = seconds_since(t0);
   openblas_set_num_threads(1);  // the CPU kernels split GEMMs over OpenMP threads themselves
   return s;
+}
+
+std::string text_flag(int argc, char** argv, const char* name, const std::string& fallback) {
+  const std::string prefix = std::string("--") + name + "=";
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) return argv[i] + prefix.size();
+  return fallback;
 }
 
 int64_t flag(int argc, char** argv, const char* name, int64_t fallback) {
@@ -114,14 +97,14 @@ int main(int argc, char** argv) {
   const int64_t steps = flag(argc, argv, "steps", 5), warmup = flag(argc, argv, "warmup", 2);
   const int64_t batch = flag(argc, argv, "batch", 8), seq = flag(argc, argv, "seq", 256);
   const int threads = static_cast<int>(flag(argc, argv, "threads", omp_get_max_threads()));
+  const std::string recipe = text_flag(argc, argv, "recipe", "fp32");
   bool profile = false;
   for (int i = 1; i < argc; ++i) profile = profile || std::strcmp(argv[i], "--profile") == 0;
   try {
     ops::set_cpu_threads(threads);
     const model::ModelConfig config = model::bench_config();
-    model::DeepSeekV3Model model(config, {.dtype = DType::F32, .seed = 1});
-    auto timed = std::make_shared<TimedLinear>(model::make_fp32_linear_compute());
-    if (profile) model.set_linear_compute(timed);
+    model::DeepSeekV3Model model(config, {.dtype = DType::F32, .seed = 1, .recipe = recipe});
+    OpProfile ops_profile;
 
     std::mt19937_64 rng(1);
     const int64_t n = batch * seq;
@@ -137,18 +120,15 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 3; ++i) sgemm_seconds(threads, a, b, c);
 
     std::vector<double> step_s, sgemm_s;
-    double loss = 0, linear_s = 0;
+    double loss = 0;
     for (int64_t s = 0; s < warmup + steps; ++s) {
       for (int i = 0; i < 3; ++i) sgemm_s.push_back(sgemm_seconds(threads, a, b, c));
       model.zero_grad();
-      timed->seconds = 0;
+      model.set_op_profile(profile && s >= warmup ? &ops_profile : nullptr);
       const auto t0 = Clock::now();
       loss = model.forward_backward(inputs, targets, batch).total;
       const double dt = seconds_since(t0);
-      if (s >= warmup) {
-        step_s.push_back(dt);
-        linear_s += timed->seconds;
-      }
+      if (s >= warmup) step_s.push_back(dt);
     }
     const FlopCount f = count_flops(config, seq);
     const double model_flops = 3.0 * 2.0 * f.forward_macs_per_token() * static_cast<double>(n);
@@ -160,8 +140,8 @@ int main(int argc, char** argv) {
     const double best_model_rate = model_flops / best_step / 1e9;
     const double best_sgemm_rate = 2.0 * 1024 * 1024 * 1024 / best_sgemm / 1e9;
     std::printf("config: %s\n", config.describe().c_str());
-    std::printf("tokens per step: %lld (batch %lld x seq %lld), threads %d, fp32\n", static_cast<long long>(n),
-                static_cast<long long>(batch), static_cast<long long>(seq), threads);
+    std::printf("tokens per step: %lld (batch %lld x seq %lld), threads %d, recipe %s\n", static_cast<long long>(n),
+                static_cast<long long>(batch), static_cast<long long>(seq), threads, recipe.c_str());
     std::printf(
         "FLOPs per step = 3 (fwd+bwd) x 2 x tokens x [Σ_blocks(MLA linears + FFN/MoE linears + router) + causal "
         "attention H·(T+1)/2·(d_qk+d_v) per block + eh_proj 2d² + (1+D)·d·V head]\n");
@@ -174,14 +154,30 @@ int main(int argc, char** argv) {
                 "GFLOP/s, ratio %.1f %%\n",
                 100 * model_rate / sgemm_rate, best_step * 1e3, best_model_rate, best_sgemm_rate,
                 100 * best_model_rate / best_sgemm_rate);
-    if (profile) std::printf("profile: Linear GEMMs %.1f ms per step (%.0f %% of the step)\n", linear_s / steps * 1e3,
-                             100 * linear_s / steps / step);
-    nlohmann::json j = {{"bench", "model_step"},      {"batch", batch},          {"seq", seq},
+    nlohmann::json by_op = nlohmann::json::object();
+    if (profile) {  // each op's share of the mean step, largest first
+      std::vector<std::pair<std::string, OpProfile::Entry>> rows;
+      for (const auto& e : ops_profile.entries()) rows.push_back(e);
+      std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });
+      double total = 0;
+      for (const auto& [name, e] : rows) total += e.seconds;
+      const double mean_step = std::accumulate(step_s.begin(), step_s.end(), 0.0) / static_cast<double>(steps);
+      std::printf("profile (ms per step, %% of the mean step %.1f ms; ops %.0f %%):\n", mean_step * 1e3,
+                  100 * total / steps / mean_step);
+      for (const auto& [name, e] : rows) {
+        std::printf("  %-24s %8.1f ms %5.1f %%  (%lld calls)\n", name.c_str(), e.seconds / steps * 1e3,
+                    100 * e.seconds / steps / mean_step, static_cast<long long>(e.calls / steps));
+        by_op[name] = e.seconds / steps * 1e3;
+      }
+    }
+    nlohmann::json j = {{"bench", "model_step"},      {"recipe", recipe},        {"batch", batch},
+                        {"seq", seq},
                         {"threads", threads},          {"steps", steps},          {"step_ms", step * 1e3},
                         {"model_gflop", model_flops / 1e9}, {"model_gflops", model_rate},
                         {"sgemm_1024_gflops", sgemm_rate}, {"ratio", model_rate / sgemm_rate},
                         {"best_step_ms", best_step * 1e3}, {"best_sgemm_1024_gflops", best_sgemm_rate},
                         {"best_ratio", best_model_rate / best_sgemm_rate}};
+    if (profile) j["op_ms_per_step"] = by_op;
     std::printf("%s\n", j.dump().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "model_step_bench: error: %s\n", e.what());

@@ -27,6 +27,7 @@ class Block {
   void backward(const StepContext& ctx, const State& state, const Tensor& dresid) const;
 
   bool is_moe() const { return moe_ != nullptr; }
+  void collect_linears(std::vector<const Linear*>& out) const;
   MoE* moe() { return moe_.get(); }
   const MoE* moe() const { return moe_.get(); }
 

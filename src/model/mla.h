@@ -8,8 +8,8 @@
 //   o_i = causal softmax(q_i·k_iᵀ / sqrt(d_nope + d_rope))·v_i
 //   u   = W_O·[o_1; ...; o_nh]                   wo: [d, n_h·d_v]
 // Fused weights follow the released DeepSeek-V3 checkpoints (wq_b, wkv_a, wkv_b); the report's matrices are
-// their row blocks as written above. Every GEMM with a weight goes through LinearCompute; the norms, RoPE and
-// the attention core are ops (high precision).
+// their row blocks as written above. Every GEMM with a weight is a role-aware Linear (model/linear.h); the norms, RoPE and
+// the attention core are ops (high precision: BF16 inputs, FP32 softmax statistics).
 // Buffers: q [tokens, n_h, d_nope + d_rope]; kva [tokens, kv_lora_rank + d_rope] (c_KV | k^R); kv [tokens, n_h,
 // d_nope + d_v] (k^C_i | v_i); k [tokens, n_h, d_nope + d_rope]; o [tokens, n_h, d_v]; lse [batch, n_h, seq].
 #pragma once
@@ -22,21 +22,27 @@ class MLA {
  public:
   struct State {
     RMSNorm::State q_norm, kv_norm;
+    LinearInput h_in;              // h as W_DQ and [W_DKV; W_KR] keep it (one shared input; undefined: recomputed)
+    LinearInput cq_in, ckv_in;     // c_Q and c_KV (norm outputs) as W_UQ|W_QR and W_UK|W_UV keep them
+    LinearInput o_in;              // the attention output as W_O keeps it (E5M6 in fp8-deepseek)
     SavedTensor q, kv, k;          // up-projections (recomputable from c_Q, c_KV and k^R)
     SavedTensor k_rope;            // k^R after RoPE: [tokens, d_rope] (a column block of kva)
-    SavedTensor o, lse;            // attention output (input of wo) and its log-sum-exp
+    SavedTensor o, lse;            // attention output (when W_O keeps no plain or E5M6 copy) and its log-sum-exp
   };
 
   MLA() = default;
   MLA(ParameterSet& params, const std::string& name, const ModelConfig& config, DType dtype, int layer);
 
-  Tensor forward(const StepContext& ctx, const Tensor& h, State* state) const;
-  // dh (+)= ∂L/∂h from dy = ∂L/∂u; parameter gradients accumulate. h is the forward input.
+  // keep_input: the caller keeps h (the attention norm's output) — the Linears reading it keep their inputs.
+  Tensor forward(const StepContext& ctx, const Tensor& h, State* state, bool keep_input) const;
+  // dh (+)= ∂L/∂h from dy = ∂L/∂u; parameter gradients accumulate. h: the forward input when it was not kept.
   void backward(const StepContext& ctx, const State& state, const Tensor& dy, const Tensor& h, const Tensor& dh,
                 bool accumulate) const;
+  void collect_linears(std::vector<const Linear*>& out) const;
 
  private:
-  Tensor up_project_q(const StepContext& ctx, const Tensor& c_q_normed) const;  // q = [W_UQ; W_QR]·c_Q, RoPE on q^R
+  Tensor up_project_q(const StepContext& ctx, const LinearInput& c_q) const;  // q = [W_UQ; W_QR]·c_Q, RoPE on q^R
+  Tensor attention_output(const StepContext& ctx, const State& st) const;     // o as backward reads it
   Tensor assemble_k(const StepContext& ctx, const Tensor& kv, const Tensor& k_rope) const;  // k_i = [k^C_i; k^R]
   Tensor value_view(const Tensor& kv) const;                                    // v_i inside kv
 

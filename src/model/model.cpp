@@ -28,7 +28,7 @@ struct DeepSeekV3Model::Mtp {
   std::unique_ptr<Block> block;
   struct State {
     RMSNorm::State hnorm, enorm, norm;
-    SavedTensor cat;  // [RMSNorm(h); RMSNorm(emb)]: [tokens, 2d], the input of M_k
+    LinearInput cat;  // [RMSNorm(h); RMSNorm(emb)]: [tokens, 2d], the input of M_k as M_k keeps it
     Block::State block;
     Tensor ids;       // Emb's tokens t_{i+k}
     Tensor dnorm;     // ∂L/∂(norm output), produced by the fused head loss during forward
@@ -36,9 +36,13 @@ struct DeepSeekV3Model::Mtp {
 };
 
 DeepSeekV3Model::DeepSeekV3Model(const ModelConfig& config, const ModelOptions& options)
-    : config_(config), dtype_(options.dtype) {
+    : config_(config), dtype_(options.dtype), recipe_(recipe::parse_recipe(options.recipe)) {
   config_.validate();
-  FP8T_CHECK(is_floating(dtype_), "the model computes in f32 or f64, not {}", dtype_name(dtype_));
+  FP8T_CHECK(is_floating(dtype_), "the model's master weights are f32 or f64, not {}", dtype_name(dtype_));
+  FP8T_CHECK(dtype_ == DType::F32 || recipe_.kind == recipe::RecipeKind::Fp32,
+             "an f64 model (gradient checks) runs the fp32 recipe only, not '{}'", recipe_.spec);
+  compute_dtype_ = dtype_ == DType::F64 ? DType::F64 : recipe_.compute_dtype();
+  store_ = std::make_unique<ActivationStore>(recipe_);
   const ModelConfig& c = config_;
   const int64_t d = c.hidden_size;
   Parameter& emb = params_.add("embed.weight", {c.vocab_size, d}, dtype_, Init::Normal);
@@ -63,25 +67,57 @@ DeepSeekV3Model::DeepSeekV3Model(const ModelConfig& config, const ModelOptions& 
     const int layer = static_cast<int>(c.n_layers + k);
     m->enorm = RMSNorm(params_, m->prefix + ".enorm", d, c.rms_norm_eps, dtype_);
     m->hnorm = RMSNorm(params_, m->prefix + ".hnorm", d, c.rms_norm_eps, dtype_);
-    m->eh_proj = Linear(params_, m->prefix + ".eh_proj", 2 * d, d, dtype_, layer);
+    m->eh_proj = Linear(params_, m->prefix + ".eh_proj", 2 * d, d, recipe::LinearRole::MtpProj, dtype_, layer);
     m->block = std::make_unique<Block>(params_, m->prefix + ".block", c, dtype_, layer, mtp_moe);
     m->norm = RMSNorm(params_, m->prefix + ".norm", d, c.rms_norm_eps, dtype_);
     mtp_.push_back(std::move(m));
   }
   params_.initialize(options.seed, c.init_std);
-  linear_ = make_fp32_linear_compute();
-  cache_ = std::make_shared<ActivationCache>();
+  for (const auto& b : layers_) b->collect_linears(linears_);
+  for (const auto& m : mtp_) {
+    linears_.push_back(&m->eh_proj);
+    m->block->collect_linears(linears_);
+  }
 }
 
 DeepSeekV3Model::~DeepSeekV3Model() = default;
 
-void DeepSeekV3Model::set_linear_compute(std::shared_ptr<LinearCompute> linear) {
-  FP8T_CHECK(linear != nullptr, "set_linear_compute: null");
-  linear_ = std::move(linear);
+void DeepSeekV3Model::begin_step(int64_t step, bool sample_health) {
+  step_ = step;
+  sample_health_ = sample_health;
 }
-void DeepSeekV3Model::set_activation_cache(std::shared_ptr<ActivationCache> cache) {
-  FP8T_CHECK(cache != nullptr, "set_activation_cache: null");
-  cache_ = std::move(cache);
+
+int64_t DeepSeekV3Model::compute_weight_bytes() const {
+  int64_t total = head_compute_.defined() ? static_cast<int64_t>(head_compute_.nbytes()) : 0;
+  for (const Linear* l : linears_) total += l->compute_weight_bytes();
+  return total;
+}
+
+StepContext DeepSeekV3Model::make_context(Device device, int64_t batch, int64_t seq, bool training,
+                                          double grad_scale) {
+  StepContext ctx;
+  ctx.exec = ExecCtx::on(device);
+  ctx.exec.profile = profile_;
+  ctx.batch = batch;
+  ctx.seq = seq;
+  ctx.training = training;
+  ctx.recipe = &recipe_;
+  ctx.store = store_.get();
+  ctx.health = training && sample_health_ ? &health_ : nullptr;
+  ctx.step = step_;
+  ctx.grad_scale = grad_scale;
+  ctx.dtype = compute_dtype_;
+  return ctx;
+}
+
+const Tensor& DeepSeekV3Model::head_compute(const StepContext& ctx) {
+  if (ctx.dtype == head_.dtype()) return head_;
+  if (head_version_ != params_.version()) {
+    head_compute_ = Tensor::empty(head_.shape(), ctx.dtype, MemCategory::ComputeWeights, ctx.exec.device);
+    ops::copy(ctx.exec, head_, head_compute_);
+    head_version_ = params_.version();
+  }
+  return head_compute_;
 }
 void DeepSeekV3Model::set_mtp_lambda(double lambda) {
   FP8T_CHECK(lambda >= 0, "mtp_lambda must be >= 0, got {}", lambda);
@@ -141,16 +177,19 @@ std::pair<double, int64_t> DeepSeekV3Model::head_loss(const StepContext& ctx, co
   const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(n, (int64_t{1} << 22) / vocab));
   double loss = 0;
   int64_t count = 0;
+  const Tensor& head = head_compute(ctx);
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t r1 = std::min(n, r0 + chunk);
     const Tensor hc = h.rows(r0, r1);
-    const Tensor logits = ops::matmul(ctx.exec, hc, false, head_, true);  // [rows, vocab], high precision
+    // [rows, vocab] FP32 logits (the head and the loss stay high precision)
+    const Tensor logits = ops::matmul(ctx.exec, hc, false, head, true, MemCategory::Workspace, {},
+                                      fp8train::compute_dtype(ctx.dtype));
     const ops::CrossEntropyResult ce =
         ops::cross_entropy_fused(ctx.exec, logits, targets.narrow(0, r0, r1 - r0), dh.defined(), scale);
     loss += ce.loss_sum;
     count += ce.count;
     if (dh.defined()) {  // logits now hold ∂(scale·CE)/∂logits
-      ops::gemm(ctx.exec, logits, false, head_, false, dh.rows(r0, r1));
+      ops::gemm(ctx.exec, logits, false, head, false, dh.rows(r0, r1));
       ops::gemm(ctx.exec, logits, true, hc, false, head_grad_, {.beta = 1.0});
     }
   }
@@ -169,31 +208,24 @@ LossBreakdown DeepSeekV3Model::run(const Tensor& inputs, const Tensor& targets, 
              "{} tokens are not {} whole sequences", inputs.numel(), batch);
   const int64_t n = inputs.numel(), seq = n / batch, d = c.hidden_size;
   const Device dev = inputs.device();
-  StepContext ctx;
-  ctx.exec = ExecCtx::on(dev);
-  ctx.batch = batch;
-  ctx.seq = seq;
-  ctx.training = training;
-  ctx.linear = linear_.get();
-  ctx.cache = cache_.get();
-  ctx.grad_scale = grad_scale;
-  ctx.dtype = dtype_;
+  const StepContext ctx = make_context(dev, batch, seq, training, grad_scale);
+  const DType dt = ctx.dtype;
 
   LossBreakdown out;
   double balance = 0;
   // embedding and the main blocks
-  Tensor x = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
+  Tensor x = Tensor::empty({n, d}, dt, MemCategory::Workspace, dev);
   ops::embedding_forward(ctx.exec, inputs, embed_, x);
   std::vector<Block::State> states(training ? layers_.size() : 0);
   for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i]->forward(ctx, x, training ? &states[i] : nullptr, &balance);
   const Tensor h_main = x;  // h^0 for MTP: the last block's output, before the final norm
   RMSNorm::State final_norm;
-  const Tensor hn = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
-  norm_.forward(ctx, h_main, hn, "norm", training ? &final_norm : nullptr, false);
+  const Tensor hn = Tensor::empty({n, d}, dt, MemCategory::Workspace, dev);
+  norm_.forward(ctx, h_main, hn, training ? &final_norm : nullptr, false);
   // main loss: mean next-token cross-entropy, fused with the head
   const std::vector<int32_t> tg = targets.to_vector<int32_t>();
   const int64_t main_count = std::count_if(tg.begin(), tg.end(), [](int32_t t) { return t >= 0; });
-  const Tensor dhn = training ? Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev) : Tensor();
+  const Tensor dhn = training ? Tensor::empty({n, d}, dt, MemCategory::Workspace, dev) : Tensor();
   const auto [main_sum, counted] = head_loss(ctx, hn, targets, grad_scale / std::max<int64_t>(main_count, 1), dhn);
   out.main = counted > 0 ? main_sum / static_cast<double>(counted) : 0.0;
   out.main_tokens = counted;
@@ -217,18 +249,18 @@ LossBreakdown DeepSeekV3Model::run(const Tensor& inputs, const Tensor& targets, 
         }
       st.ids = Tensor::from_vector(ids, {n}, MemCategory::Workspace, dev);
       const Tensor targets_k = Tensor::from_vector(tk, {n}, MemCategory::Workspace, dev);
-      const Tensor emb = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
+      const Tensor emb = Tensor::empty({n, d}, dt, MemCategory::Workspace, dev);
       ops::embedding_forward(ctx.exec, st.ids, embed_, emb);
-      const Tensor cat = Tensor::empty({n, 2 * d}, dtype_, MemCategory::Workspace, dev);
-      m.hnorm.forward(ctx, h_prev, cat.cols(0, d), m.prefix + ".hnorm", training ? &st.hnorm : nullptr, false);
-      m.enorm.forward(ctx, emb, cat.cols(d, 2 * d), m.prefix + ".enorm", training ? &st.enorm : nullptr, false);
-      if (training) st.cat = cache_->save(cat, {m.prefix + ".eh_proj", CacheKind::LinearInput});
-      const Tensor h_proj = m.eh_proj.forward(ctx, cat);  // h'^k = M_k·[RMSNorm(h); RMSNorm(emb)]
+      const Tensor cat = Tensor::empty({n, 2 * d}, dt, MemCategory::Workspace, dev);
+      m.hnorm.forward(ctx, h_prev, cat.cols(0, d), training ? &st.hnorm : nullptr, false);
+      m.enorm.forward(ctx, emb, cat.cols(d, 2 * d), training ? &st.enorm : nullptr, false);
+      // h'^k = M_k·[RMSNorm(h); RMSNorm(emb)]
+      const Tensor h_proj = m.eh_proj.forward(ctx, cat, training ? &st.cat : nullptr);
       const Tensor hk = m.block->forward(ctx, h_proj, training ? &st.block : nullptr, &balance);
-      const Tensor on = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
-      m.norm.forward(ctx, hk, on, m.prefix + ".norm", training ? &st.norm : nullptr, false);
+      const Tensor on = Tensor::empty({n, d}, dt, MemCategory::Workspace, dev);
+      m.norm.forward(ctx, hk, on, training ? &st.norm : nullptr, false);
       const int64_t count_k = std::count_if(tk.begin(), tk.end(), [](int32_t t) { return t >= 0; });
-      if (training) st.dnorm = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
+      if (training) st.dnorm = Tensor::empty({n, d}, dt, MemCategory::Workspace, dev);
       const auto [sum_k, counted_k] =
           head_loss(ctx, on, targets_k, grad_scale * weight / std::max<int64_t>(count_k, 1), st.dnorm);
       const double lk = counted_k > 0 ? sum_k / static_cast<double>(counted_k) : 0.0;  // L^k
@@ -246,20 +278,20 @@ LossBreakdown DeepSeekV3Model::run(const Tensor& inputs, const Tensor& targets, 
   for (size_t kk = mtp_states.size(); kk-- > 0;) {
     Mtp& m = *mtp_[kk];
     const Mtp::State& st = mtp_states[kk];
-    const Tensor dhk = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
+    const Tensor dhk = Tensor::empty({n, d}, dt, MemCategory::Workspace, dev);
     m.norm.backward(ctx, st.norm, st.dnorm, dhk, false);
     if (dh_next.defined()) ops::axpy(ctx.exec, 1.0, dh_next, dhk);
     m.block->backward(ctx, st.block, dhk);  // now ∂L/∂h'^k
-    const Tensor dcat = Tensor::empty({n, 2 * d}, dtype_, MemCategory::Workspace, dev);
-    m.eh_proj.backward(ctx, dhk, cache_->load(st.cat), dcat, false);
-    const Tensor demb = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
+    const Tensor dcat = Tensor::empty({n, 2 * d}, dt, MemCategory::Workspace, dev);
+    m.eh_proj.backward(ctx, dhk, st.cat, dcat, false);
+    const Tensor demb = Tensor::empty({n, d}, dt, MemCategory::Workspace, dev);
     m.enorm.backward(ctx, st.enorm, dcat.cols(d, 2 * d), demb, false);
     ops::embedding_backward(ctx.exec, st.ids, demb, embed_grad_);
-    const Tensor dprev = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
+    const Tensor dprev = Tensor::empty({n, d}, dt, MemCategory::Workspace, dev);
     m.hnorm.backward(ctx, st.hnorm, dcat.cols(0, d), dprev, false);
     dh_next = dprev;
   }
-  const Tensor dx = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
+  const Tensor dx = Tensor::empty({n, d}, dt, MemCategory::Workspace, dev);
   norm_.backward(ctx, final_norm, dhn, dx, false);
   if (dh_next.defined()) ops::axpy(ctx.exec, 1.0, dh_next, dx);
   for (size_t i = layers_.size(); i-- > 0;) layers_[i]->backward(ctx, states[i], dx);
@@ -282,21 +314,16 @@ Tensor DeepSeekV3Model::last_logits(const Tensor& inputs, int64_t batch) {
              "last_logits: inputs must be i32 [batch·seq], got {} for batch {}", inputs.str(), batch);
   const int64_t n = inputs.numel(), seq = n / batch, d = config_.hidden_size;
   const Device dev = inputs.device();
-  StepContext ctx;
-  ctx.exec = ExecCtx::on(dev);
-  ctx.batch = batch;
-  ctx.seq = seq;
-  ctx.linear = linear_.get();
-  ctx.cache = cache_.get();
-  ctx.dtype = dtype_;
-  Tensor x = Tensor::empty({n, d}, dtype_, MemCategory::Workspace, dev);
+  const StepContext ctx = make_context(dev, batch, seq, false, 1.0);
+  const DType dt = ctx.dtype;
+  Tensor x = Tensor::empty({n, d}, dt, MemCategory::Workspace, dev);
   ops::embedding_forward(ctx.exec, inputs, embed_, x);
   for (auto& layer : layers_) x = layer->forward(ctx, x, nullptr, nullptr);
-  const Tensor last = Tensor::empty({batch, d}, dtype_, MemCategory::Workspace, dev);
+  const Tensor last = Tensor::empty({batch, d}, dt, MemCategory::Workspace, dev);
   for (int64_t b = 0; b < batch; ++b)
     ops::copy(ctx.exec, x.rows((b + 1) * seq - 1, (b + 1) * seq), last.rows(b, b + 1));
-  const Tensor hn = norm_.forward(ctx, last, "norm", nullptr);
-  return ops::matmul(ctx.exec, hn, false, head_, true);
+  const Tensor hn = norm_.forward(ctx, last, nullptr);
+  return ops::matmul(ctx.exec, hn, false, head_compute(ctx), true, MemCategory::Workspace, {}, fp8train::compute_dtype(dt));
 }
 
 }  // namespace fp8train::model

@@ -16,10 +16,16 @@
 // The head's logits are never kept: the head and cross-entropy run fused in row chunks during forward, and
 // with gradients requested they produce ∂L/∂h and accumulate the head's weight gradient right there.
 //
-// Training-time hooks: set_linear_compute (every Linear's GEMMs) and set_activation_cache (everything kept for
-// backward) — see model/hooks.h. Schedulable knobs: set_mtp_lambda, set_bias_update_speed,
+// Precision: the recipe (ModelOptions::recipe, recipe/recipe.h) is fixed at construction — FP32 master weights and
+// weight gradients, activations and their gradients in its compute dtype (F32 for fp32, BF16 otherwise; F64
+// throughout in a gradient-check model), every Linear's GEMMs by its role (model/linear.h), everything kept for
+// backward through the ActivationStore (model/activation_store.h). After changing the parameters (an optimizer
+// step, a checkpoint load) call mark_parameters_updated(): the GEMMs' compute copies of the weights are then
+// refreshed once, at the next forward. Schedulable knobs: set_mtp_lambda, set_bias_update_speed,
 // set_seq_aux_loss_alpha. After each optimizer step call update_router_biases(): each MoE layer moves its bias
 // by b_i += γ·sign(mean_load − load_i) using the loads of the training forwards since the previous call.
+// Numerics health: begin_step(step, sample_health) before a step's first forward; on a sampled step every Linear
+// GEMM reports to the model's HealthRecorder, read with take_health().
 // Determinism: for a fixed seed every result is bit-for-bit reproducible — no racy reductions, and on the CPU
 // the same bits for any thread count (GEMMs split into shape-determined chunks; tests/model checks 1 vs 2).
 #pragma once
@@ -29,12 +35,14 @@
 
 #include "model/block.h"
 #include "model/config.h"
+#include "recipe/health.h"
 
 namespace fp8train::model {
 
 struct ModelOptions {
-  DType dtype = DType::F32;  // F64 only for gradient checks
-  uint64_t seed = 1;         // weight initialization
+  DType dtype = DType::F32;     // master weights: F32, or F64 (gradient checks: the fp32 recipe, F64 throughout)
+  uint64_t seed = 1;            // weight initialization
+  std::string recipe = "fp32";  // the precision recipe (recipe::parse_recipe spec)
 };
 
 struct LossBreakdown {
@@ -60,7 +68,9 @@ class DeepSeekV3Model {
   DeepSeekV3Model& operator=(const DeepSeekV3Model&) = delete;
 
   const ModelConfig& config() const { return config_; }
-  DType dtype() const { return dtype_; }
+  DType dtype() const { return dtype_; }                  // master weights
+  DType compute_dtype() const { return compute_dtype_; }  // activations and their gradients
+  const recipe::RecipeConfig& recipe() const { return recipe_; }
   ParameterSet& parameters() { return params_; }
   const ParameterSet& parameters() const { return params_; }
   void zero_grad() { params_.zero_grad(); }
@@ -73,9 +83,17 @@ class DeepSeekV3Model {
   // Forward only: logits [batch, vocab] at each sequence's last position (generation).
   Tensor last_logits(const Tensor& inputs, int64_t batch);
 
-  void set_linear_compute(std::shared_ptr<LinearCompute> linear);
-  void set_activation_cache(std::shared_ptr<ActivationCache> cache);
-  LinearCompute& linear_compute() { return *linear_; }
+  // The parameters changed (optimizer step, checkpoint load, a test's edit): compute copies refresh next forward.
+  void mark_parameters_updated() { params_.mark_updated(); }
+  // Before a step's first forward: the step seeds stochastic rounding; sample_health makes every Linear GEMM of
+  // the step's training passes report its numerics (recipe/health.h).
+  void begin_step(int64_t step, bool sample_health);
+  std::vector<recipe::GemmHealth> take_health() { return health_.take(); }
+  // Bytes of the GEMMs' compute copies of the weights (FP8 W + Wᵀ, BF16, or the FP32 masters), as of the last
+  // forward.
+  int64_t compute_weight_bytes() const;
+  // Every op of the following passes adds its wall time to `profile` (null: none; ExecCtx::profile).
+  void set_op_profile(OpProfile* profile) { profile_ = profile; }
   void set_mtp_lambda(double lambda);
   void set_bias_update_speed(double gamma);
   void set_seq_aux_loss_alpha(double alpha);
@@ -93,6 +111,8 @@ class DeepSeekV3Model {
  private:
   struct Mtp;
   struct Pass;
+  StepContext make_context(Device device, int64_t batch, int64_t seq, bool training, double grad_scale);
+  const Tensor& head_compute(const StepContext& ctx);  // the head weight as the head GEMM reads it
   LossBreakdown run(const Tensor& inputs, const Tensor& targets, int64_t batch, bool training, bool include_mtp,
                     double grad_scale);
   // Fused head + cross-entropy over row chunks; with dh defined, writes ∂(scale·Σ CE)/∂h into it and accumulates
@@ -102,13 +122,21 @@ class DeepSeekV3Model {
 
   ModelConfig config_;
   DType dtype_;
+  recipe::RecipeConfig recipe_;
+  DType compute_dtype_;
   ParameterSet params_;
+  std::unique_ptr<ActivationStore> store_;
+  recipe::HealthRecorder health_;
+  int64_t step_ = 0;
+  bool sample_health_ = false;
+  OpProfile* profile_ = nullptr;
+  Tensor head_compute_;
+  uint64_t head_version_ = ~uint64_t{0};
+  std::vector<const Linear*> linears_;
   Tensor embed_, embed_grad_, head_, head_grad_;
   std::vector<std::unique_ptr<Block>> layers_;
   RMSNorm norm_;
   std::vector<std::unique_ptr<Mtp>> mtp_;
-  std::shared_ptr<LinearCompute> linear_;
-  std::shared_ptr<ActivationCache> cache_;
 };
 
 }  // namespace fp8train::model

@@ -5,6 +5,7 @@
 
 #include "ops/elementwise.h"
 #include "ops/gemm.h"
+#include "ops/quantize.h"
 #include "ops/swiglu.h"
 
 namespace fp8train::model {
@@ -25,47 +26,39 @@ MoE::MoE(ParameterSet& params, const std::string& name, const ModelConfig& c, DT
   bias_ = params.add_buffer(name + ".gate.bias", Tensor::zeros({E}, DType::F32, MemCategory::Weights)).value;
   if (c.n_shared_experts > 0) {
     has_shared_ = true;
-    shared_ = SwigluFFN(params, name + ".shared_experts", d, c.n_shared_experts * F, dtype, layer);
+    shared_ = SwigluFFN(params, name + ".shared_experts", d, c.n_shared_experts * F, dtype, layer,
+                        recipe::LinearRole::SharedExpertUp, recipe::LinearRole::SharedExpertDown);
   }
-  w13_ = Tensor::zeros({E * 2 * F, d}, dtype, MemCategory::Weights);
-  g13_ = Tensor::zeros({E * 2 * F, d}, dtype, MemCategory::Gradients);
-  w2_ = Tensor::zeros({E * d, F}, dtype, MemCategory::Weights);
-  g2_ = Tensor::zeros({E * d, F}, dtype, MemCategory::Gradients);
+  const Tensor w13 = Tensor::zeros({E * 2 * F, d}, dtype, MemCategory::Weights);
+  const Tensor g13 = Tensor::zeros({E * 2 * F, d}, dtype, MemCategory::Gradients);
+  const Tensor w2 = Tensor::zeros({E * d, F}, dtype, MemCategory::Weights);
+  const Tensor g2 = Tensor::zeros({E * d, F}, dtype, MemCategory::Gradients);
   for (int64_t e = 0; e < E; ++e) {
     const std::string en = name + ".experts." + std::to_string(e);
     const int64_t r = e * 2 * F;
-    params.add_view(en + ".w1.weight", w13_.rows(r, r + F), g13_.rows(r, r + F), Init::Normal);
-    params.add_view(en + ".w2.weight", w2_.rows(e * d, (e + 1) * d), g2_.rows(e * d, (e + 1) * d), Init::Normal);
-    params.add_view(en + ".w3.weight", w13_.rows(r + F, r + 2 * F), g13_.rows(r + F, r + 2 * F), Init::Normal);
-    expert_w13_.emplace_back(w13_.rows(r, r + 2 * F), g13_.rows(r, r + 2 * F), en + ".w13", layer);
-    expert_w2_.emplace_back(w2_.rows(e * d, (e + 1) * d), g2_.rows(e * d, (e + 1) * d), en + ".w2", layer);
+    params.add_view(en + ".w1.weight", w13.rows(r, r + F), g13.rows(r, r + F), Init::Normal);
+    params.add_view(en + ".w2.weight", w2.rows(e * d, (e + 1) * d), g2.rows(e * d, (e + 1) * d), Init::Normal);
+    params.add_view(en + ".w3.weight", w13.rows(r + F, r + 2 * F), g13.rows(r + F, r + 2 * F), Init::Normal);
   }
+  w13_ = Linear(params, w13, g13, name + ".experts.w13", recipe::LinearRole::ExpertUp, layer, E);
+  w2_ = Linear(params, w2, g2, name + ".experts.w2", recipe::LinearRole::ExpertDown, layer, E);
 }
 
-namespace {
-// The grouped-GEMM items of one expert Linear per expert with rows: row blocks [offsets[e], offsets[e+1]) of the
-// expert-ordered matrices (any of x, y, dy, dx may be undefined when the call does not use it).
-std::vector<LinearGroupItem> expert_items(const std::vector<Linear>& linears, const ops::MoePlan& plan,
-                                          const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx) {
-  std::vector<LinearGroupItem> items;
-  auto block = [](const Tensor& t, int64_t b, int64_t e) { return t.defined() ? t.rows(b, e) : Tensor(); };
-  const std::vector<int32_t> offsets = plan.expert_offsets.to_vector<int32_t>();
-  for (size_t e = 0; e < linears.size(); ++e) {
-    const int64_t b = offsets[e], end = offsets[e + 1];
-    if (end == b) continue;  // no token chose this expert: nothing to compute, no gradient
-    items.push_back({&linears[e].site(), linears[e].weight(), linears[e].grad(), block(x, b, end), block(y, b, end),
-                     block(dy, b, end), block(dx, b, end)});
-  }
-  return items;
+void MoE::collect_linears(std::vector<const Linear*>& out) const {
+  if (has_shared_) shared_.collect_linears(out);
+  out.push_back(&w13_);
+  out.push_back(&w2_);
 }
-}  // namespace
 
-Tensor MoE::forward(const StepContext& ctx, const Tensor& u, State* st, double* balance_loss) {
-  const int64_t n = u.size(0), K = router_.top_k, F = ffn_;
-  const DType dt = u.dtype();
-  const Device dev = u.device();
-  // router: s_i = sigmoid(u·e_i); top-K of s_i + b_i (group-limited); g_i = s_i/Σ s_sel × routed_scaling_factor
-  const Tensor logits = ops::matmul(ctx.exec, u, false, gate_weight_, true);
+Tensor MoE::forward(const StepContext& ctx, const Tensor& u, State* st, double* balance_loss, bool keep_input) {
+  const int64_t n = u.size(0), F = ffn_;
+  const DType dt = ctx.dtype;
+  const Device dev = ctx.exec.device;
+  const bool keep = ctx.training && st;
+  // router (FP32: the MoE gate stays high precision): s_i = sigmoid(u·e_i); top-K of s_i + b_i (group-limited);
+  // g_i = s_i/Σ s_sel × routed_scaling_factor
+  const Tensor logits =
+      ops::matmul(ctx.exec, u, false, gate_weight_, true, MemCategory::Workspace, {}, compute_dtype(dt));
   const ops::RouterOutputs r = ops::router_forward(ctx.exec, logits, bias_, router_);
   if (ctx.training) {
     const std::vector<int32_t> counts = r.expert_counts.to_vector<int32_t>();
@@ -76,80 +69,100 @@ Tensor MoE::forward(const StepContext& ctx, const Tensor& u, State* st, double* 
   }
   if (balance_loss && alpha_ > 0)
     *balance_loss += ops::seq_balance_loss(ctx.exec, r.scores, r.selected, ctx.batch, alpha_);
-  // dispatch: every (token, choice) pair to its expert's rows — no token dropped
-  ops::MoePlan plan = ops::moe_build_plan(ctx.exec, r.selected, n_experts_);
-  const Tensor xp = Tensor::empty({n * K, hidden_}, dt, MemCategory::Workspace, dev);
-  ops::moe_permute(ctx.exec, u, plan, xp);
-  // routed experts: FFN_i(x) = W2_i·(silu(W1_i·x) ∘ (W3_i·x)) on each expert's rows
-  const Tensor gate_up = Tensor::empty({n * K, 2 * F}, dt, MemCategory::Workspace, dev);
-  ctx.linear->grouped_fprop(expert_items(expert_w13_, plan, xp, gate_up, Tensor(), Tensor()));
-  const Tensor act = Tensor::empty({n * K, F}, dt, MemCategory::Workspace, dev);
+  // dispatch: every (token, choice) pair to its expert's rows — no token dropped — in the grouped GEMMs' layout
+  // (padded to the grouped FP8 GEMM's 128-row blocks in the quantized recipes)
+  const bool quantized = ctx.recipe->quantized_gemms();
+  ops::MoePlan plan = ops::moe_build_plan(ctx.exec, r.selected, n_experts_, quantized ? 128 : 1);
+  const recipe::LinearRecipe up = recipe::linear_recipe(*ctx.recipe, recipe::LinearRole::ExpertUp);
+  LinearInput x13;
+  if (up.dispatched_input) {
+    // DeepSeek-V3 quantizes tokens to FP8 (power-of-two 1×128 tiles) before the dispatch moves them
+    const quant::QTensor uq = ops::quantize(ctx.exec, u, up.fprop.a, ops::QuantizeOutputs::Rowwise,
+                                            quant::ScaleLayout::RowMajor);
+    const quant::QTensor xq = ops::moe_permute(ctx.exec, uq, plan);
+    Tensor plain;  // the same tokens unquantized, for a sampled step's health records
+    if (ctx.health) {
+      plain = Tensor::empty({plan.rows, hidden_}, dt, MemCategory::Workspace, dev);
+      ops::moe_permute(ctx.exec, u, plan, plain);
+    }
+    x13 = w13_.dispatched(ctx, xq, plain, keep);
+  } else {
+    const Tensor xp = Tensor::empty({plan.rows, hidden_}, dt, MemCategory::Workspace, dev);
+    ops::moe_permute(ctx.exec, u, plan, xp);
+    x13 = w13_.prepare(ctx, xp, keep);
+  }
+  // routed experts: FFN_i(x) = W2_i·(silu(W1_i·x) ∘ (W3_i·x)) on each expert's rows, one grouped GEMM each
+  const Tensor gate_up = Tensor::empty({plan.rows, 2 * F}, dt, MemCategory::Workspace, dev);
+  w13_.forward(ctx, x13, gate_up, plan.expert_offsets);
+  const Tensor act = Tensor::empty({plan.rows, F}, dt, MemCategory::Workspace, dev);
   ops::swiglu_forward(ctx.exec, gate_up, act);
-  const Tensor yp = Tensor::empty({n * K, hidden_}, dt, MemCategory::Workspace, dev);
-  ctx.linear->grouped_fprop(expert_items(expert_w2_, plan, act, yp, Tensor(), Tensor()));
-  // combine: h' = Σ shared FFN(u) + Σ_selected g_i·FFN_i(u)
+  const bool keep_act = keep && ctx.store->keeps(CacheKind::SwigluOutput);
+  const LinearInput x2 = w2_.prepare(ctx, act, keep_act);
+  const Tensor yp = Tensor::empty({plan.rows, hidden_}, dt, MemCategory::Workspace, dev);
+  w2_.forward(ctx, x2, yp, plan.expert_offsets);
+  // combine (in the compute dtype): h' = Σ shared FFN(u) + Σ_selected g_i·FFN_i(u)
   Tensor y;
   if (has_shared_) {
-    y = shared_.forward(ctx, u, ctx.training && st ? &st->shared : nullptr);
+    y = shared_.forward(ctx, u, keep ? &st->shared : nullptr, keep_input);
   } else {
     y = Tensor::zeros({n, hidden_}, dt, MemCategory::Workspace, dev);
   }
   ops::moe_unpermute(ctx.exec, yp, plan, r.gates, y, true);
-  if (ctx.training && st) {
-    const CacheSite router_site{name_, CacheKind::RouterState};
-    st->scores = ctx.cache->save(r.scores, router_site);
-    st->selected = ctx.cache->save(r.selected, router_site);
-    st->gates = ctx.cache->save(r.gates, router_site);
-    st->plan_slots = ctx.cache->save(plan.slot_token, router_site);
-    st->plan_choices = ctx.cache->save(plan.choice_slot, router_site);
+  if (keep) {
+    st->scores = ctx.store->save(ctx.exec, r.scores, CacheKind::RouterState);
+    st->selected = ctx.store->save(ctx.exec, r.selected, CacheKind::RouterState);
+    st->gates = ctx.store->save(ctx.exec, r.gates, CacheKind::RouterState);
+    for (const Tensor* t : {&plan.expert_offsets, &plan.slot_token, &plan.choice_slot})
+      t->storage().set_category(MemCategory::ActivationCache);
     st->plan = std::move(plan);
-    st->xp = ctx.cache->save(xp, {name_, CacheKind::ExpertIO});
-    st->gate_up = ctx.cache->save(gate_up, {name_, CacheKind::SwigluInput});
-    st->act = ctx.cache->maybe_save(act, {name_, CacheKind::SwigluOutput});
-    st->yp = ctx.cache->save(yp, {name_, CacheKind::ExpertIO});
+    st->x13 = w13_.kept(ctx, x13);
+    st->gate_up = ctx.store->save(ctx.exec, gate_up, CacheKind::SwigluInput);
+    if (keep_act) st->x2 = w2_.kept(ctx, x2);
+    st->yp = ctx.store->save(ctx.exec, yp, CacheKind::ExpertIO);
   }
   return y;
 }
 
 void MoE::backward(const StepContext& ctx, const State& st, const Tensor& dy, const Tensor& u, const Tensor& du,
                    bool accumulate) const {
-  const int64_t n = u.size(0), K = router_.top_k, F = ffn_;
-  const DType dt = u.dtype();
-  const Device dev = u.device();
+  const int64_t n = u.size(0), F = ffn_;
+  const DType dt = ctx.dtype;
+  const Device dev = ctx.exec.device;
   const ops::MoePlan& plan = st.plan;
-  const Tensor scores = ctx.cache->load(st.scores), selected = ctx.cache->load(st.selected);
-  const Tensor gates = ctx.cache->load(st.gates);
-  const Tensor xp = ctx.cache->load(st.xp), gate_up = ctx.cache->load(st.gate_up), yp = ctx.cache->load(st.yp);
+  const Tensor scores = ctx.store->load(ctx.exec, st.scores), selected = ctx.store->load(ctx.exec, st.selected);
+  const Tensor gates = ctx.store->load(ctx.exec, st.gates);
+  const Tensor gate_up = ctx.store->load(ctx.exec, st.gate_up), yp = ctx.store->load(ctx.exec, st.yp);
   // shared experts
   if (has_shared_) {
     shared_.backward(ctx, st.shared, dy, u, du, accumulate);
   } else if (!accumulate) {
     ops::fill(ctx.exec, du, 0.0);
   }
-  // combine: dyp = g·dy per (token, choice) row; dg = <dy, FFN_i(u)>
-  const Tensor dyp = Tensor::empty({n * K, hidden_}, dt, MemCategory::Workspace, dev);
-  const Tensor dgates = Tensor::empty({n, K}, dt, MemCategory::Workspace, dev);
+  // combine: dyp = g·dy per (token, choice) row, zeros in the padding rows; dg = <dy, FFN_i(u)>
+  const Tensor dyp = Tensor::zeros({plan.rows, hidden_}, dt, MemCategory::Workspace, dev);
+  const Tensor dgates = Tensor::empty({n, router_.top_k}, compute_dtype(dt), MemCategory::Workspace, dev);
   ops::moe_unpermute_backward(ctx.exec, dy, yp, plan, gates, dyp, dgates);
   // routed experts
-  Tensor act = ctx.cache->load(st.act);
-  if (!act.defined()) {
-    act = Tensor::empty({n * K, F}, dt, MemCategory::Workspace, dev);
+  LinearInput x2 = st.x2;
+  if (!x2.defined()) {
+    const Tensor act = Tensor::empty({plan.rows, F}, dt, MemCategory::Workspace, dev);
     ops::swiglu_forward(ctx.exec, gate_up, act);
+    x2 = w2_.recomputed(ctx, act);
   }
-  const Tensor dact = Tensor::empty({n * K, F}, dt, MemCategory::Workspace, dev);
-  ctx.linear->grouped_backward(expert_items(expert_w2_, plan, act, Tensor(), dyp, dact));
-  const Tensor dgate_up = Tensor::empty({n * K, 2 * F}, dt, MemCategory::Workspace, dev);
+  const Tensor dact = Tensor::empty({plan.rows, F}, dt, MemCategory::Workspace, dev);
+  w2_.backward(ctx, dyp, x2, dact, false, plan.expert_offsets);
+  const Tensor dgate_up = Tensor::empty({plan.rows, 2 * F}, dt, MemCategory::Workspace, dev);
   ops::swiglu_backward(ctx.exec, gate_up, dact, dgate_up);
-  const Tensor dxp = Tensor::empty({n * K, hidden_}, dt, MemCategory::Workspace, dev);
-  ctx.linear->grouped_backward(expert_items(expert_w13_, plan, xp, Tensor(), dgate_up, dxp));
+  const Tensor dxp = Tensor::empty({plan.rows, hidden_}, dt, MemCategory::Workspace, dev);
+  w13_.backward(ctx, dgate_up, st.x13, dxp, false, plan.expert_offsets);
   ops::moe_permute_backward(ctx.exec, dxp, plan, du, true);
-  // router: gates and (through the balance loss) scores depend on the logits u·e_i
+  // router: gates and (through the balance loss) scores depend on the logits u·e_i (FP32)
   Tensor dscores;
   if (alpha_ > 0) {
-    dscores = Tensor::zeros({n, n_experts_}, dt, MemCategory::Workspace, dev);
+    dscores = Tensor::zeros({n, n_experts_}, compute_dtype(dt), MemCategory::Workspace, dev);
     ops::seq_balance_loss_backward(ctx.exec, scores, selected, ctx.batch, alpha_, ctx.grad_scale, dscores);
   }
-  const Tensor dlogits = Tensor::empty({n, n_experts_}, dt, MemCategory::Workspace, dev);
+  const Tensor dlogits = Tensor::empty({n, n_experts_}, compute_dtype(dt), MemCategory::Workspace, dev);
   ops::router_backward(ctx.exec, scores, selected, dgates, dscores, router_, dlogits);
   ops::gemm(ctx.exec, dlogits, true, u, false, gate_grad_, {.beta = 1.0});
   ops::gemm(ctx.exec, dlogits, false, gate_weight_, false, du, {.beta = 1.0});

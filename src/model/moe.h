@@ -7,8 +7,11 @@
 //   No token is ever dropped: every (token, choice) pair gets a row in the expert-ordered matrices.
 // Shared experts: one SwiGLU FFN of width N_s·moe_intermediate_size ("<name>.shared_experts.*").
 // Routed experts: SwiGLU FFNs of width F = moe_intermediate_size; all experts' W1|W3 live in one
-// [N_r·2F, d] buffer and all W2 in one [N_r·d, F] buffer (so a grouped GEMM can take them at once); the named
-// parameters "<name>.experts.<e>.w1.weight" etc. are row blocks of those buffers.
+// [N_r·2F, d] buffer and all W2 in one [N_r·d, F] buffer, each a grouped Linear (model/linear.h) whose GEMMs run
+// as one grouped call over the dispatch plan's device offsets; the named parameters
+// "<name>.experts.<e>.w1.weight" etc. are row blocks of those buffers. Tokens are dispatched into the plan's
+// expert-ordered layout (padded to the grouped FP8 GEMM's 128-row blocks in the quantized recipes), quantized
+// before the move when the recipe dispatches in FP8, and combined in the compute dtype.
 // Auxiliary-loss-free balancing: the bias "<name>.gate.bias" (non-trainable, F32) moves after each optimizer
 // step by b_i += γ·sign(mean_load − load_i) (update_bias). Complementary sequence-wise balance loss:
 // α·Σ_i f_i·P_i per sequence, averaged over sequences (ops::seq_balance_loss).
@@ -25,10 +28,12 @@ namespace fp8train::model {
 class MoE {
  public:
   struct State {
-    SavedTensor scores, selected, gates;  // router: [tokens, N_r], [tokens, K], [tokens, K]
-    ops::MoePlan plan;                    // dispatch plan (its tensors are booked through the cache)
-    SavedTensor plan_slots, plan_choices;
-    SavedTensor xp, gate_up, act, yp;     // expert-ordered rows: input, W1|W3 output, SwiGLU output, W2 output
+    SavedTensor scores, selected, gates;  // router (FP32): [tokens, N_r], [tokens, K], [tokens, K]
+    ops::MoePlan plan;                    // dispatch plan (its tensors are booked as kept activations)
+    LinearInput x13;                      // the experts' input as W1|W3 keeps it (the dispatched FP8 tokens)
+    SavedTensor gate_up;                  // W1|W3 output, the SwiGLU input (FP8 with swiglu_fp8)
+    LinearInput x2;                       // the SwiGLU output as W2 keeps it (undefined: recomputed)
+    SavedTensor yp;                       // W2 output, the combine's input (for the gate gradients)
     SwigluFFN::State shared;
   };
 
@@ -36,11 +41,13 @@ class MoE {
   MoE(ParameterSet& params, const std::string& name, const ModelConfig& config, DType dtype, int layer);
 
   // Returns h'; adds α·L_bal of this layer to *balance_loss. Training forwards add the expert loads to the
-  // pending loads used by update_bias().
-  Tensor forward(const StepContext& ctx, const Tensor& u, State* state, double* balance_loss);
-  // du (+)= ∂L/∂u from dy = ∂L/∂h' (including the balance loss term, weighted by ctx.grad_scale).
+  // pending loads used by update_bias(). keep_input: the caller keeps u (the shared experts keep their input).
+  Tensor forward(const StepContext& ctx, const Tensor& u, State* state, double* balance_loss, bool keep_input);
+  // du (+)= ∂L/∂u from dy = ∂L/∂h' (including the balance loss term, weighted by ctx.grad_scale). u: the forward
+  // input (the router's backward reads it).
   void backward(const StepContext& ctx, const State& state, const Tensor& dy, const Tensor& u, const Tensor& du,
                 bool accumulate) const;
+  void collect_linears(std::vector<const Linear*>& out) const;
 
   // Tokens routed to each expert by training forwards since the last update_bias()/clear_load().
   const std::vector<int64_t>& pending_load() const { return load_; }
@@ -59,8 +66,7 @@ class MoE {
   ops::RouterConfig router_;
   double alpha_ = 0.0;
   Tensor gate_weight_, gate_grad_, bias_;
-  Tensor w13_, g13_, w2_, g2_;  // [N_r·2F, d], [N_r·d, F] and their gradients
-  std::vector<Linear> expert_w13_, expert_w2_;
+  Linear w13_, w2_;  // the routed experts, grouped: [N_r·2F, d] and [N_r·d, F]
   bool has_shared_ = false;
   SwigluFFN shared_;
   std::vector<int64_t> load_, last_load_;

@@ -96,6 +96,7 @@ void ParameterSet::zero_grad() {
 }
 
 void ParameterSet::initialize(uint64_t seed, double std) {
+  mark_updated();
   for (auto& p : params_) {
     if (!p->trainable) continue;
     const int64_t n = p->value.numel();

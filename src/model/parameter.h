@@ -47,9 +47,15 @@ class ParameterSet {
   // Normal(0, std²) / ones / zeros per parameter (buffers untouched), seeded per name.
   void initialize(uint64_t seed, double std);
 
+  // A counter that changes whenever the parameter values may have changed (initialize(), mark_updated()): the
+  // Linears refresh their compute copies of the weights when it moves.
+  uint64_t version() const { return version_; }
+  void mark_updated() { ++version_; }
+
  private:
   Parameter& insert(Parameter p);
   std::vector<std::unique_ptr<Parameter>> params_;
+  uint64_t version_ = 0;
 };
 
 }  // namespace fp8train::model

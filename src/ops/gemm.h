@@ -41,7 +41,8 @@ void gemm(const ExecCtx& ctx, const Tensor& a, bool trans_a, const Tensor& b, bo
 //                       (Fprop y = x·W_eᵀ with b = W [E·out, in], trans_b; Dgrad dx = dy·W_e, not trans_b)
 //   GroupedGemmKind::K  c_e = alpha·a[rows_e]ᵀ·b[rows_e] + beta·c_e                 a [R, M], b [R, N],
 //                       c_e the e-th of E equal row blocks of c [E·M, N]             (Wgrad dW_e = dy_eᵀ·x_e)
-// Rows outside every expert's range are not read (M) or not touched (K). An expert with no rows gets nothing
+// M: rows past offsets[E] are written with zeros (every row of c is defined, so the expert-ordered activations
+// downstream never carry stale memory); K: rows past offsets[E] are not read. An expert with no rows gets nothing
 // (M) or c_e = beta·c_e (K; beta = 0 writes zeros without reading c, as BLAS does). Dtypes as gemm(); each
 // expert's product is exactly gemm() on its views.
 enum class GroupedGemmKind : uint8_t { M, K };

@@ -33,6 +33,10 @@ MoePlan moe_build_plan(const ExecCtx& ctx, const Tensor& selected, int64_t n_exp
   launcher(ctx, &OpTable::moe_build_plan, "moe_build_plan")(
       ctx, p, selected.data<int32_t>(), plan.expert_offsets.data<int32_t>(), plan.slot_token.data<int32_t>(),
       plan.choice_slot.data<int32_t>());
+  if (ctx.device.is_cpu()) {  // the offsets are host memory: no spare capacity needed
+    plan.rows = plan.expert_offsets.data<int32_t>()[n_experts];
+    plan.slot_token = plan.slot_token.narrow(0, 0, plan.rows);
+  }
   return plan;
 }
 
@@ -64,6 +68,36 @@ void check_gates(const char* op, const Tensor& gates, const MoePlan& plan, const
 void moe_permute(const ExecCtx& ctx, const Tensor& x, const MoePlan& plan, const Tensor& xp) {
   const MoePermuteProblem p = problem(ctx, "moe_permute", x, xp, plan, false);
   launcher(ctx, &OpTable::moe_permute, "moe_permute")(ctx, p, x.raw(), plan.slot_token.data<int32_t>(), xp.raw());
+}
+
+quant::QTensor moe_permute(const ExecCtx& ctx, const quant::QTensor& xq, const MoePlan& plan, MemCategory category) {
+  const char* op = "moe_permute (quantized)";
+  FP8T_CHECK(xq.rowwise.defined() && xq.rows == plan.tokens && xq.groups == 1,
+             "{}: expected the row-wise quantized tokens [{}, dim], got [{}, {}] in {} groups", op, plan.tokens,
+             xq.rows, xq.cols, xq.groups);
+  const quant::Granularity& g = xq.spec.granularity;
+  FP8T_CHECK(!g.per_tensor && g.block_rows == 1 && xq.rowwise.layout == quant::ScaleLayout::RowMajor &&
+                 xq.spec.format != quant::Format::E5M6,
+             "{}: tokens move with per-row tiles (1xG) and row-major scales, not {} {} {}", op,
+             quant::format_name(xq.spec.format), g.name(), quant::scale_layout_name(xq.rowwise.layout));
+  check::on_device(op, ctx, {&xq.rowwise.codes, &xq.rowwise.scales, &plan.slot_token});
+  quant::QTensor out = xq.rowwise_only();
+  out.rows = plan.rows;
+  const Tensor codes = xq.rowwise.codes.view({xq.rows, -1}), scales = xq.rowwise.scales.view({xq.rows, -1});
+  out.rowwise.codes = Tensor::empty({plan.rows, codes.size(1)}, codes.dtype(), category, ctx.device);
+  out.rowwise.scales = Tensor::empty({plan.rows, scales.size(1)}, scales.dtype(), category, ctx.device);
+  for (const auto& [src, dst] : {std::pair{codes, out.rowwise.codes}, std::pair{scales, out.rowwise.scales}}) {
+    MoePermuteProblem p;
+    p.dtype = src.dtype();
+    p.tokens = plan.tokens;
+    p.top_k = plan.top_k;
+    p.rows = plan.rows;
+    p.dim = src.size(1);
+    p.ld_x = p.ld_xp = p.dim;
+    launcher(ctx, &OpTable::moe_permute, "moe_permute")(ctx, p, src.raw(), plan.slot_token.data<int32_t>(),
+                                                         dst.raw());
+  }
+  return out;
 }
 
 void moe_permute_backward(const ExecCtx& ctx, const Tensor& dxp, const MoePlan& plan, const Tensor& dx,

@@ -2,8 +2,9 @@
 // choice) pair gets a row). The plan sorts the N·K pairs by expert, then token, into the layout the grouped GEMMs
 // read: expert e owns rows [offsets[e], offsets[e+1]) of the expert-ordered matrix xp: [rows, dim], its count_e
 // tokens first, then zero rows up to a multiple of `align` (the grouped FP8 GEMM's 128-row block; 1 = no
-// padding). rows = N·K + E·(align − 1) rounded up to align — an upper bound known without reading the counts,
-// so the plan needs no host synchronization on a GPU; rows past offsets[E] are zero too.
+// padding). The expert-ordered row count: on a GPU N·K + E·(align − 1) rounded up to align — an upper bound
+// known without reading the counts, so the plan needs no host synchronization; the rows past offsets[E] are zero
+// too (the grouped GEMMs write zeros there); on the CPU, where the offsets are host memory, exactly offsets[E].
 //   permute:   xp[j] = x[slot_token[j]], or zeros where slot_token[j] = −1
 //   unpermute: y[t] (+)= Σ_k gates[t,k]·yp[choice_slot[t,k]]      (the weighted combine)
 // and their backwards. Token-ordered matrices are [N, dim] matrix views; expert-ordered ones [rows, dim]; the
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "ops/op_table.h"
+#include "quant/qtensor.h"
 #include "tensor/tensor.h"
 
 namespace fp8train::ops {
@@ -32,17 +34,22 @@ struct MoePermuteProblem {
 struct MoePlan {
   int64_t tokens = 0, top_k = 0, n_experts = 0;
   int64_t align = 1;
-  int64_t rows = 0;       // expert-ordered rows: N·K + E·(align − 1) rounded up to align
+  int64_t rows = 0;       // expert-ordered rows (see the top of this file)
   Tensor expert_offsets;  // i32 [n_experts + 1] on the device, multiples of align
   Tensor slot_token;      // i32 [rows]: the token of each expert-ordered row, −1 for padding
   Tensor choice_slot;     // i32 [N, K]: the expert-ordered row of each (token, choice)
 };
 
-// The expert-ordered capacity of a plan (see the top of this file).
+// The expert-ordered capacity of a GPU plan (see the top of this file).
 int64_t moe_plan_rows(int64_t tokens, int64_t top_k, int64_t n_experts, int64_t align);
 MoePlan moe_build_plan(const ExecCtx& ctx, const Tensor& selected, int64_t n_experts, int64_t align = 1,
                        MemCategory category = MemCategory::Workspace);
 void moe_permute(const ExecCtx& ctx, const Tensor& x, const MoePlan& plan, const Tensor& xp);
+// Dispatch of tokens quantized before the move (DeepSeek-V3's FP8 dispatch): the row-wise payload of xq
+// [tokens, dim] (per-row tiles 1×G, row-major scales) permuted into the plan's expert-ordered layout — codes and
+// scales rows move together, padding rows get zero codes and zero scales. Returns a [plan.rows, dim] QTensor.
+quant::QTensor moe_permute(const ExecCtx& ctx, const quant::QTensor& xq, const MoePlan& plan,
+                           MemCategory category = MemCategory::Workspace);
 void moe_permute_backward(const ExecCtx& ctx, const Tensor& dxp, const MoePlan& plan, const Tensor& dx,
                           bool accumulate);
 void moe_unpermute(const ExecCtx& ctx, const Tensor& yp, const MoePlan& plan, const Tensor& gates, const Tensor& y,

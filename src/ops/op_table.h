@@ -12,8 +12,10 @@
 // Layout conventions: row-major; "ld" = row stride in elements (>= columns); ids, expert indices and offsets
 // are int32. Determinism: every CPU reduction has a fixed order that does not depend on the thread count.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <string_view>
+#include <utility>
 
 #include "tensor/exec_ctx.h"
 
@@ -139,12 +141,33 @@ void register_op_table(DeviceType type, const OpTable* table);
 
 [[noreturn]] void throw_not_implemented(std::string_view op, const ExecCtx& ctx);
 
+// A launcher bound to its context: calling it runs the op, timed into ctx.profile when one is set.
+template <class Fn>
+struct Launch {
+  Fn* fn;
+  const ExecCtx* ctx;
+  std::string_view op;
+  template <class... Args>
+  decltype(auto) operator()(Args&&... args) const {
+    if (ctx->profile == nullptr) return fn(std::forward<Args>(args)...);
+    const auto t0 = std::chrono::steady_clock::now();
+    struct Record {  // records on every exit, a thrown error included
+      const Launch* l;
+      std::chrono::steady_clock::time_point t0;
+      ~Record() {
+        l->ctx->profile->add(l->op, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+    } record{this, t0};
+    return fn(std::forward<Args>(args)...);
+  }
+};
+
 // The launcher of `member` for ctx's device, or a clear error when that backend lacks the op.
 template <class Fn>
-Fn* launcher(const ExecCtx& ctx, Fn* OpTable::*member, std::string_view op) {
+Launch<Fn> launcher(const ExecCtx& ctx, Fn* OpTable::*member, std::string_view op) {
   Fn* fn = op_table(ctx.device.type).*member;
   if (fn == nullptr) throw_not_implemented(op, ctx);
-  return fn;
+  return {fn, &ctx, op};
 }
 
 // CPU threading: OpenMP threads used by the CPU kernels (OpenBLAS itself is kept single-threaded and every

@@ -64,15 +64,17 @@ void scaled_gemm(const ExecCtx& ctx, const quant::QTensor& a, const quant::QTens
                  const ScaledGemmOptions& options = {});
 
 // MoE experts over M: a [M_total, K] holds the rows of E experts, expert e at rows [offsets[e], offsets[e+1])
-// (offsets: I32 [E+1] on ctx's device, non-decreasing multiples of 128 from 0 to M_total — the grouped GEMM's
-// row block; the CPU kernel checks them, the CUDA kernel trusts them); b [E·N, K] with groups = E;
-// d [M_total, N]. Rows of d outside every expert's range are left as they are.
+// (offsets: I32 [E+1] on ctx's device, non-decreasing multiples of 128 from 0, offsets[E] <= M_total — the grouped
+// GEMM's row block; the CPU kernel checks them, the CUDA kernel trusts them); b [E·N, K] with groups = E;
+// d [M_total, N]. Rows past offsets[E] (the MoE plan's spare capacity, whose rows of a are zero) come out zero
+// when not accumulating.
 void scaled_gemm_grouped(const ExecCtx& ctx, const quant::QTensor& a, const quant::QTensor& b, const Tensor& offsets,
                          const Tensor& d, const ScaledGemmOptions& options = {});
 
 // MoE expert Wgrad over K: d [E, M, N] F32 (contiguous) (+)= a[:, K_e] · b[:, K_e]ᵀ with K_e =
 // [k_offsets[e], k_offsets[e+1]) (I32 [E+1] on ctx's device, non-decreasing multiples of the operands' K block
-// from 0 to K); a [M, K] and b [N, K] tiled 1×G along K. An expert with an empty range gets d[e] unchanged
+// from 0, k_offsets[E] <= K: columns past it are not read); a [M, K] and b [N, K] tiled 1×G along K, or both per
+// tensor (each expert's K range is then a GEMM of its own with the tensors' scales: fp8-tensorwise's experts). An expert with an empty range gets d[e] unchanged
 // when accumulating, zeros otherwise.
 void scaled_gemm_grouped_k(const ExecCtx& ctx, const quant::QTensor& a, const quant::QTensor& b,
                            const Tensor& k_offsets, const Tensor& d, const ScaledGemmOptions& options = {});

@@ -20,34 +20,37 @@ std::string_view gemm_kind_name(GemmKind k) {
   return "?";
 }
 
-std::string_view cache_format_name(CacheFormat f) {
-  switch (f) {
-    case CacheFormat::Fp32: return "fp32";
-    case CacheFormat::Bf16: return "bf16";
-    case CacheFormat::Fp8: return "fp8";
-    case CacheFormat::Fp8Pow2: return "fp8-pow2";
-    case CacheFormat::E5M6Pow2: return "e5m6-pow2";
-    case CacheFormat::Int8: return "int8";
-    case CacheFormat::Fp8Tensor: return "fp8-tensor";
-  }
-  return "?";
-}
-
-CacheFormat parse_cache_format(std::string_view name) {
-  for (CacheFormat f : {CacheFormat::Fp32, CacheFormat::Bf16, CacheFormat::Fp8, CacheFormat::Fp8Pow2,
-                        CacheFormat::E5M6Pow2, CacheFormat::Int8, CacheFormat::Fp8Tensor})
-    if (name == cache_format_name(f)) return f;
-  FP8T_FAIL("unknown cache format '{}' (expected fp32, bf16, fp8, fp8-pow2, e5m6-pow2, int8 or fp8-tensor)", name);
-}
-
-std::string_view cache_role_name(CacheRole r) {
+std::string_view linear_role_name(LinearRole r) {
   switch (r) {
-    case CacheRole::LinearInput: return "linear_input";
-    case CacheRole::AttnOutProjInput: return "attn_out_proj_input";
-    case CacheRole::SwigluInput: return "swiglu_input";
-    case CacheRole::Other: return "other";
+    case LinearRole::AttnQDown: return "attn_q_down";
+    case LinearRole::AttnQUp: return "attn_q_up";
+    case LinearRole::AttnKvDown: return "attn_kv_down";
+    case LinearRole::AttnKvUp: return "attn_kv_up";
+    case LinearRole::AttnOut: return "attn_out";
+    case LinearRole::DenseUp: return "dense_up";
+    case LinearRole::DenseDown: return "dense_down";
+    case LinearRole::SharedExpertUp: return "shared_expert_up";
+    case LinearRole::SharedExpertDown: return "shared_expert_down";
+    case LinearRole::ExpertUp: return "expert_up";
+    case LinearRole::ExpertDown: return "expert_down";
+    case LinearRole::MtpProj: return "mtp_proj";
   }
   return "?";
+}
+
+std::string_view wgrad_input_name(WgradInput w) {
+  switch (w) {
+    case WgradInput::Plain: return "plain";
+    case WgradInput::Colwise: return "colwise";
+    case WgradInput::Retile: return "retile";
+  }
+  return "?";
+}
+
+WgradInput parse_wgrad_input(std::string_view name) {
+  for (WgradInput w : {WgradInput::Plain, WgradInput::Colwise, WgradInput::Retile})
+    if (name == wgrad_input_name(w)) return w;
+  FP8T_FAIL("unknown Wgrad input form '{}' (expected plain, colwise or retile)", name);
 }
 
 std::string_view recipe_kind_name(RecipeKind k) {
@@ -65,22 +68,6 @@ std::vector<std::string> recipe_names() {
   return {"fp32", "bf16", "fp8-deepseek", "fp8-tensorwise", "int8-blockwise"};
 }
 
-CacheFormat RecipeConfig::cache_format(CacheRole role) const {
-  switch (role) {
-    case CacheRole::LinearInput:
-    case CacheRole::AttnOutProjInput:
-      if (role == CacheRole::AttnOutProjInput && attn_out_e5m6) return CacheFormat::E5M6Pow2;
-      // With power-of-two GEMM scales the cache keeps the Fprop quantization itself (same codes and scales).
-      if (cache_linear_input == CacheFormat::Fp8 && pow2_scales) return CacheFormat::Fp8Pow2;
-      return cache_linear_input;
-    case CacheRole::SwigluInput:
-      if (swiglu_fp8) return CacheFormat::Fp8;
-      return kind == RecipeKind::Fp32 ? CacheFormat::Fp32 : CacheFormat::Bf16;
-    case CacheRole::Other: return kind == RecipeKind::Fp32 ? CacheFormat::Fp32 : CacheFormat::Bf16;
-  }
-  return CacheFormat::Fp32;
-}
-
 RecipeConfig make_recipe(std::string_view name) {
   RecipeConfig c;
   c.spec = std::string(name);
@@ -88,16 +75,16 @@ RecipeConfig make_recipe(std::string_view name) {
     c.kind = RecipeKind::Fp32;
   } else if (name == "bf16") {
     c.kind = RecipeKind::Bf16;
-    c.cache_linear_input = CacheFormat::Bf16;
   } else if (name == "fp8-deepseek") {
     c.kind = RecipeKind::Fp8DeepSeek;
     c.accum = quant::AccumMode::Hopper;
     c.promote_interval = 128;
     c.act_format = quant::Format::E4M3;
     c.grad_format = quant::Format::E4M3;
-    c.cache_linear_input = CacheFormat::Fp8;
+    c.wgrad_input = WgradInput::Colwise;
     c.attn_out_e5m6 = true;
     c.swiglu_fp8 = true;
+    c.recompute_swiglu = true;
     c.moe_dispatch_fp8 = true;
     c.recompute_norm = true;
     c.recompute_mla_up = true;
@@ -108,14 +95,14 @@ RecipeConfig make_recipe(std::string_view name) {
     c.promote_interval = 128;
     c.act_format = quant::Format::E4M3;
     c.grad_format = quant::Format::E5M2;
-    c.cache_linear_input = CacheFormat::Fp8Tensor;
+    c.wgrad_input = WgradInput::Colwise;
   } else if (name == "int8-blockwise") {
     c.kind = RecipeKind::Int8Blockwise;
     c.accum = quant::AccumMode::Exact;
     c.act_format = quant::Format::INT8;
     c.grad_format = quant::Format::INT8;
     c.stochastic_grads = true;
-    c.cache_linear_input = CacheFormat::Int8;
+    c.wgrad_input = WgradInput::Colwise;
   } else {
     FP8T_FAIL("unknown recipe '{}' (expected fp32, bf16, fp8-deepseek, fp8-tensorwise or int8-blockwise)", name);
   }
@@ -184,12 +171,18 @@ void set_recipe_option(RecipeConfig& c, std::string_view key, std::string_view v
     } else {
       FP8T_FAIL("recipe option 'amax_algo': '{}' (expected max or most_recent)", v);
     }
-  } else if (key == "cache_linear") {
-    c.cache_linear_input = parse_cache_format(v);
+  } else if (key == "wgrad_x") {
+    need_quantized();
+    const WgradInput w = parse_wgrad_input(v);
+    FP8T_CHECK(w != WgradInput::Plain, "recipe option 'wgrad_x': a quantized Wgrad takes colwise or retile");
+    c.wgrad_input = w;
   } else if (key == "attn_out_e5m6") {
+    need_quantized();
     c.attn_out_e5m6 = parse_bool(key, v);
   } else if (key == "swiglu_fp8") {
     c.swiglu_fp8 = parse_bool(key, v);
+  } else if (key == "recompute_swiglu") {
+    c.recompute_swiglu = parse_bool(key, v);
   } else if (key == "dispatch_fp8") {
     c.moe_dispatch_fp8 = parse_bool(key, v);
   } else if (key == "recompute_norm") {
@@ -205,8 +198,8 @@ void set_recipe_option(RecipeConfig& c, std::string_view key, std::string_view v
   } else {
     FP8T_FAIL(
         "unknown recipe option '{}' (known: accum, promote, pow2, dgrad_block, grad, stochastic, amax_len, "
-        "amax_algo, cache_linear, attn_out_e5m6, swiglu_fp8, dispatch_fp8, recompute_norm, recompute_mla_up, "
-        "moments, seed)",
+        "amax_algo, wgrad_x, attn_out_e5m6, swiglu_fp8, recompute_swiglu, dispatch_fp8, recompute_norm, "
+        "recompute_mla_up, moments, seed)",
         key);
   }
 }
@@ -257,12 +250,46 @@ GemmOperands gemm_operands(const RecipeConfig& c, GemmKind kind) {
   return g;
 }
 
+LinearRecipe linear_recipe(const RecipeConfig& c, LinearRole role) {
+  LinearRecipe r;
+  r.quantized = c.quantized_gemms();
+  if (!r.quantized) return r;
+  r.fprop = gemm_operands(c, GemmKind::Fprop);
+  r.dgrad = gemm_operands(c, GemmKind::Dgrad);
+  r.wgrad = gemm_operands(c, GemmKind::Wgrad);
+  r.wgrad_input = c.wgrad_input;
+  if (role == LinearRole::AttnOut && c.attn_out_e5m6) {
+    r.has_input_storage = true;
+    r.input_storage = {quant::Format::E5M6, quant::Granularity::tile_1x128(), quant::ScaleMode::PowerOfTwo,
+                       quant::Rounding::Nearest, 0};
+  }
+  // Dispatch in FP8 moves per-token 1×128 tiles with power-of-two scales (a per-tensor recipe has no per-token
+  // scales to dispatch, so it keeps its own operands).
+  if (c.moe_dispatch_fp8 && !c.per_tensor()) {
+    if (role == LinearRole::ExpertUp) {
+      r.dispatched_input = true;
+      r.fprop.a.scale_mode = quant::ScaleMode::PowerOfTwo;
+    }
+    if (role == LinearRole::ExpertDown) {
+      r.dispatched_grad = true;
+      r.dgrad.a.scale_mode = quant::ScaleMode::PowerOfTwo;
+      r.dgrad.a.granularity = quant::Granularity::tile_1x128();  // the dispatched tensor's own tiles
+    }
+  }
+  return r;
+}
+
+quant::QuantSpec swiglu_storage_spec(const RecipeConfig& c) {
+  return {quant::Format::E4M3, quant::Granularity::tile_1x128(),
+          c.pow2_scales ? quant::ScaleMode::PowerOfTwo : quant::ScaleMode::Amax, quant::Rounding::Nearest, 0};
+}
+
 std::string describe_recipe(const RecipeConfig& c) {
   std::string out = fmt::format("recipe {} ({})\n", c.spec, recipe_kind_name(c.kind));
   if (c.kind == RecipeKind::Fp32) {
     out += "  gemms: fp32 inputs, fp32 accumulation (OpenBLAS)\n";
   } else if (c.kind == RecipeKind::Bf16) {
-    out += "  gemms: bf16 inputs (round to nearest even), fp32 accumulation\n";
+    out += "  gemms: bf16 operands, fp32 accumulation\n";
   } else {
     for (GemmKind k : {GemmKind::Fprop, GemmKind::Dgrad, GemmKind::Wgrad}) {
       const GemmOperands g = gemm_operands(c, k);
@@ -282,12 +309,18 @@ std::string describe_recipe(const RecipeConfig& c) {
       out += fmt::format("  delayed scaling: amax history {} ({})\n", c.amax_history,
                          c.amax_algorithm == quant::AmaxAlgorithm::Max ? "max" : "most_recent");
   }
-  for (CacheRole r : {CacheRole::LinearInput, CacheRole::AttnOutProjInput, CacheRole::SwigluInput, CacheRole::Other})
-    out += fmt::format("  cache {}: {}\n", cache_role_name(r), cache_format_name(c.cache_format(r)));
-  out += fmt::format("  swiglu output recomputed: {}, rmsnorm recomputed: {}, mla up-projections recomputed: {}\n",
-                     c.swiglu_fp8 ? "yes" : "no", c.recompute_norm ? "yes" : "no", c.recompute_mla_up ? "yes" : "no");
-  out += fmt::format("  moe dispatch: {}, combine: {}\n", c.moe_dispatch_fp8 ? "fp8 pow2 1x128" : "unquantized",
-                     c.kind == RecipeKind::Fp32 ? "fp32" : "bf16");
+  out += fmt::format("  activations, their gradients and compute weights: {}; master weights and weight gradients: f32\n",
+                     dtype_name(c.compute_dtype()));
+  if (c.quantized_gemms())
+    out += fmt::format("  wgrad input: {}{}\n", wgrad_input_name(c.wgrad_input),
+                       c.attn_out_e5m6 ? "; attention output (W_O input) kept as e5m6 pow2 1x128" : "");
+  out += fmt::format("  moe swiglu input kept: {}\n", c.swiglu_fp8 ? "e4m3 1x128" : dtype_name(c.compute_dtype()));
+  out += fmt::format("  recomputed in backward: swiglu output {}, rmsnorm output {}, mla up-projections {}\n",
+                     c.recompute_swiglu ? "yes" : "no", c.recompute_norm ? "yes" : "no",
+                     c.recompute_mla_up ? "yes" : "no");
+  out += fmt::format("  moe dispatch: {}, combine: {}\n",
+                     c.moe_dispatch_fp8 && c.quantized_gemms() && !c.per_tensor() ? "fp8 pow2 1x128" : "unquantized",
+                     dtype_name(c.compute_dtype()));
   out += fmt::format("  adamw moments: {}\n", c.moment_dtype);
   return out;
 }

@@ -18,6 +18,7 @@ namespace fp8train {
 
 enum class MemCategory : uint8_t {
   Weights,          // parameters (FP32 master weights) and non-trainable model state (router biases)
+  ComputeWeights,   // the GEMMs' per-step copies of the weights (BF16, FP8 W and Wᵀ) and their scaling state
   Gradients,        // parameter gradients
   OptimizerState,   // AdamW moments and the like
   ActivationCache,  // tensors kept from forward for backward (booked by the activation cache)

@@ -5,19 +5,43 @@
 //   seed    — the base of the counter-based random streams of stochastic ops (e.g. INT8 stochastic rounding);
 //             an op derives its stream from this seed and its own identifiers, so results never depend on
 //             scheduling
+//   profile — optional: every op launched through the op table adds its wall time here (OpProfile), so a
+//             benchmark can say where a step's time goes; null costs nothing
 // Scratch memory comes from scratch(): the device's allocator under MemCategory::Workspace (the CPU and CUDA
 // allocators both cache freed blocks, so a training step's repeated scratch requests cost no system calls).
 #pragma once
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
 
 #include "tensor/tensor.h"
 
 namespace fp8train {
 
+// Wall time per op (seconds, calls). On the CPU an op has finished when it returns, so the time is the op's;
+// on a GPU it is the launch's unless the caller synchronizes (the benchmarks that use it say which).
+class OpProfile {
+ public:
+  struct Entry {
+    double seconds = 0;
+    int64_t calls = 0;
+  };
+  void add(std::string_view op, double seconds);
+  std::map<std::string, Entry> entries() const;
+  void clear();
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, Entry, std::less<>> entries_;
+};
+
 struct ExecCtx {
   Device device = Device::cpu();
   void* stream = nullptr;  // cudaStream_t on CUDA devices
   uint64_t seed = 0;
+  OpProfile* profile = nullptr;
 
   // The context of a device: its backend's stream (the CPU has none).
   static ExecCtx on(Device device);

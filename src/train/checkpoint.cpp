@@ -273,6 +273,7 @@ void load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::A
               params[i].size);
   for (const StateBuffer& b : buffers)
     load_into(master.get(b.name, where + " master.safetensors"), b.shape, b.data, b.size);
+  model.parameters_changed();  // the compute copies of the weights follow the loaded masters
   if (optimizer == nullptr) return;
 
   const StFile opt = read_safetensors((dir / "optimizer.safetensors").string());

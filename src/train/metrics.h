@@ -15,7 +15,7 @@
 //   "health"      [{"linear", "gemm": fprop|dgrad|wgrad, "calls", "rel_error", "err_sq", "ref_sq",
 //                   "row_rel_error", "rows", "a": {...}, "b": {...}}] per (Linear, GEMM): the GEMM's relative error
 //                  against its FP32 reference ‖Y − R‖_F / ‖R‖_F with its two sums, and the mean over its output
-//                  rows of ‖Y_r − R_r‖ / ‖R_r‖ (recipe/linear_gemm.h "GEMM accuracy"), and for
+//                  rows of ‖Y_r − R_r‖ / ‖R_r‖ (recipe/health.h "GEMM accuracy"), and for
 //                  quantized recipes the operand counters "a"/"b": elements, nonzero, saturated, underflow,
 //                  scale_min, scale_max
 //   "gemm_error"  gemm_error_summary() of "health": per GEMM kind over the Linears

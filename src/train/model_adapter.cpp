@@ -4,9 +4,8 @@
 #include <cmath>
 
 #include "common/error.h"
-#include "model/hooks.h"
 #include "model/model.h"
-#include "model/recipe_hooks.h"
+#include "recipe/health.h"
 #include "recipe/recipe.h"
 
 namespace fp8train::train {
@@ -29,9 +28,8 @@ std::vector<std::vector<int64_t>> pending_loads(const model::DeepSeekV3Model& m)
 DeepSeekTrainable::DeepSeekTrainable(const model::ModelConfig& config, uint64_t seed, const std::string& recipe) {
   model::ModelOptions options;
   options.seed = seed;
+  options.recipe = recipe;
   model_ = std::make_unique<model::DeepSeekV3Model>(config, options);
-  // The precision recipe (src/recipe) behind the model's LinearCompute and ActivationCache hooks.
-  hooks_ = model::install_recipe(*model_, recipe::parse_recipe(recipe));
 }
 
 DeepSeekTrainable::~DeepSeekTrainable() = default;
@@ -79,16 +77,14 @@ MicroBatchResult DeepSeekTrainable::forward_backward(const Token* inputs, const 
   return r;
 }
 
-void DeepSeekTrainable::begin_step(int64_t step, bool sample_health) {
-  hooks_.context->begin_step(step, sample_health);
-}
+void DeepSeekTrainable::begin_step(int64_t step, bool sample_health) { model_->begin_step(step, sample_health); }
 
 // Per-GEMM numerics health since begin_step: one object per (Linear, GEMM) with the counters of both operands
-// (quantized recipes only) and the GEMM's accuracy against its FP32 reference (every recipe; linear_gemm.h):
+// (quantized recipes only) and the GEMM's accuracy against its FP32 reference (every recipe; recipe/health.h):
 // err_sq = Σ (Y − R)², ref_sq = Σ R² over the calls, rel_error = sqrt(err_sq / ref_sq), row_rel_error = the mean
 // over the `rows` output rows of ‖Y_r − R_r‖ / ‖R_r‖.
 nlohmann::json DeepSeekTrainable::take_health() {
-  const std::vector<recipe::GemmHealth> records = hooks_.context->take_health();
+  const std::vector<recipe::GemmHealth> records = model_->take_health();
   if (records.empty()) return nullptr;
   auto operand = [](const recipe::OperandHealth& h) {
     return nlohmann::json{{"elements", h.elements}, {"nonzero", h.nonzero},     {"saturated", h.saturated},
@@ -115,7 +111,7 @@ nlohmann::json DeepSeekTrainable::take_health() {
   return out;
 }
 
-int64_t DeepSeekTrainable::compute_weight_bytes() { return hooks_.linear->weight_operand_bytes(); }
+int64_t DeepSeekTrainable::compute_weight_bytes() { return model_->compute_weight_bytes(); }
 
 std::vector<std::string> DeepSeekTrainable::moe_layer_names() {
   std::vector<std::string> names;
@@ -123,7 +119,12 @@ std::vector<std::string> DeepSeekTrainable::moe_layer_names() {
   return names;
 }
 
-void DeepSeekTrainable::after_step() { model_->update_router_biases(); }
+void DeepSeekTrainable::after_step() {
+  model_->update_router_biases();
+  model_->mark_parameters_updated();  // the GEMMs' compute copies of the weights refresh at the next forward
+}
+
+void DeepSeekTrainable::parameters_changed() { model_->mark_parameters_updated(); }
 
 void DeepSeekTrainable::discard_step() { model_->clear_expert_loads(); }
 

@@ -1,14 +1,13 @@
 // DeepSeekTrainable: the DeepSeek-V3 model of the model layer (model/model.h) behind the trainer's
-// TrainableModel interface, with the precision recipe (src/recipe: fp32, bf16, fp8-deepseek, fp8-tensorwise,
-// int8-blockwise, plus ":key=value" overrides) installed behind the model's LinearCompute and ActivationCache
-// hooks. Master weights, gradients and the optimizer stay FP32 (moments FP32/BF16) whatever the recipe.
+// TrainableModel interface, built with the precision recipe (src/recipe: fp32, bf16, fp8-deepseek,
+// fp8-tensorwise, int8-blockwise, plus ":key=value" overrides). Master weights, gradients and the optimizer stay
+// FP32 (moments FP32/BF16) whatever the recipe.
 // Parameters and state are host FP32 arrays (CPU backend); the router biases are the model's buffers.
 #pragma once
 #include <memory>
 #include <string>
 
 #include "model/config.h"
-#include "model/recipe_hooks.h"
 #include "train/trainable.h"
 
 namespace fp8train::model {
@@ -29,6 +28,7 @@ class DeepSeekTrainable : public TrainableModel {
   MicroBatchResult forward_backward(const Token* inputs, const Token* targets, int64_t batch, int64_t seq_len,
                                     double grad_scale) override;
   void after_step() override;
+  void parameters_changed() override;
   void discard_step() override;
   double eval_loss_sum(const Token* inputs, const Token* targets, int64_t batch, int64_t seq_len) override;
   std::vector<float> next_token_logits(const Token* inputs, int64_t batch, int64_t seq_len) override;
@@ -38,12 +38,10 @@ class DeepSeekTrainable : public TrainableModel {
   int64_t compute_weight_bytes() override;
 
   model::DeepSeekV3Model& model() { return *model_; }
-  const model::RecipeHooks& recipe_hooks() const { return hooks_; }
   int64_t parameter_count() const;
 
  private:
   std::unique_ptr<model::DeepSeekV3Model> model_;
-  model::RecipeHooks hooks_;  // the recipe's LinearCompute, ActivationCache and context (health counters)
 };
 
 }  // namespace fp8train::train

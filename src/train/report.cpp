@@ -111,7 +111,7 @@ std::string write_report(const std::string& run_dir) {
       }
     }
   row("steps logged", std::to_string(metrics.size()));
-  // GEMM accuracy against the FP32 reference on the health-sampled steps (recipe/linear_gemm.h).
+  // GEMM accuracy against the FP32 reference on the health-sampled steps (recipe/health.h).
   const nlohmann::ordered_json gemm_error = gemm_error_over_run(metrics);
   if (gemm_error.is_object())
     for (auto it = gemm_error.begin(); it != gemm_error.end(); ++it)

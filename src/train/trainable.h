@@ -59,6 +59,9 @@ class TrainableModel {
   // update from the loads of the step just taken.
   virtual void after_step() = 0;
 
+  // The parameter values changed outside an optimizer step (a checkpoint was loaded into them).
+  virtual void parameters_changed() {}
+
   // Called instead of after_step when a step is skipped (non-finite): discard per-step accumulations.
   virtual void discard_step() = 0;
 

@@ -86,12 +86,11 @@ TEST(Model, BitForBitDeterministic) {
             a.parameters().get("layers.0.attn.wq_a.weight").value.to_vector<float>());
 }
 
-TEST(Model, RecomputingCacheGivesTheSameGradientsWithFewerCachedBytes) {
+TEST(Model, RecomputingGivesTheSameGradientsWithFewerCachedBytes) {
   const Batch b = random_batch(2, 16, 11, 3);
   Allocator& alloc = backend(Device::cpu()).allocator();
-  auto run = [&](std::shared_ptr<ActivationCache> cache, int64_t* peak) {
-    DeepSeekV3Model m(tiny(), {.seed = 9});
-    m.set_activation_cache(std::move(cache));
+  auto run = [&](const std::string& recipe, int64_t* peak) {
+    DeepSeekV3Model m(tiny(), {.seed = 9, .recipe = recipe});
     m.zero_grad();
     const int64_t base = alloc.stats().current_of(MemCategory::ActivationCache);
     alloc.reset_peaks();
@@ -101,8 +100,8 @@ TEST(Model, RecomputingCacheGivesTheSameGradientsWithFewerCachedBytes) {
     return std::pair{l.total, grads_of(m)};
   };
   int64_t peak_keep = 0, peak_recompute = 0;
-  const auto keep = run(std::make_shared<ActivationCache>(), &peak_keep);
-  const auto recompute = run(std::make_shared<RecomputingCache>(), &peak_recompute);
+  const auto keep = run("fp32", &peak_keep);
+  const auto recompute = run("fp32:recompute_norm=on:recompute_mla_up=on:recompute_swiglu=on", &peak_recompute);
   EXPECT_EQ(keep.first, recompute.first);
   EXPECT_EQ(keep.second, recompute.second);
   EXPECT_GT(peak_keep, 0);
@@ -199,10 +198,9 @@ TEST(Router, BiasUpdateBalancesASkewedRouter) {
     std::vector<float> g = gate.to_vector<float>();
     for (int64_t e = 0; e < c.n_routed_experts; ++e) g[e * c.hidden_size] += 0.4f * static_cast<float>(e);
     gate.copy_from(Tensor::from_vector(g, gate.shape()));
-    auto linear = make_fp32_linear_compute();
-    ActivationCache cache;
-    StepContext ctx{
-        .exec = ExecCtx::cpu(), .batch = 4, .seq = 64, .training = true, .linear = linear.get(), .cache = &cache};
+    const recipe::RecipeConfig fp32 = recipe::parse_recipe("fp32");
+    ActivationStore store(fp32);
+    StepContext ctx{.exec = ExecCtx::cpu(), .batch = 4, .seq = 64, .training = true, .recipe = &fp32, .store = &store};
     std::mt19937_64 rng(7);
     std::vector<int64_t> window(static_cast<size_t>(c.n_routed_experts), 0);
     const int steps = 300;
@@ -210,7 +208,7 @@ TEST(Router, BiasUpdateBalancesASkewedRouter) {
       Tensor u = testing::random_tensor({256, c.hidden_size}, DType::F32, rng, -1, 1);
       float* p = u.data<float>();
       for (int64_t t = 0; t < 256; ++t) p[t * c.hidden_size] = 2.0f + 0.5f * p[t * c.hidden_size];  // shared direction
-      moe.forward(ctx, u, nullptr, nullptr);
+      moe.forward(ctx, u, nullptr, nullptr, false);
       if (step >= steps - 20)
         for (size_t e = 0; e < window.size(); ++e) window[e] += moe.pending_load()[e];
 
@@ -301,6 +299,7 @@ TEST(Model, TenAdamWStepsOverfitOneBatch) {
       if (step == 0) first = l.main;
       opt.step(m.parameters());
       m.update_router_biases();
+      m.mark_parameters_updated();
     }
     const double last = m.forward(b.inputs, b.targets, b.batch).main;
     std::printf("overfit lr %.2f: main loss %.4f -> %.4f (%.1f%% lower)\n", lr, first, last, 100 * (1 - last / first));
@@ -308,14 +307,38 @@ TEST(Model, TenAdamWStepsOverfitOneBatch) {
   }
 }
 
-TEST(Model, Bf16LinearsStayCloseToFp32) {
+TEST(Model, Bf16StaysCloseToFp32) {
   const Batch b = random_batch(2, 16, 11, 7);
   DeepSeekV3Model m(tiny(0.3), {.seed = 12});
+  DeepSeekV3Model m16(tiny(0.3), {.seed = 12, .recipe = "bf16"});
+  EXPECT_EQ(m16.compute_dtype(), DType::BF16);
   const double fp32 = m.forward(b.inputs, b.targets, b.batch, true).total;
-  m.set_linear_compute(make_bf16_linear_compute());
-  const double bf16 = m.forward(b.inputs, b.targets, b.batch, true).total;
+  const double bf16 = m16.forward(b.inputs, b.targets, b.batch, true).total;
   EXPECT_NE(bf16, fp32);
   EXPECT_NEAR(bf16 / fp32, 1.0, 1e-2);
+}
+
+// The GEMMs read a compute copy of the weights, refreshed once after the parameters change: an edit of the
+// master weights is invisible until mark_parameters_updated(), then fully visible.
+TEST(Model, ComputeCopiesRefreshWhenTheParametersChange) {
+  const Batch b = random_batch(2, 16, 11, 8);
+  for (const char* recipe : {"bf16", "fp8-deepseek"}) {
+    DeepSeekV3Model m(tiny(0.3), {.seed = 12, .recipe = recipe});
+    const double before = m.forward(b.inputs, b.targets, b.batch).total;
+    EXPECT_GT(m.compute_weight_bytes(), 0) << recipe;
+    Tensor w = m.parameters().get("layers.0.attn.wq_b.weight").value;
+    std::vector<float> v = w.to_vector<float>();
+    for (float& x : v) x *= 1.5f;
+    w.copy_from(Tensor::from_vector(v, w.shape()));
+    EXPECT_EQ(m.forward(b.inputs, b.targets, b.batch).total, before) << recipe;  // still the old copy
+    m.mark_parameters_updated();
+    const double after = m.forward(b.inputs, b.targets, b.batch).total;
+    EXPECT_NE(after, before) << recipe;
+    DeepSeekV3Model fresh(tiny(0.3), {.seed = 12, .recipe = recipe});
+    fresh.parameters().get("layers.0.attn.wq_b.weight").value.copy_from(w);
+    fresh.mark_parameters_updated();
+    EXPECT_EQ(fresh.forward(b.inputs, b.targets, b.batch).total, after) << recipe;
+  }
 }
 
 TEST(ModelConfig, JsonRoundTripAndValidation) {

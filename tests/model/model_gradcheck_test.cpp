@@ -17,17 +17,20 @@ using testing::random_tensor;
 
 constexpr double kTolerance = 1e-6;
 
+// The fp32 recipe on F64 tensors; `recipe` may ask for recomputation (every recomputed path must give the same
+// gradients).
 struct LayerHarness {
   ParameterSet params;
-  std::shared_ptr<LinearCompute> linear = make_fp32_linear_compute();
-  ActivationCache cache;
+  recipe::RecipeConfig recipe = recipe::parse_recipe("fp32");
+  ActivationStore store{recipe};
   StepContext ctx(int64_t batch, int64_t seq, bool training) {
     StepContext c;
+    c.exec = ExecCtx::cpu();
     c.batch = batch;
     c.seq = seq;
     c.training = training;
-    c.linear = linear.get();
-    c.cache = &cache;
+    c.recipe = &recipe;
+    c.store = &store;
     c.dtype = DType::F64;
     return c;
   }
@@ -46,39 +49,51 @@ ModelConfig layer_config() {
   return c;
 }
 
+// Every layer runs twice: keeping what backward needs, and keeping nothing recomputable (the caller's input,
+// norm outputs, SwiGLU outputs and MLA up-projections recomputed in backward).
 TEST(LayerGradCheck, SwigluFFN) {
-  LayerHarness hs;
-  SwigluFFN ffn(hs.params, "ffn", 6, 5, DType::F64, 0);
-  hs.params.initialize(1, 0.3);
-  std::mt19937_64 rng(1);
-  const Tensor x = random_tensor({7, 6}, DType::F64, rng), w = random_tensor({7, 6}, DType::F64, rng);
-  auto loss = [&] { return testing::weighted_sum(ffn.forward(hs.ctx(1, 7, false), x, nullptr), w); };
-  SwigluFFN::State st;
-  const StepContext ctx = hs.ctx(1, 7, true);
-  ffn.forward(ctx, x, &st);
-  const Tensor dx = Tensor::empty({7, 6}, DType::F64);
-  ffn.backward(ctx, st, w, x, dx, false);
-  EXPECT_LT(grad_check_error(loss, x, dx.to_vector<double>()), kTolerance);
-  hs.check_params(loss);
+  for (bool recompute : {false, true}) {
+    LayerHarness hs;
+    hs.recipe.recompute_swiglu = recompute;
+    SwigluFFN ffn(hs.params, "ffn", 6, 5, DType::F64, 0, recipe::LinearRole::DenseUp, recipe::LinearRole::DenseDown);
+    hs.params.initialize(1, 0.3);
+    std::mt19937_64 rng(1);
+    const Tensor x = random_tensor({7, 6}, DType::F64, rng), w = random_tensor({7, 6}, DType::F64, rng);
+    auto loss = [&] { return testing::weighted_sum(ffn.forward(hs.ctx(1, 7, false), x, nullptr, false), w); };
+    SwigluFFN::State st;
+    const StepContext ctx = hs.ctx(1, 7, true);
+    ffn.forward(ctx, x, &st, /*keep_input=*/!recompute);
+    EXPECT_EQ(st.x2.defined(), !recompute);
+    EXPECT_EQ(st.x13.defined(), !recompute);
+    const Tensor dx = Tensor::empty({7, 6}, DType::F64);
+    ffn.backward(ctx, st, w, x, dx, false);
+    EXPECT_LT(grad_check_error(loss, x, dx.to_vector<double>()), kTolerance) << "recompute " << recompute;
+    hs.check_params(loss);
+  }
 }
 
 TEST(LayerGradCheck, MLA) {
-  LayerHarness hs;
-  const ModelConfig c = layer_config();
-  MLA mla(hs.params, "attn", c, DType::F64, 0);
-  hs.params.initialize(2, 0.3);
-  const int64_t batch = 2, seq = 6, n = batch * seq;
-  std::mt19937_64 rng(2);
-  const Tensor x = random_tensor({n, c.hidden_size}, DType::F64, rng);
-  const Tensor w = random_tensor({n, c.hidden_size}, DType::F64, rng);
-  auto loss = [&] { return testing::weighted_sum(mla.forward(hs.ctx(batch, seq, false), x, nullptr), w); };
-  MLA::State st;
-  const StepContext ctx = hs.ctx(batch, seq, true);
-  mla.forward(ctx, x, &st);
-  const Tensor dx = Tensor::empty({n, c.hidden_size}, DType::F64);
-  mla.backward(ctx, st, w, x, dx, false);
-  EXPECT_LT(grad_check_error(loss, x, dx.to_vector<double>()), kTolerance);
-  hs.check_params(loss);
+  for (bool recompute : {false, true}) {
+    LayerHarness hs;
+    hs.recipe.recompute_norm = hs.recipe.recompute_mla_up = recompute;
+    const ModelConfig c = layer_config();
+    MLA mla(hs.params, "attn", c, DType::F64, 0);
+    hs.params.initialize(2, 0.3);
+    const int64_t batch = 2, seq = 6, n = batch * seq;
+    std::mt19937_64 rng(2);
+    const Tensor x = random_tensor({n, c.hidden_size}, DType::F64, rng);
+    const Tensor w = random_tensor({n, c.hidden_size}, DType::F64, rng);
+    auto loss = [&] { return testing::weighted_sum(mla.forward(hs.ctx(batch, seq, false), x, nullptr, false), w); };
+    MLA::State st;
+    const StepContext ctx = hs.ctx(batch, seq, true);
+    mla.forward(ctx, x, &st, /*keep_input=*/!recompute);
+    EXPECT_EQ(st.h_in.defined(), !recompute);
+    EXPECT_EQ(st.q.kept, !recompute);
+    const Tensor dx = Tensor::empty({n, c.hidden_size}, DType::F64);
+    mla.backward(ctx, st, w, x, dx, false);
+    EXPECT_LT(grad_check_error(loss, x, dx.to_vector<double>()), kTolerance) << "recompute " << recompute;
+    hs.check_params(loss);
+  }
 }
 
 TEST(LayerGradCheck, DeepSeekMoEWithSharedExpertAndBalanceLoss) {
@@ -94,13 +109,13 @@ TEST(LayerGradCheck, DeepSeekMoEWithSharedExpertAndBalanceLoss) {
   // L = Σ w∘MoE(u) + balance loss
   auto loss = [&] {
     double bal = 0;
-    const Tensor y = moe.forward(hs.ctx(batch, seq, false), u, nullptr, &bal);
+    const Tensor y = moe.forward(hs.ctx(batch, seq, false), u, nullptr, &bal, false);
     return testing::weighted_sum(y, w) + bal;
   };
   MoE::State st;
   const StepContext ctx = hs.ctx(batch, seq, true);
   double bal = 0;
-  moe.forward(ctx, u, &st, &bal);
+  moe.forward(ctx, u, &st, &bal, true);
   EXPECT_GT(bal, 0.0);
   const Tensor du = Tensor::empty({n, c.hidden_size}, DType::F64);
   moe.backward(ctx, st, w, u, du, false);
@@ -189,7 +204,7 @@ namespace fp8train::model {
 namespace {
 
 // The other branches of the model: tied embeddings (head = embedding table), no shared expert, ungrouped
-// routing, MTP depth 2 (module 2 chains on module 1's output) and the recompute-everything cache.
+// routing, MTP depth 2 (module 2 chains on module 1's output) and recomputing everything recomputable.
 TEST(ModelGradCheck, TiedNoSharedExpertMtpDepth2RecomputingF64) {
   ModelConfig c = tiny_test_config();
   c.init_std = 0.3;
@@ -198,8 +213,8 @@ TEST(ModelGradCheck, TiedNoSharedExpertMtpDepth2RecomputingF64) {
   c.n_group = 1;
   c.topk_group = 1;
   c.mtp_depth = 2;
-  DeepSeekV3Model model(c, {.dtype = DType::F64, .seed = 13});
-  model.set_activation_cache(std::make_shared<RecomputingCache>());
+  DeepSeekV3Model model(
+      c, {.dtype = DType::F64, .seed = 13, .recipe = "fp32:recompute_norm=on:recompute_mla_up=on:recompute_swiglu=on"});
   const int64_t batch = 2, seq = 7, n = batch * seq;
   std::mt19937_64 rng(6);
   std::vector<int32_t> in(n), tg(n);

@@ -75,7 +75,10 @@ TEST(CompareCli, TwoRecipesEndToEnd) {
     ASSERT_TRUE(fp8["memory_bytes"].contains(k)) << k;
     EXPECT_GT(fp8["memory_bytes"][k].get<double>(), 0) << k;
   }
-  EXPECT_LE(fp8["memory_ratio_vs_baseline"]["activation_cache_peak_bytes"].get<double>(), 0.55);
+  // 128 tokens over 8 experts: each expert's rows are padded to the grouped FP8 GEMM's 128-row block, which here
+  // costs most of what FP8 saves (ModelRecipe.ActivationAndOptimizerMemoryRatios checks the ratio at a size where
+  // the padding is what a real batch pays).
+  EXPECT_LT(fp8["memory_ratio_vs_baseline"]["activation_cache_peak_bytes"].get<double>(), 1.0);
   EXPECT_LE(fp8["memory_ratio_vs_baseline"]["optimizer_state_bytes"].get<double>(), 0.75);
   EXPECT_EQ(fp8["memory_ratio_vs_baseline"]["master_weights_bytes"].get<double>(), 1.0);
   // GEMM error against the FP32 reference from the sampled step: bf16 small, fp8 larger, both present.
@@ -86,9 +89,15 @@ TEST(CompareCli, TwoRecipesEndToEnd) {
     EXPECT_EQ(fp8["gemm_relative_error"][kind]["samples"], 1);
     const double b = base["gemm_relative_error"][kind]["mean"].get<double>();
     const double f = fp8["gemm_relative_error"][kind]["mean"].get<double>();
-    EXPECT_GT(b, 0.0);
+    // bf16's Wgrad multiplies the BF16 activations and gradients exactly as the FP32 reference does
+    if (std::string(kind) == "wgrad") {
+      EXPECT_EQ(b, 0.0);
+    } else {
+      EXPECT_GT(b, 0.0);
+    }
     EXPECT_LT(b, 0.02);
     EXPECT_GT(f, 2 * b);
+    EXPECT_GT(f, 1e-3);
     EXPECT_LT(f, 0.2);
   }
   const std::string html = slurp(dir / "compare.html");

@@ -1,19 +1,21 @@
-// The recipes inside the DeepSeek-V3 model (model/recipe_hooks.h):
-//   memory: one training step's peak of cached activation bytes, measured by the allocator, for fp8-deepseek is
+// The recipes inside the DeepSeek-V3 model (ModelOptions::recipe; model/linear.h, model/activation_store.h):
+//   memory: one training step's peak of kept activation bytes, measured by the allocator, for fp8-deepseek is
 //   <= 55 % of bf16's; AdamW state with the recipe's moment dtype is <= 75 % of bf16's;
-//   each storage choice of fp8-deepseek stores what it claims (format and bytes booked, per CacheKind), and each
-//   switch turns it off; recomputed kinds are not kept;
+//   each storage choice of fp8-deepseek keeps what it claims (format and bytes booked), and each switch turns it
+//   off; recomputed kinds are not kept;
 //   a whole model step under every recipe gives losses and gradients close to FP32 (and identical runs repeat
 //   bit for bit).
 //   Model dims: hidden 128 so 1×128 tiles are full; batch 2 × seq 64 tokens.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <vector>
 
+#include "../model/linear_harness.h"
 #include "model/model.h"
-#include "model/recipe_hooks.h"
+#include "ops/quantize.h"
 #include "optim/adamw.h"
 #include "tensor/backend.h"
 
@@ -48,8 +50,8 @@ struct Batch {
   Tensor inputs, targets;
   int64_t batch;
 };
-Batch batch(uint64_t seed) {
-  const int64_t b = 2, s = 64;
+Batch batch(uint64_t seed, int64_t b = 2) {
+  const int64_t s = 64;
   std::mt19937_64 rng(seed);
   std::vector<int32_t> in(b * s), tg(b * s);
   for (auto& t : in) t = static_cast<int32_t>(rng() % 64);
@@ -65,10 +67,9 @@ struct StepResult {
   std::vector<std::vector<float>> grads;
 };
 
-StepResult step(const std::string& spec, uint64_t seed = 7) {
-  DeepSeekV3Model m(config(), {.dtype = DType::F32, .seed = 3});
-  const RecipeHooks hooks = install_recipe(m, recipe::parse_recipe(spec));
-  const Batch b = batch(seed);
+StepResult step(const std::string& spec, uint64_t seed = 7, int64_t sequences = 2) {
+  DeepSeekV3Model m(config(), {.dtype = DType::F32, .seed = 3, .recipe = spec});
+  const Batch b = batch(seed, sequences);
   m.zero_grad();
   allocator().reset_peaks();
   const int64_t before = allocator().stats().current_of(MemCategory::ActivationCache);
@@ -91,8 +92,11 @@ double rel_norm_diff(const std::vector<std::vector<float>>& a, const std::vector
 
 }  // namespace
 
+// The quantized recipes pad each expert's rows to the grouped FP8 GEMM's 128-row block (ops/moe_dispatch.h): with
+// 2 × 64 tokens (64 expert rows per expert) the padding alone doubles the MoE activations, so the memory
+// comparison takes 8 × 64 tokens (256 rows per expert, where the padding is what a real batch pays).
 TEST(ModelRecipe, ActivationAndOptimizerMemoryRatios) {
-  const StepResult bf16 = step("bf16"), fp8 = step("fp8-deepseek"), fp32 = step("fp32");
+  const StepResult bf16 = step("bf16", 7, 8), fp8 = step("fp8-deepseek", 7, 8), fp32 = step("fp32", 7, 8);
   ASSERT_GT(bf16.peak_cache, 0);
   const double ratio = double(fp8.peak_cache) / double(bf16.peak_cache);
   RecordProperty("fp8_over_bf16_activation_bytes", std::to_string(ratio));
@@ -133,66 +137,83 @@ TEST(ModelRecipe, EveryRecipeTrainsCloseToFp32AndRepeats) {
   }
 }
 
-// Each storage choice of fp8-deepseek, through the cache the model uses, with the bytes the allocator books.
-TEST(ModelRecipe, StorageChoicesStoreWhatTheyClaim) {
-  using recipe::CacheFormat;
-  auto ctx = std::make_shared<recipe::RecipeContext>(recipe::parse_recipe("fp8-deepseek"));
-  auto linear = std::make_shared<RecipeLinearCompute>(ctx);
-  RecipeActivationCache cache(ctx, linear);
-  const int64_t rows = 64, cols = 256;
+// Each storage choice of fp8-deepseek, through the Linears and the activation store the model uses, with the
+// bytes the allocator books under MemCategory::ActivationCache.
+TEST(ModelRecipe, StorageChoicesKeepWhatTheyClaim) {
+  const int64_t rows = 128, cols = 256;
   std::vector<float> v(rows * cols);
   std::mt19937_64 rng(1);
   std::normal_distribution<float> n01;
   for (auto& x : v) x = n01(rng);
-  const Tensor t = Tensor::from_vector(v, {rows, cols});
-  const int64_t n = rows * cols, scales = 4 * rows * 2;
-  auto booked = [&](const Tensor& x, CacheKind kind, SavedTensor* out = nullptr) {
+  const int64_t n = rows * cols, row_scales = 4 * rows * (cols / 128), col_scales = 4 * cols * (rows / 128);
+  auto booked = [&](const std::function<void()>& keep) {
     const int64_t before = allocator().stats().current_of(MemCategory::ActivationCache);
-    SavedTensor s = cache.save(x, {"layers.1.test", kind});
-    const int64_t b = allocator().stats().current_of(MemCategory::ActivationCache) - before;
-    if (out) *out = s;
-    return b;
+    keep();
+    return allocator().stats().current_of(MemCategory::ActivationCache) - before;
   };
-  // Recomputed kinds are not kept.
-  EXPECT_FALSE(cache.keeps({"l", CacheKind::NormOutput}));
-  EXPECT_FALSE(cache.keeps({"l", CacheKind::MlaUpProjection}));
-  EXPECT_FALSE(cache.keeps({"l", CacheKind::SwigluOutput}));
-  EXPECT_FALSE(cache.maybe_save(t, {"l", CacheKind::SwigluOutput}).kept);
-  // Linear inputs: FP8 E4M3 with 1×128 scales; SwiGLU input: FP8.
-  EXPECT_EQ(booked(t, CacheKind::LinearInput), n + scales);
-  SavedTensor sw;
-  EXPECT_EQ(booked(t, CacheKind::SwigluInput, &sw), n + scales);
-  const std::vector<float> back = cache.load(sw).to_vector<float>();
-  for (int64_t i = 0; i < n; i += 37) ASSERT_NEAR(back[i], v[i], 0.07 * std::fabs(v[i]) + 0.02);
-  // Attention output (the input of W_O): E5M6, 12 bits per value, power-of-two scales; lse stays FP32.
-  SavedTensor so;
-  EXPECT_EQ(booked(t, CacheKind::AttentionOutput, &so), n * 3 / 2 + scales);
-  EXPECT_EQ(cache.format_for(CacheKind::AttentionOutput, t, false), CacheFormat::E5M6Pow2);
-  const Tensor lse = Tensor::from_vector(std::vector<float>(2 * 2 * 64, 1.5f), {2, 2, 64});
-  EXPECT_EQ(booked(lse, CacheKind::AttentionOutput), 2 * 2 * 64 * 4);
-  // MoE: the dispatched expert input (seen by a routed expert's W1|W3 Fprop) in FP8 with power-of-two scales;
-  // the expert outputs (combine) in BF16.
-  const Tensor w13 = Tensor::from_vector(std::vector<float>(256 * cols, 0.01f), {256, cols});
-  const Tensor y = Tensor::empty({rows, 256}, DType::F32);
-  linear->fprop({"layers.1.moe.experts.0.w13", 1}, t, w13, y);
-  SavedTensor sx;
-  EXPECT_EQ(booked(t, CacheKind::ExpertIO, &sx), n + scales);
-  EXPECT_EQ(cache.format_for(CacheKind::ExpertIO, t, true), CacheFormat::Fp8Pow2);
-  EXPECT_EQ(booked(t, CacheKind::ExpertIO), 2 * n);  // not dispatched any more: an expert output, BF16
-  // Norm inputs (residual stream) in BF16; router state as computed.
-  EXPECT_EQ(booked(t, CacheKind::NormInput), 2 * n);
-  EXPECT_EQ(booked(t, CacheKind::RouterState), 4 * n);
-
-  // Each switch off: the choice reverts.
-  auto ctx2 = std::make_shared<recipe::RecipeContext>(recipe::parse_recipe(
-      "fp8-deepseek:attn_out_e5m6=off:swiglu_fp8=off:dispatch_fp8=off:recompute_norm=off:recompute_mla_up=off:"
-      "cache_linear=bf16"));
-  RecipeActivationCache cache2(ctx2, std::make_shared<RecipeLinearCompute>(ctx2));
-  EXPECT_TRUE(cache2.keeps({"l", CacheKind::NormOutput}));
-  EXPECT_TRUE(cache2.keeps({"l", CacheKind::MlaUpProjection}));
-  EXPECT_TRUE(cache2.keeps({"l", CacheKind::SwigluOutput}));
-  EXPECT_EQ(cache2.format_for(CacheKind::AttentionOutput, t, false), CacheFormat::Bf16);
-  EXPECT_EQ(cache2.format_for(CacheKind::SwigluInput, t, false), CacheFormat::Bf16);
-  EXPECT_EQ(cache2.format_for(CacheKind::ExpertIO, t, true), CacheFormat::Bf16);
-  EXPECT_EQ(cache2.format_for(CacheKind::LinearInput, t, false), CacheFormat::Bf16);
+  auto check = [&](const std::string& spec, bool fp8_choices) {
+    SCOPED_TRACE(spec);
+    const recipe::RecipeConfig rc = recipe::parse_recipe(spec);
+    ActivationStore store(rc);
+    StepContext ctx;
+    ctx.exec = ExecCtx::cpu();
+    ctx.training = true;
+    ctx.recipe = &rc;
+    ctx.store = &store;
+    ctx.dtype = DType::BF16;
+    const Tensor f32 = Tensor::from_vector(v, {rows, cols});
+    auto bf16_copy = [&] {
+      const Tensor t = Tensor::empty({rows, cols}, DType::BF16);
+      ops::copy(ctx.exec, f32, t);
+      return t;
+    };
+    // Recomputed kinds are not kept.
+    for (CacheKind k : {CacheKind::NormOutput, CacheKind::MlaUpProjection, CacheKind::SwigluOutput}) {
+      EXPECT_EQ(store.keeps(k), !fp8_choices) << cache_kind_name(k);
+      EXPECT_EQ(store.maybe_save(ctx.exec, bf16_copy(), k).kept, !fp8_choices);
+    }
+    // The SwiGLU input: FP8 E4M3 with 1×128 scales (BF16 with swiglu_fp8=off), read back as BF16.
+    SavedTensor sw;
+    EXPECT_EQ(booked([&] { sw = store.save(ctx.exec, bf16_copy(), CacheKind::SwigluInput); }),
+              fp8_choices ? n + row_scales : 2 * n);
+    const std::vector<float> back = model::testing::values(store.load(ctx.exec, sw));
+    for (int64_t i = 0; i < n; i += 37) ASSERT_NEAR(back[i], v[i], 0.07 * std::fabs(v[i]) + 0.02);
+    // Norm inputs (the residual stream) in the compute dtype, router state as computed (FP32).
+    SavedTensor norm_in, router;
+    EXPECT_EQ(booked([&] { norm_in = store.save(ctx.exec, bf16_copy(), CacheKind::NormInput); }), 2 * n);
+    EXPECT_EQ(booked([&] { router = store.save(ctx.exec, f32.clone(), CacheKind::RouterState); }), 4 * n);
+    // A Linear's input for Wgrad: the column-wise FP8 copy (128×1 tiles of x).
+    ParameterSet params;
+    Linear dense(params, "dense", cols, 64, recipe::LinearRole::DenseUp, DType::F32, 0);
+    LinearInput kept, kept_wo, kept_up;
+    EXPECT_EQ(booked([&] { dense.forward(ctx, bf16_copy(), &kept); }), n + col_scales);
+    EXPECT_TRUE(kept.qt.defined() && !kept.x.defined());
+    // W_O's input: E5M6 (12 bits per value, power-of-two 1×128 scales); its column-wise FP8 copy without E5M6.
+    Linear wo(params, "wo", cols, 64, recipe::LinearRole::AttnOut, DType::F32, 0);
+    EXPECT_EQ(booked([&] { wo.forward(ctx, bf16_copy(), &kept_wo); }), fp8_choices ? n * 3 / 2 + row_scales
+                                                                                    : n + col_scales);
+    EXPECT_EQ(kept_wo.stored.defined(), fp8_choices);
+    // The routed experts' input: the dispatched FP8 tokens (power-of-two), kept re-tiled for Wgrad.
+    Linear up(params, Tensor::zeros({2 * 64, cols}, DType::F32), Tensor::zeros({2 * 64, cols}, DType::F32), "up",
+              recipe::LinearRole::ExpertUp, 0, 2);
+    const Tensor offsets = Tensor::from_vector(std::vector<int32_t>{0, 128, 128}, {3});
+    const Tensor y = Tensor::empty({rows, 64}, DType::BF16);
+    const int64_t expert_bytes = booked([&] {
+      LinearInput in;
+      if (fp8_choices) {
+        quant::QuantSpec pow2 = recipe::linear_recipe(rc, recipe::LinearRole::ExpertUp).fprop.a;
+        in = up.dispatched(ctx, ops::quantize(ctx.exec, bf16_copy(), pow2), Tensor(), true);
+      } else {
+        in = up.prepare(ctx, bf16_copy(), true);
+      }
+      up.forward(ctx, in, y, offsets);
+      kept_up = up.kept(ctx, in);
+    });
+    EXPECT_EQ(expert_bytes, n + col_scales);
+    EXPECT_EQ(kept_up.qt.pow2_scales, fp8_choices);
+  };
+  check("fp8-deepseek", true);
+  check("fp8-deepseek:attn_out_e5m6=off:swiglu_fp8=off:recompute_swiglu=off:dispatch_fp8=off:recompute_norm=off:"
+        "recompute_mla_up=off",
+        false);
 }

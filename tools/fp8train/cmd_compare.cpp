@@ -17,7 +17,7 @@
 // loss, same step, same batch), the same on the main loss, the error by tenth of the run, the memory table (bytes,
 // measured from the allocations by the trainer: summary.json) with ratios to the baseline, tokens/s, wall time,
 // and gemm_relative_error: per GEMM kind, each Linear GEMM's relative error against its FP32 reference
-// ‖Y − R‖_F / ‖R‖_F on the health-sampled steps (train/metrics.h gemm_error_over_run; recipe/linear_gemm.h) —
+// ‖Y − R‖_F / ‖R‖_F on the health-sampled steps (train/metrics.h gemm_error_over_run; recipe/health.h) —
 // a per-step, trajectory-independent measure of what the recipe does to the GEMMs.
 // compare.html: overlaid loss curves, relative-error curves, held-out loss, memory bars, the GEMM-error table
 // (self-contained SVG).

@@ -200,6 +200,14 @@ void gemm_grouped(const ExecCtx& ctx, const GroupedGemmProblem& p, const int32_t
       gemm(ctx, q, at(a, r0 * p.lda, a_es), at(b, r0 * p.ldb, b_es), ce);
     }
   };
+  if (p.kind == GroupedGemmKind::M && offsets[p.groups] < p.rows) {
+    AxpbyProblem z;  // the rows past the last expert: zeros
+    z.dtype = z.a_dtype = z.b_dtype = p.dtype;
+    z.rows = p.rows - offsets[p.groups];
+    z.cols = p.n;
+    z.ld_out = p.ldc;
+    fill(ctx, z, 0.0, const_cast<void*>(at(c, offsets[p.groups] * p.ldc, c_es)));
+  }
   // Experts run concurrently, each expert's GEMM on one thread (largest first): the same arithmetic as one
   // gemm() per expert, whatever the thread count.
   std::vector<int64_t> order(static_cast<size_t>(p.groups));

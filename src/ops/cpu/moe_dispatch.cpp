@@ -127,6 +127,10 @@ void moe_build_plan(const ExecCtx&, const MoePlanProblem& p, const int32_t* sele
 }
 
 void moe_permute(const ExecCtx&, const MoePermuteProblem& p, const void* x, const int32_t* slot_token, void* xp) {
+  if (p.dtype == DType::U8) {  // quantized tokens' codes: a plain row gather
+    permute_impl<uint8_t>(p, static_cast<const uint8_t*>(x), slot_token, static_cast<uint8_t*>(xp));
+    return;
+  }
   dispatch_storage(p.dtype, "moe_permute", [&](auto tag) {
     using S = decltype(tag);
     permute_impl<S>(p, static_cast<const S*>(x), slot_token, static_cast<S*>(xp));

@@ -87,7 +87,8 @@ void gemm_into(const quant::GemmOperand& a, const quant::GemmOperand& b, const q
   }
 }
 
-// offsets[0..groups] non-decreasing multiples of `block` from 0 to `total`.
+// offsets[0..groups] non-decreasing multiples of `block` from 0, ending at or before `total` (an expert-ordered
+// matrix may carry rows past the last expert: the MoE plan's capacity, ops/moe_dispatch.h).
 void check_offsets(const char* op, const int32_t* offsets, int groups, int64_t total, int64_t block) {
   FP8T_CHECK(offsets[0] == 0, "{}: offsets[0] must be 0, got {}", op, offsets[0]);
   for (int e = 0; e < groups; ++e) {
@@ -96,7 +97,8 @@ void check_offsets(const char* op, const int32_t* offsets, int groups, int64_t t
     FP8T_CHECK(offsets[e + 1] % block == 0, "{}: offsets[{}] = {} is not a multiple of {}", op, e + 1, offsets[e + 1],
                block);
   }
-  FP8T_CHECK(offsets[groups] == total, "{}: offsets[{}] = {} must equal {}", op, groups, offsets[groups], total);
+  FP8T_CHECK(offsets[groups] <= total, "{}: offsets[{}] = {} is beyond the {} rows", op, groups, offsets[groups],
+             total);
 }
 
 }  // namespace
@@ -115,17 +117,41 @@ void scaled_gemm_grouped(const ExecCtx&, const ScaledGemmProblem& p, const int32
     const OperandView a = view(p.a, 0, r0, r1), b = view(p.b, e, 0, p.n);
     gemm_into(a.op, b.op, p.numerics, p.accumulate, p.out_dtype, static_cast<char*>(d) + r0 * p.ldd * esize, p.ldd);
   }
+  // Rows past the last expert: zeros (what the CUDA kernel computes there from the zero rows the plan gives a).
+  if (!p.accumulate)
+    for (int64_t r = offsets[p.num_groups]; r < p.m; ++r)
+      std::memset(static_cast<char*>(d) + r * p.ldd * esize, 0, static_cast<size_t>(p.n) * esize);
 }
 
 void scaled_gemm_grouped_k(const ExecCtx&, const ScaledGemmProblem& p, const int32_t* k_offsets, void* d) {
-  const int64_t G = p.a.granularity.block_cols;
+  const bool per_tensor = p.a.granularity.per_tensor;
+  // Per-tensor operands: each expert's K range is its own GEMM under the tensors' scales (columns sliced as is).
+  const int64_t G = per_tensor ? 1 : p.a.granularity.block_cols;
   check_offsets("scaled_gemm_grouped_k", k_offsets, p.num_groups, p.k, G);
   const OperandView a = view(p.a, 0, 0, p.m), b = view(p.b, 0, 0, p.n);
+  auto columns = [](const quant::GemmOperand& o, int64_t k0, int64_t k1, std::vector<uint8_t>& codes) {
+    const size_t es = quant::code_bytes(o.format, 1);
+    FP8T_CHECK(quant::code_bytes(o.format, o.cols) == es * static_cast<size_t>(o.cols),
+               "scaled_gemm_grouped_k: per-tensor {} codes cannot be sliced along K", quant::format_name(o.format));
+    codes.resize(static_cast<size_t>(o.rows * (k1 - k0)) * es);
+    for (int64_t r = 0; r < o.rows; ++r)
+      std::memcpy(codes.data() + r * (k1 - k0) * es, o.codes + (r * o.cols + k0) * es,
+                  static_cast<size_t>(k1 - k0) * es);
+    quant::GemmOperand s = o;
+    s.cols = k1 - k0;
+    s.codes = codes.data();
+    return s;
+  };
   for (int e = 0; e < p.num_groups; ++e) {
     float* de = static_cast<float*>(d) + static_cast<int64_t>(e) * p.m * p.n;
     const int64_t g0 = k_offsets[e] / G, g1 = k_offsets[e + 1] / G;
     if (g1 == g0) {
       if (!p.accumulate) std::fill(de, de + p.m * p.n, 0.0f);
+      continue;
+    }
+    if (per_tensor) {
+      std::vector<uint8_t> ca, cb;
+      gemm_into(columns(a.op, g0, g1, ca), columns(b.op, g0, g1, cb), p.numerics, p.accumulate, DType::F32, de, p.n);
       continue;
     }
     const quant::QTensor as = quant::k_slice(a.op, g0, g1), bs = quant::k_slice(b.op, g0, g1);

@@ -1,0 +1,466 @@
+// Role-aware Linear layers (see linear.h).
+#include "model/linear.h"
+
+#include <cstring>
+
+#include "common/error.h"
+#include "ops/elementwise.h"
+#include "ops/gemm.h"
+#include "ops/scaled_gemm.h"
+#include "recipe/health.h"
+
+namespace fp8train::model {
+
+using recipe::GemmKind;
+using recipe::WgradInput;
+
+namespace {
+
+uint64_t mix64(uint64_t x) {  // SplitMix64 finaliser
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+uint64_t hash_name(const std::string& s) {  // FNV-1a: stable across runs and platforms
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 0x100000001B3ull;
+  return h;
+}
+
+// The scale layout the GEMMs of a device read fastest: the CPU reference's row-major grid, the GPU kernels'
+// native layout.
+quant::ScaleLayout layout_for(const ExecCtx& ctx) {
+  return ctx.device.is_cpu() ? quant::ScaleLayout::RowMajor : quant::ScaleLayout::GemmNative;
+}
+
+bool same_spec(const quant::QuantSpec& a, const quant::QuantSpec& b) {
+  return a.format == b.format && a.granularity == b.granularity && a.scale_mode == b.scale_mode &&
+         a.rounding == b.rounding;
+}
+
+// A [rows, cols] FP32 tensor on ctx's device (the FP32 reference products of sampled steps).
+Tensor f32_matrix(const StepContext& ctx, int64_t rows, int64_t cols) {
+  return Tensor::empty({rows, cols}, DType::F32, MemCategory::Workspace, ctx.exec.device);
+}
+
+// A 128×128-block quantization of dy re-expressed with one scale per row per 128 columns (each row of a block
+// repeats the block's scale): the same values in the 1×128 · 128×128 pairing the scaled GEMMs accept. Only the
+// dgrad_block ablation (DeepSeek-V3 report, App. B.2) uses it; CPU tensors.
+quant::QTensor blocks_as_row_tiles(const quant::QTensor& q) {
+  FP8T_CHECK(q.device().is_cpu() && q.groups == 1 && q.rowwise.layout == quant::ScaleLayout::RowMajor,
+             "the dgrad_block ablation runs on the CPU reference only");
+  quant::QTensor t = q.rowwise_only();
+  t.spec.granularity = quant::Granularity::row_tile(q.spec.granularity.block_cols);
+  const int64_t sc = q.scale_cols();
+  t.rowwise.scales = Tensor::empty({q.rows, sc}, DType::F32, MemCategory::Workspace, Device::cpu());
+  const float* src = q.rowwise.scales.data<float>();
+  float* dst = t.rowwise.scales.data<float>();
+  for (int64_t r = 0; r < q.rows; ++r)
+    for (int64_t c = 0; c < sc; ++c) dst[r * sc + c] = src[(r / q.spec.granularity.block_rows) * sc + c];
+  return t;
+}
+
+// A per-tensor quantized stack of `groups` weights with its one scale repeated per group: the grouped GEMMs read
+// one scale per group (quant/qtensor.h). The codes are shared.
+quant::QTensor per_group(const StepContext& ctx, const quant::QTensor& q, int64_t groups) {
+  FP8T_CHECK(q.spec.granularity.per_tensor && q.groups == 1 && q.rows % groups == 0,
+             "per_group: expected one per-tensor quantized stack of {} weights", groups);
+  quant::QTensor g = q.rowwise_only();
+  g.groups = groups;
+  const std::vector<float> scale = q.rowwise.scales.to_vector<float>();  // once per weight refresh
+  const Tensor host = Tensor::from_vector(std::vector<float>(static_cast<size_t>(groups), scale.at(0)), {groups, 1},
+                                          MemCategory::ComputeWeights, Device::cpu());
+  g.rowwise.scales = host.to(ctx.exec.device, MemCategory::ComputeWeights);
+  return g;
+}
+
+}  // namespace
+
+// ---- per-Linear state -----------------------------------------------------------------------------------------
+struct Linear::State {
+  const recipe::RecipeConfig* recipe = nullptr;  // the recipe this state was built for
+  recipe::LinearRecipe plan;
+  // The compute copy of the weight and the parameter version it was made from.
+  uint64_t weight_version = ~uint64_t{0};
+  Tensor weight_plain;     // bf16: the BF16 copy (fp32: the master itself)
+  quant::QTensor weight_q; // quantized recipes: W (row-wise) and Wᵀ (column-wise)
+  // fp8-tensorwise delayed scaling, one history per operand (TE keeps one per tensor; the weight's gets one
+  // entry per refresh, i.e. per optimizer step).
+  std::unique_ptr<ops::AmaxHistoryState> history_x, history_w, history_dy;
+  // Stochastic rounding: a stream per (step, call) of this Linear.
+  uint64_t name_hash = 0;
+  int64_t seed_step = -1;
+  uint64_t seed_calls = 0;
+
+  uint64_t next_seed(const StepContext& ctx) {
+    if (seed_step != ctx.step) {
+      seed_step = ctx.step;
+      seed_calls = 0;
+    }
+    return mix64(mix64(mix64(recipe->seed) ^ static_cast<uint64_t>(ctx.step)) ^ name_hash) ^ mix64(seed_calls++);
+  }
+};
+
+Linear::Linear(ParameterSet& params, const std::string& name, int64_t in, int64_t out, recipe::LinearRole role,
+               DType dtype, int layer)
+    : params_(&params), site_(name), role_(role), layer_(layer) {
+  Parameter& p = params.add(name + ".weight", {out, in}, dtype, Init::Normal);
+  weight_ = p.value;
+  grad_ = p.grad;
+}
+
+Linear::Linear(const ParameterSet& params, const Tensor& weight, const Tensor& grad, const std::string& site,
+               recipe::LinearRole role, int layer, int64_t groups)
+    : params_(&params), weight_(weight), grad_(grad), site_(site), role_(role), layer_(layer), groups_(groups) {
+  FP8T_CHECK(groups >= 1 && weight.dim() == 2 && weight.size(0) % groups == 0,
+             "linear {}: weight {} is not {} stacked matrices", site, weight.str(), groups);
+}
+
+Linear::Linear() = default;
+Linear::Linear(Linear&&) noexcept = default;
+Linear& Linear::operator=(Linear&&) noexcept = default;
+Linear::~Linear() = default;
+
+Linear::State& Linear::state(const StepContext& ctx) const {
+  FP8T_CHECK(ctx.recipe != nullptr, "linear {}: no recipe in the step context", site_);
+  auto& self = const_cast<Linear&>(*this);
+  if (!self.state_ || self.state_->recipe != ctx.recipe) {
+    auto s = std::make_unique<State>();
+    s->recipe = ctx.recipe;
+    s->plan = recipe::linear_recipe(*ctx.recipe, role_);
+    s->name_hash = hash_name(site_);
+    if (ctx.recipe->per_tensor()) {
+      const int len = ctx.recipe->amax_history;
+      const quant::AmaxAlgorithm algo = ctx.recipe->amax_algorithm;
+      s->history_x = std::make_unique<ops::AmaxHistoryState>(ops::AmaxHistoryState::make(ctx.exec, len, algo, 0, MemCategory::ComputeWeights));
+      s->history_w = std::make_unique<ops::AmaxHistoryState>(ops::AmaxHistoryState::make(ctx.exec, len, algo, 0, MemCategory::ComputeWeights));
+      s->history_dy = std::make_unique<ops::AmaxHistoryState>(ops::AmaxHistoryState::make(ctx.exec, len, algo, 0, MemCategory::ComputeWeights));
+    }
+    self.state_ = std::move(s);
+  }
+  State& s = *self.state_;
+  // The compute copy of the weight, once per parameter update.
+  const uint64_t version = params_ ? params_->version() : 0;
+  if (s.weight_version != version) {
+    const quant::ScaleLayout layout = layout_for(ctx.exec);
+    if (s.plan.quantized) {
+      const quant::QuantSpec& spec = s.plan.fprop.b;
+      if (ctx.recipe->per_tensor()) {
+        // One delayed scale for the weight tensor; stacked expert weights take it for every expert.
+        s.weight_q = ops::quantize_delayed(ctx.exec, weight_, spec, *s.history_w,
+                                           groups_ > 1 ? ops::QuantizeOutputs::Rowwise : ops::QuantizeOutputs::Both,
+                                           layout, MemCategory::ComputeWeights);
+        if (groups_ > 1) s.weight_q = ops::with_colwise(ctx.exec, per_group(ctx, s.weight_q, groups_),
+                                                        MemCategory::ComputeWeights);
+      } else {
+        s.weight_q = ops::quantize(ctx.exec, weight_, spec, ops::QuantizeOutputs::Both, layout, groups_,
+                                   MemCategory::ComputeWeights);
+      }
+    } else if (ctx.dtype != weight_.dtype()) {
+      s.weight_plain = Tensor::empty(weight_.shape(), ctx.dtype, MemCategory::ComputeWeights, ctx.exec.device);
+      ops::copy(ctx.exec, weight_, s.weight_plain);
+    } else {
+      s.weight_plain = weight_;
+    }
+    s.weight_version = version;
+  }
+  return s;
+}
+
+void Linear::check_offsets(const Tensor& offsets) const {
+  FP8T_CHECK((groups_ > 1) == offsets.defined(),
+             "linear {}: {} weights {} expert offsets", site_, groups_, offsets.defined() ? "take no" : "need");
+  if (offsets.defined())
+    FP8T_CHECK(offsets.numel() == groups_ + 1, "linear {}: {} experts need {} offsets, got {}", site_, groups_,
+               groups_ + 1, offsets.str());
+}
+
+int64_t Linear::compute_weight_bytes() const {
+  if (!state_) return 0;
+  if (state_->weight_q.defined()) return static_cast<int64_t>(state_->weight_q.bytes());
+  return state_->weight_plain.defined() ? static_cast<int64_t>(state_->weight_plain.nbytes()) : 0;
+}
+
+// ---- forward ----------------------------------------------------------------------------------------------------
+LinearInput Linear::quantize_input(const StepContext& ctx, const Tensor& x, bool keep, bool delayed) const {
+  State& s = state(ctx);
+  const quant::ScaleLayout layout = layout_for(ctx.exec);
+  const recipe::LinearRecipe& plan = s.plan;
+  FP8T_CHECK(same_spec(plan.fprop.a, plan.wgrad.b),
+             "linear {}: the recipe quantizes x differently for Fprop and Wgrad, which one quantizer call cannot do",
+             site_);
+  LinearInput in;
+  in.x = x;
+  const bool colwise = keep && plan.wgrad_input == WgradInput::Colwise && !plan.has_input_storage;
+  const ops::QuantizeOutputs outputs = colwise ? ops::QuantizeOutputs::Both : ops::QuantizeOutputs::Rowwise;
+  if (delayed) {
+    in.q = ops::quantize_delayed(ctx.exec, x, plan.fprop.a, *s.history_x, outputs, layout);
+  } else {
+    in.q = ops::quantize(ctx.exec, x, plan.fprop.a, outputs, layout);
+  }
+  if (keep && plan.has_input_storage) in.stored = ops::quantize(ctx.exec, x, plan.input_storage,
+                                                                ops::QuantizeOutputs::Rowwise, layout);
+  return in;
+}
+
+LinearInput Linear::prepare(const StepContext& ctx, const Tensor& x, bool keep) const {
+  FP8T_CHECK(x.defined() && x.dim() == 2 && x.size(1) == in_features(), "linear {}: x must be [tokens, {}], got {}",
+             site_, in_features(), x.defined() ? x.str() : std::string("undefined"));
+  FP8T_CHECK(x.dtype() == ctx.dtype, "linear {}: x is {} but the model computes in {}", site_, x.str(),
+             dtype_name(ctx.dtype));
+  State& s = state(ctx);
+  if (!s.plan.quantized) {
+    LinearInput in;
+    in.x = x;
+    return in;
+  }
+  FP8T_CHECK(!s.plan.dispatched_input, "linear {}: the routed experts' input arrives dispatched", site_);
+  return quantize_input(ctx, x, keep, ctx.recipe->per_tensor());
+}
+
+LinearInput Linear::dispatched(const StepContext& ctx, const quant::QTensor& xq, const Tensor& plain, bool keep) const {
+  State& s = state(ctx);
+  FP8T_CHECK(s.plan.dispatched_input, "linear {}: this recipe does not dispatch its input quantized", site_);
+  FP8T_CHECK(xq.cols == in_features() && xq.rowwise.defined(), "linear {}: the dispatched input is [{}, {}], not "
+             "[tokens, {}]", site_, xq.rows, xq.cols, in_features());
+  LinearInput in;
+  in.x = plain;
+  // Wgrad reads the dispatched values themselves, re-tiled into 128×1 tiles (exact: power-of-two scales).
+  in.q = keep && s.plan.wgrad_input == WgradInput::Colwise ? ops::with_colwise(ctx.exec, xq) : xq;
+  return in;
+}
+
+LinearInput Linear::recomputed(const StepContext& ctx, const Tensor& x) const {
+  State& s = state(ctx);
+  if (!s.plan.quantized) return kept(ctx, prepare(ctx, x, true));
+  // A recomputed input never enters the delayed-scaling history a second time: its Wgrad operand takes the
+  // tensor's own scale (per tensor) or its tiles' (block recipes), as forward's column-wise copy would.
+  return kept(ctx, quantize_input(ctx, x, true, false));
+}
+
+LinearInput Linear::kept(const StepContext& ctx, const LinearInput& in) const {
+  const State& s = state(ctx);
+  LinearInput k;
+  if (!s.plan.quantized || ctx.health) k.x = in.x;
+  if (s.plan.quantized) {
+    if (in.stored.defined()) {
+      k.stored = in.stored;
+    } else if (in.q.has_colwise()) {
+      k.qt = in.q.transposed().rowwise_only();
+    } else {
+      k.q = in.q.rowwise_only();  // Retile: Fprop's operand
+    }
+  }
+  if (k.x.defined() && !s.plan.quantized) k.x.storage().set_category(MemCategory::ActivationCache);
+  for (const quant::QTensor* q : {&k.q, &k.qt, &k.stored})
+    if (q->defined()) q->set_category(MemCategory::ActivationCache);
+  return k;
+}
+
+void Linear::forward(const StepContext& ctx, const LinearInput& x, const Tensor& y, const Tensor& offsets) const {
+  check_offsets(offsets);
+  State& s = state(ctx);
+  FP8T_CHECK(y.defined() && y.dim() == 2 && y.size(1) == out_features() && y.dtype() == ctx.dtype,
+             "linear {}: y must be a {} [tokens, {}] matrix, got {}", site_, dtype_name(ctx.dtype), out_features(),
+             y.defined() ? y.str() : std::string("undefined"));
+  if (!s.plan.quantized) {
+    FP8T_CHECK(x.x.defined(), "linear {}: forward without an input", site_);
+    if (groups_ > 1) {
+      ops::gemm_grouped(ctx.exec, ops::GroupedGemmKind::M, x.x, s.weight_plain, true, y, offsets);
+    } else {
+      ops::gemm(ctx.exec, x.x, false, s.weight_plain, true, y);
+    }
+  } else {
+    FP8T_CHECK(x.q.rowwise.defined(), "linear {}: forward needs the quantized row-wise operand (prepare())", site_);
+    const ops::ScaledGemmOptions o{s.plan.fprop.gemm, false};
+    if (groups_ > 1) {
+      ops::scaled_gemm_grouped(ctx.exec, x.q, s.weight_q, offsets, y, o);
+    } else {
+      ops::scaled_gemm(ctx.exec, x.q, s.weight_q, y, o);
+    }
+  }
+  if (ctx.health) observe_fprop(ctx, x, y, offsets);
+}
+
+Tensor Linear::new_output(const StepContext& ctx, int64_t tokens) const {
+  return Tensor::empty({tokens, out_features()}, ctx.dtype, MemCategory::Workspace, ctx.exec.device);
+}
+
+Tensor Linear::forward(const StepContext& ctx, const Tensor& x, LinearInput* keep, const Tensor& offsets) const {
+  const bool keeping = keep && ctx.training;
+  const LinearInput in = prepare(ctx, x, keeping);
+  Tensor y = new_output(ctx, x.size(0));
+  forward(ctx, in, y, offsets);
+  if (keeping) *keep = kept(ctx, in);
+  return y;
+}
+
+// ---- backward ---------------------------------------------------------------------------------------------------
+void Linear::backward(const StepContext& ctx, const Tensor& dy, const LinearInput& x, const Tensor& dx,
+                      bool accumulate, const Tensor& offsets) const {
+  check_offsets(offsets);
+  State& s = state(ctx);
+  const recipe::LinearRecipe& plan = s.plan;
+  FP8T_CHECK(dy.defined() && dy.dim() == 2 && dy.size(1) == out_features() && dy.dtype() == ctx.dtype,
+             "linear {}: dy must be a {} [tokens, {}] matrix, got {}", site_, dtype_name(ctx.dtype), out_features(),
+             dy.defined() ? dy.str() : std::string("undefined"));
+  FP8T_CHECK(x.defined(), "linear {}: backward without the kept input", site_);
+  const ops::GemmOptions acc_dx{.alpha = 1.0, .beta = accumulate ? 1.0 : 0.0};
+  const ops::GemmOptions acc_dw{.alpha = 1.0, .beta = 1.0};
+  if (!plan.quantized) {
+    FP8T_CHECK(x.x.defined(), "linear {}: backward needs x", site_);
+    if (dx.defined()) {
+      if (groups_ > 1) {
+        ops::gemm_grouped(ctx.exec, ops::GroupedGemmKind::M, dy, s.weight_plain, false, dx, offsets, acc_dx);
+      } else {
+        ops::gemm(ctx.exec, dy, false, s.weight_plain, false, dx, acc_dx);
+      }
+    }
+    if (groups_ > 1) {
+      ops::gemm_grouped(ctx.exec, ops::GroupedGemmKind::K, dy, x.x, false, grad_, offsets, acc_dw);
+    } else {
+      ops::gemm(ctx.exec, dy, true, x.x, false, grad_, acc_dw);
+    }
+    if (ctx.health) observe_backward(ctx, dy, nullptr, nullptr, x, nullptr, offsets);
+    return;
+  }
+
+  // dy: one quantization for both GEMMs where their operands agree.
+  const quant::ScaleLayout layout = layout_for(ctx.exec);
+  quant::QuantSpec dgrad_spec = plan.dgrad.a, wgrad_spec = plan.wgrad.a;
+  if (dgrad_spec.rounding == quant::Rounding::Stochastic || wgrad_spec.rounding == quant::Rounding::Stochastic) {
+    dgrad_spec.seed = wgrad_spec.seed = s.next_seed(ctx);
+  }
+  quant::QTensor dyq, dyt;
+  if (ctx.recipe->per_tensor()) {
+    dyq = ops::quantize_delayed(ctx.exec, dy, dgrad_spec, *s.history_dy, ops::QuantizeOutputs::Both, layout);
+    dyt = dyq.transposed().rowwise_only();
+  } else if (plan.dispatched_grad) {
+    // The expert received dy as FP8 with power-of-two 1×128 tiles: Dgrad reads them, Wgrad re-tiles them.
+    dyq = ops::quantize(ctx.exec, dy, dgrad_spec, ops::QuantizeOutputs::Rowwise, layout);
+    dyt = ops::with_colwise(ctx.exec, dyq).transposed().rowwise_only();
+  } else if (same_spec(dgrad_spec, wgrad_spec)) {
+    dyq = ops::quantize(ctx.exec, dy, dgrad_spec, ops::QuantizeOutputs::Both, layout);
+    dyt = dyq.transposed().rowwise_only();
+  } else {
+    dyq = ops::quantize(ctx.exec, dy, dgrad_spec, ops::QuantizeOutputs::Rowwise, layout);
+    dyt = ops::quantize(ctx.exec, dy, wgrad_spec, ops::QuantizeOutputs::Colwise, layout).transposed();
+  }
+  const quant::QTensor dy_operand =
+      dyq.spec.granularity.block_rows > 1 && !dyq.spec.granularity.per_tensor ? blocks_as_row_tiles(dyq) : dyq;
+
+  if (dx.defined()) {
+    const ops::ScaledGemmOptions o{plan.dgrad.gemm, accumulate};
+    const quant::QTensor wt = s.weight_q.transposed();
+    if (groups_ > 1) {
+      ops::scaled_gemm_grouped(ctx.exec, dy_operand, wt, offsets, dx, o);
+    } else {
+      ops::scaled_gemm(ctx.exec, dy_operand, wt, dx, o);
+    }
+  }
+
+  // Wgrad's x operand: xᵀ in 1×128 tiles (128×1 tiles of x along tokens).
+  quant::QTensor xt;
+  if (x.qt.defined()) {
+    xt = x.qt;
+  } else if (x.stored.defined()) {
+    const Tensor values = ops::dequantize(ctx.exec, x.stored, DType::F32);
+    xt = ops::quantize(ctx.exec, values, plan.wgrad.b, ops::QuantizeOutputs::Colwise, layout).transposed();
+  } else if (x.q.defined()) {
+    xt = ops::with_colwise(ctx.exec, x.q).transposed().rowwise_only();
+  } else {
+    FP8T_FAIL("linear {}: backward got a plain x; a quantized recipe keeps what prepare()/recomputed() made", site_);
+  }
+  const ops::ScaledGemmOptions o{plan.wgrad.gemm, true};
+  if (groups_ > 1) {
+    ops::scaled_gemm_grouped_k(ctx.exec, dyt, xt, offsets, grad_.view({groups_, out_features(), in_features()}), o);
+  } else {
+    ops::scaled_gemm(ctx.exec, dyt, xt, grad_, o);
+  }
+  if (ctx.health) observe_backward(ctx, dy, &dyq, &dyt, x, &xt, offsets);
+}
+
+// ---- numerics health (sampled steps) ------------------------------------------------------------------------------
+void Linear::observe_fprop(const StepContext& ctx, const LinearInput& x, const Tensor& y,
+                           const Tensor& offsets) const {
+  const State& s = *state_;
+  FP8T_CHECK(x.x.defined(), "linear {}: a sampled step needs the unquantized input", site_);
+  const int64_t tokens = x.x.size(0);
+  const Tensor ref = f32_matrix(ctx, tokens, out_features());
+  if (groups_ > 1) {
+    ops::gemm_grouped(ctx.exec, ops::GroupedGemmKind::M, x.x, weight_, true, ref, offsets);
+  } else {
+    ops::gemm(ctx.exec, x.x, false, weight_, true, ref);
+  }
+  const recipe::GemmAccuracy acc = recipe::measure_accuracy(y, ref);
+  if (!s.plan.quantized) {
+    ctx.health->record(site_, GemmKind::Fprop, acc);
+    return;
+  }
+  ctx.health->record(site_, GemmKind::Fprop, recipe::measure_health(x.x, x.q),
+                     recipe::measure_health(weight_, s.weight_q), acc);
+}
+
+void Linear::observe_backward(const StepContext& ctx, const Tensor& dy, const quant::QTensor* dyq,
+                              const quant::QTensor* dyt, const LinearInput& x, const quant::QTensor* xt,
+                              const Tensor& offsets) const {
+  const State& s = *state_;
+  const int64_t tokens = dy.size(0), in = in_features(), out = out_features();
+  const bool grouped = groups_ > 1;
+  // Dgrad: the recipe's FP32 product (before any accumulation or rounding into dx) against dy·W in FP32.
+  {
+    const Tensor y = Tensor::zeros({tokens, in}, DType::F32, MemCategory::Workspace, ctx.exec.device);
+    const Tensor ref = Tensor::zeros({tokens, in}, DType::F32, MemCategory::Workspace, ctx.exec.device);
+    if (grouped) {
+      ops::gemm_grouped(ctx.exec, ops::GroupedGemmKind::M, dy, weight_, false, ref, offsets);
+    } else {
+      ops::gemm(ctx.exec, dy, false, weight_, false, ref);
+    }
+    if (!s.plan.quantized) {
+      if (grouped) {
+        ops::gemm_grouped(ctx.exec, ops::GroupedGemmKind::M, dy, s.weight_plain, false, y, offsets);
+      } else {
+        ops::gemm(ctx.exec, dy, false, s.weight_plain, false, y);
+      }
+      ctx.health->record(site_, GemmKind::Dgrad, recipe::measure_accuracy(y, ref));
+    } else {
+      const quant::QTensor a = dyq->spec.granularity.block_rows > 1 && !dyq->spec.granularity.per_tensor
+                                   ? blocks_as_row_tiles(*dyq)
+                                   : *dyq;
+      const ops::ScaledGemmOptions o{s.plan.dgrad.gemm, false};
+      if (grouped) {
+        ops::scaled_gemm_grouped(ctx.exec, a, s.weight_q.transposed(), offsets, y, o);
+      } else {
+        ops::scaled_gemm(ctx.exec, a, s.weight_q.transposed(), y, o);
+      }
+      ctx.health->record(site_, GemmKind::Dgrad, recipe::measure_health(dy, *dyq),
+                         recipe::measure_health(weight_, s.weight_q), recipe::measure_accuracy(y, ref));
+    }
+  }
+  // Wgrad: dyᵀ·x with x as backward holds it (the unquantized x: a sampled step keeps it).
+  {
+    FP8T_CHECK(x.x.defined(), "linear {}: a sampled step keeps the unquantized input", site_);
+    const Tensor y = Tensor::zeros({groups_ * out, in}, DType::F32, MemCategory::Workspace, ctx.exec.device);
+    const Tensor ref = Tensor::zeros({groups_ * out, in}, DType::F32, MemCategory::Workspace, ctx.exec.device);
+    if (grouped) {
+      ops::gemm_grouped(ctx.exec, ops::GroupedGemmKind::K, dy, x.x, false, ref, offsets);
+    } else {
+      ops::gemm(ctx.exec, dy, true, x.x, false, ref);
+    }
+    if (!s.plan.quantized) {
+      ctx.health->record(site_, GemmKind::Wgrad, recipe::measure_accuracy(ref, ref));  // the same product
+    } else {
+      const ops::ScaledGemmOptions o{s.plan.wgrad.gemm, false};
+      if (grouped) {
+        ops::scaled_gemm_grouped_k(ctx.exec, *dyt, *xt, offsets, y.view({groups_, out, in}), o);
+      } else {
+        ops::scaled_gemm(ctx.exec, *dyt, *xt, y, o);
+      }
+      ctx.health->record(site_, GemmKind::Wgrad, recipe::measure_health(dy, *dyt, true),
+                         recipe::measure_health(x.x, *xt, true), recipe::measure_accuracy(y, ref));
+    }
+  }
+}
+
+}  // namespace fp8train::model
