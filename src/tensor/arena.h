@@ -97,7 +97,7 @@ class Arena {
   size_t nbytes() const { return flat_.nbytes(); }
 
   // All elements, [layout().elements()].
-  const Tensor& flat() const { return flat_; }
+  Tensor flat() const { return flat_; }
   // Elements [r.begin, r.end), 1-D.
   Tensor range(ArenaRange r) const;
   // A view, contiguous, in its shape.
