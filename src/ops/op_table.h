@@ -32,6 +32,8 @@ struct BalanceLossProblem;   // ops/router.h
 struct MoePlanProblem;       // ops/moe_dispatch.h
 struct MoePermuteProblem;    // ops/moe_dispatch.h
 struct CrossEntropyProblem;  // ops/cross_entropy.h
+struct AdamWProblem;         // ops/adamw.h
+struct SumSquaresProblem;    // ops/sum_squares.h
 
 // ---- launcher types (tier 2) -------------------------------------------------------------------------
 using GemmFn = void(const ExecCtx&, const GemmProblem&, const void* a, const void* b, void* c);
@@ -71,6 +73,11 @@ using MoeUnpermuteBackwardFn = void(const ExecCtx&, const MoePermuteProblem&, co
 using CrossEntropyFn = void(const ExecCtx&, const CrossEntropyProblem&, void* logits, const int32_t* targets,
                             double* row_loss);
 
+// Optimizer and reductions over parameter arenas.
+using AdamWFn = void(const ExecCtx&, const AdamWProblem&, float* param, const float* grad, void* exp_avg,
+                     void* exp_avg_sq);
+using SumSquaresFn = void(const ExecCtx&, const SumSquaresProblem&, const void* x, const int64_t* bounds, double* out);
+
 struct OpTable {
   std::string_view backend;  // "cpu", "cuda"
   GemmFn* gemm = nullptr;
@@ -95,6 +102,10 @@ struct OpTable {
   MoeUnpermuteFn* moe_unpermute = nullptr;
   MoeUnpermuteBackwardFn* moe_unpermute_backward = nullptr;
   CrossEntropyFn* cross_entropy = nullptr;
+
+  // Optimizer and reductions over parameter arenas.
+  AdamWFn* adamw = nullptr;
+  SumSquaresFn* sum_squares = nullptr;
 };
 
 // The table of a device type: the CPU's is built in; another backend's exists once registered.

@@ -62,7 +62,7 @@ void ArenaLayout::finish() {
       r.offset = at;
       at += r.elements;
     }
-  elements_ = at;
+  elements_ = (at + kAlignElements - 1) / kAlignElements * kAlignElements;  // whole rows of kAlignElements
   for (View& v : views_) v.offset = regions_[static_cast<size_t>(v.region)].offset + v.offset_in_region;
   finished_ = true;
 }

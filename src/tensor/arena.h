@@ -61,7 +61,9 @@ class ArenaLayout {
   void finish();
 
   bool finished() const { return finished_; }
-  int64_t elements() const;  // total, padding included
+  // Total elements, padding included: a multiple of kAlignElements, so an arena can be seen as a matrix of rows
+  // of kAlignElements (what row-parallel elementwise ops split).
+  int64_t elements() const;
   const std::vector<View>& views() const { return views_; }
   const std::vector<Region>& regions() const { return regions_; }
   const View& view(size_t i) const { return views_.at(i); }

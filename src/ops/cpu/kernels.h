@@ -35,6 +35,10 @@ MoeUnpermuteFn moe_unpermute;
 MoeUnpermuteBackwardFn moe_unpermute_backward;
 CrossEntropyFn cross_entropy;
 
+// Optimizer and reductions over parameter arenas.
+AdamWFn adamw;
+SumSquaresFn sum_squares;
+
 // The CPU table (built on first use; pins OpenBLAS to one thread).
 const OpTable& cpu_op_table();
 

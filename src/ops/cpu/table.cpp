@@ -42,6 +42,10 @@ OpTable make_table() {
   t.moe_unpermute = moe_unpermute;
   t.moe_unpermute_backward = moe_unpermute_backward;
   t.cross_entropy = cross_entropy;
+
+  // Optimizer and reductions over parameter arenas.
+  t.adamw = adamw;
+  t.sum_squares = sum_squares;
   return t;
 }
 }  // namespace
