@@ -3,8 +3,9 @@
 # packages; otherwise it prints the exact apt-get line and fails. CUDA (nvcc, cuBLASLt) is optional
 # and not installed here: CMake finds it when present.
 set -euo pipefail
+# libprotobuf-dev, protobuf-compiler: TensorBoard event files (protobuf records).
 packages=(build-essential cmake pkg-config git libcli11-dev nlohmann-json3-dev libfmt-dev libgtest-dev
-          libgmock-dev libbenchmark-dev libopenblas-dev)
+          libgmock-dev libbenchmark-dev libopenblas-dev libprotobuf-dev protobuf-compiler)
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

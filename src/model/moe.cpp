@@ -49,8 +49,9 @@ std::vector<LinearGroupItem> expert_items(const std::vector<Linear>& linears, co
                                           const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx) {
   std::vector<LinearGroupItem> items;
   auto block = [](const Tensor& t, int64_t b, int64_t e) { return t.defined() ? t.rows(b, e) : Tensor(); };
+  const std::vector<int32_t> offsets = plan.expert_offsets.to_vector<int32_t>();
   for (size_t e = 0; e < linears.size(); ++e) {
-    const int64_t b = plan.offsets[e], end = plan.offsets[e + 1];
+    const int64_t b = offsets[e], end = offsets[e + 1];
     if (end == b) continue;  // no token chose this expert: nothing to compute, no gradient
     items.push_back({&linears[e].site(), linears[e].weight(), linears[e].grad(), block(x, b, end), block(y, b, end),
                      block(dy, b, end), block(dx, b, end)});

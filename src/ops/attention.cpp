@@ -16,7 +16,7 @@ HeadsLayout layout(const char* op, const char* arg, const Tensor& t, int64_t row
 
 AttentionProblem problem(const char* op, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o,
                          const Tensor& lse, int64_t batch, double scale) {
-  check::float_dtype(op, "q", q);
+  check::storage_dtype(op, "q", q);
   FP8T_CHECK(q.dim() == 3 && v.defined() && v.dim() == 3, "{}: q and v must be 3-D, got {} and {}", op, q.str(),
              v.str());
   FP8T_CHECK(batch > 0 && q.size(0) % batch == 0, "{}: {} rows are not {} whole sequences", op, q.size(0), batch);
@@ -43,7 +43,8 @@ void attention_forward(const ExecCtx& ctx, const Tensor& q, const Tensor& k, con
                        const Tensor& lse, int64_t batch, double scale) {
   const char* op = "attention_forward";
   const AttentionProblem p = problem(op, q, k, v, o, lse, batch, scale);
-  check::same_dtype(op, {&q, &k, &v, &o, &lse});
+  check::same_dtype(op, {&q, &k, &v, &o});
+  check::compute_dtype_of(op, "lse", lse, q.dtype());
   check::on_device(op, ctx, {&q, &k, &v, &o, &lse});
   launcher(ctx, &OpTable::attention_forward, "attention_forward")(ctx, p, q.raw(), k.raw(), v.raw(), o.raw(),
                                                                   lse.raw());
@@ -59,7 +60,8 @@ void attention_backward(const ExecCtx& ctx, const Tensor& q, const Tensor& k, co
   p.dq = layout(op, "dq", dq, rows, p.heads, p.qk_dim);
   p.dk = layout(op, "dk", dk, rows, p.heads, p.qk_dim);
   p.dv = layout(op, "dv", dv, rows, p.heads, p.v_dim);
-  check::same_dtype(op, {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv});
+  check::same_dtype(op, {&q, &k, &v, &o, &dout, &dq, &dk, &dv});
+  check::compute_dtype_of(op, "lse", lse, q.dtype());
   check::on_device(op, ctx, {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv});
   launcher(ctx, &OpTable::attention_backward, "attention_backward")(
       ctx, p, q.raw(), k.raw(), v.raw(), o.raw(), lse.raw(), dout.raw(), dq.raw(), dk.raw(), dv.raw());

@@ -1,6 +1,7 @@
 // Causal softmax attention (the attention core; high precision in every recipe), flash-style memory use:
 //   q, k: [batch·seq, heads, qk_dim];  v: [batch·seq, heads, v_dim];  o: [batch·seq, heads, v_dim]
 //   lse: [batch, heads, seq] contiguous — the per-row log-sum-exp kept for the backward
+// q, k, v, o and the gradients in one storage dtype (f32, bf16, f64); lse in its compute dtype (f32 beside bf16).
 // Any row and head strides with a unit last stride are accepted (v may be a view into a fused k|v buffer).
 //   o_t = Σ_{s ≤ t} softmax_s(scale·q_t·k_s)·v_s.   No [seq, seq] tensor is kept: the backward recomputes the
 // probabilities block by block from q, k and lse, so what lives between forward and backward is q, k, v, o, lse.

@@ -21,6 +21,17 @@ void float_dtype(std::string_view op, std::string_view arg, const Tensor& t) {
   FP8T_CHECK(is_floating(t.dtype()), "{}: {} must be f32 or f64, got {}", op, arg, t.str());
 }
 
+void storage_dtype(std::string_view op, std::string_view arg, const Tensor& t) {
+  FP8T_CHECK(t.defined(), "{}: {} is undefined", op, arg);
+  FP8T_CHECK(is_float_storage(t.dtype()), "{}: {} must be f32, bf16 or f64, got {}", op, arg, t.str());
+}
+
+void compute_dtype_of(std::string_view op, std::string_view arg, const Tensor& t, DType storage) {
+  if (!t.defined()) return;
+  FP8T_CHECK(t.dtype() == compute_dtype(storage), "{}: {} must be {} beside {} activations, got {}", op, arg,
+             dtype_name(compute_dtype(storage)), dtype_name(storage), t.str());
+}
+
 void vector(std::string_view op, std::string_view arg, const Tensor& t, int64_t n) {
   FP8T_CHECK(t.defined(), "{}: {} is undefined", op, arg);
   FP8T_CHECK(t.is_contiguous(), "{}: {} must be contiguous, got {}", op, arg, t.str());

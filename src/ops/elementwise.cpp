@@ -10,7 +10,8 @@ void run_axpby(const ExecCtx& ctx, const char* op, double alpha, const Tensor& a
                const Tensor& out) {
   const Tensor ma = check::as_matrix(op, "a", a);
   const Tensor mo = check::as_matrix(op, "out", out);
-  check::float_dtype(op, "a", a);
+  check::storage_dtype(op, "a", a);
+  check::storage_dtype(op, "out", out);
   FP8T_CHECK(ma.size(0) == mo.size(0) && ma.size(1) == mo.size(1), "{}: shapes differ: {} vs {}", op, a.str(),
              out.str());
   Tensor mb;
@@ -19,10 +20,15 @@ void run_axpby(const ExecCtx& ctx, const char* op, double alpha, const Tensor& a
     FP8T_CHECK(mb.size(0) == mo.size(0) && mb.size(1) == mo.size(1), "{}: shapes differ: {} vs {}", op, b->str(),
                out.str());
   }
-  check::same_dtype(op, {&a, &mb, &out});
+  if (b) check::storage_dtype(op, "b", mb);
+  FP8T_CHECK(compute_dtype(a.dtype()) == compute_dtype(out.dtype()) &&
+                 (!b || compute_dtype(mb.dtype()) == compute_dtype(out.dtype())),
+             "{}: f64 tensors mix only with f64 ({} and {})", op, a.str(), out.str());
   check::on_device(op, ctx, {&a, &mb, &out});
   AxpbyProblem p;
-  p.dtype = a.dtype();
+  p.dtype = out.dtype();
+  p.a_dtype = a.dtype();
+  p.b_dtype = b ? mb.dtype() : a.dtype();
   p.rows = mo.size(0);
   p.cols = mo.size(1);
   p.ld_a = ma.ld();
@@ -50,7 +56,7 @@ void scale(const ExecCtx& ctx, const Tensor& x, double alpha) { run_axpby(ctx, "
 
 void fill(const ExecCtx& ctx, const Tensor& x, double value) {
   const Tensor m = check::as_matrix("fill", "x", x);
-  check::float_dtype("fill", "x", x);
+  check::storage_dtype("fill", "x", x);
   AxpbyProblem p;
   p.dtype = x.dtype();
   p.rows = m.size(0);

@@ -12,12 +12,12 @@ EmbeddingProblem problem(const ExecCtx& ctx, const char* op, const Tensor& ids, 
   check::dtype(op, "ids", ids, DType::I32);
   check::matrix(op, "table", table);
   FP8T_CHECK(table.is_contiguous(), "{}: table must be contiguous, got {}", op, table.str());
-  check::float_dtype(op, "table", table);
   check::matrix(op, "token rows", rows, ids.numel(), table.size(1));
-  check::same_dtype(op, {&table, &rows});
+  check::storage_dtype(op, "token rows", rows);
+  check::compute_dtype_of(op, "table", table, rows.dtype());
   check::on_device(op, ctx, {&ids, &table, &rows});
   EmbeddingProblem p;
-  p.dtype = table.dtype();
+  p.dtype = rows.dtype();
   p.tokens = ids.numel();
   p.vocab = table.size(0);
   p.dim = table.size(1);

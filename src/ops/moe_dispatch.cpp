@@ -5,26 +5,34 @@
 
 namespace fp8train::ops {
 
-MoePlan moe_build_plan(const ExecCtx& ctx, const Tensor& selected, int64_t n_experts, MemCategory category) {
+int64_t moe_plan_rows(int64_t tokens, int64_t top_k, int64_t n_experts, int64_t align) {
+  const int64_t bound = tokens * top_k + n_experts * (align - 1);
+  return (bound + align - 1) / align * align;
+}
+
+MoePlan moe_build_plan(const ExecCtx& ctx, const Tensor& selected, int64_t n_experts, int64_t align,
+                       MemCategory category) {
   const char* op = "moe_build_plan";
   check::matrix(op, "selected", selected);
   check::dtype(op, "selected", selected, DType::I32);
   FP8T_CHECK(selected.is_contiguous(), "{}: selected must be contiguous, got {}", op, selected.str());
   FP8T_CHECK(n_experts > 0, "{}: n_experts must be positive", op);
+  FP8T_CHECK(align >= 1, "{}: align must be at least 1, got {}", op, align);
   MoePlan plan;
   plan.tokens = selected.size(0);
   plan.top_k = selected.size(1);
   plan.n_experts = n_experts;
+  plan.align = align;
+  plan.rows = moe_plan_rows(plan.tokens, plan.top_k, n_experts, align);
+  FP8T_CHECK(plan.rows <= INT32_MAX, "{}: {} expert-ordered rows overflow the int32 plan", op, plan.rows);
   check::on_device(op, ctx, {&selected});
   plan.expert_offsets = Tensor::empty({n_experts + 1}, DType::I32, category, ctx.device);
-  plan.slot_token = Tensor::empty({plan.tokens * plan.top_k}, DType::I32, category, ctx.device);
+  plan.slot_token = Tensor::empty({plan.rows}, DType::I32, category, ctx.device);
   plan.choice_slot = Tensor::empty({plan.tokens, plan.top_k}, DType::I32, category, ctx.device);
-  MoePlanProblem p{plan.tokens, plan.top_k, n_experts};
+  MoePlanProblem p{plan.tokens, plan.top_k, n_experts, align, plan.rows};
   launcher(ctx, &OpTable::moe_build_plan, "moe_build_plan")(
       ctx, p, selected.data<int32_t>(), plan.expert_offsets.data<int32_t>(), plan.slot_token.data<int32_t>(),
       plan.choice_slot.data<int32_t>());
-  const std::vector<int32_t> offsets = plan.expert_offsets.to_vector<int32_t>();
-  plan.offsets.assign(offsets.begin(), offsets.end());
   return plan;
 }
 
@@ -32,14 +40,15 @@ namespace {
 MoePermuteProblem problem(const ExecCtx& ctx, const char* op, const Tensor& token_rows, const Tensor& expert_rows,
                           const MoePlan& plan, bool accumulate) {
   check::matrix(op, "token-ordered matrix", token_rows, plan.tokens);
-  check::matrix(op, "expert-ordered matrix", expert_rows, plan.tokens * plan.top_k, token_rows.size(1));
-  check::float_dtype(op, "token-ordered matrix", token_rows);
+  check::matrix(op, "expert-ordered matrix", expert_rows, plan.rows, token_rows.size(1));
+  check::storage_dtype(op, "token-ordered matrix", token_rows);
   check::same_dtype(op, {&token_rows, &expert_rows});
   check::on_device(op, ctx, {&token_rows, &expert_rows, &plan.slot_token});
   MoePermuteProblem p;
   p.dtype = token_rows.dtype();
   p.tokens = plan.tokens;
   p.top_k = plan.top_k;
+  p.rows = plan.rows;
   p.dim = token_rows.size(1);
   p.ld_x = token_rows.size(0) > 1 ? token_rows.ld() : p.dim;
   p.ld_xp = expert_rows.size(0) > 1 ? expert_rows.ld() : p.dim;
@@ -48,7 +57,7 @@ MoePermuteProblem problem(const ExecCtx& ctx, const char* op, const Tensor& toke
 }
 void check_gates(const char* op, const Tensor& gates, const MoePlan& plan, const Tensor& like) {
   check::vector(op, "gates", gates, plan.tokens * plan.top_k);
-  check::same_dtype(op, {&gates, &like});
+  check::compute_dtype_of(op, "gates", gates, like.dtype());
 }
 }  // namespace
 

@@ -21,6 +21,7 @@ namespace fp8train::ops {
 
 // Problem descriptors, defined in the op's own header.
 struct GemmProblem;          // ops/gemm.h
+struct GroupedGemmProblem;   // ops/gemm.h
 struct AxpbyProblem;         // ops/elementwise.h
 struct EmbeddingProblem;     // ops/embedding.h
 struct RmsNormProblem;       // ops/rmsnorm.h
@@ -37,6 +38,8 @@ struct SumSquaresProblem;    // ops/sum_squares.h
 
 // ---- launcher types (tier 2) -------------------------------------------------------------------------
 using GemmFn = void(const ExecCtx&, const GemmProblem&, const void* a, const void* b, void* c);
+using GroupedGemmFn = void(const ExecCtx&, const GroupedGemmProblem&, const int32_t* offsets, const void* a,
+                           const void* b, void* c);
 using AxpbyFn = void(const ExecCtx&, const AxpbyProblem&, const void* a, const void* b, void* out);
 using FillFn = void(const ExecCtx&, const AxpbyProblem&, double value, void* out);
 using EmbeddingForwardFn = void(const ExecCtx&, const EmbeddingProblem&, const int32_t* ids, const void* table,
@@ -81,6 +84,7 @@ using SumSquaresFn = void(const ExecCtx&, const SumSquaresProblem&, const void* 
 struct OpTable {
   std::string_view backend;  // "cpu", "cuda"
   GemmFn* gemm = nullptr;
+  GroupedGemmFn* gemm_grouped = nullptr;
   AxpbyFn* axpby = nullptr;
   FillFn* fill = nullptr;
   EmbeddingForwardFn* embedding_forward = nullptr;

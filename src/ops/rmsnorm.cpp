@@ -13,12 +13,14 @@ void rmsnorm_forward(const ExecCtx& ctx, const Tensor& x, const Tensor& weight, 
                      const Tensor& rstd) {
   const char* op = "rmsnorm_forward";
   check::matrix(op, "x", x);
-  check::float_dtype(op, "x", x);
+  check::storage_dtype(op, "x", x);
   const int64_t rows = x.size(0), dim = x.size(1);
   check::vector(op, "weight", weight, dim);
   check::matrix(op, "y", y, rows, dim);
   if (rstd.defined()) check::vector(op, "rstd", rstd, rows);
-  check::same_dtype(op, {&x, &weight, &y, &rstd});
+  check::same_dtype(op, {&x, &y});
+  check::compute_dtype_of(op, "weight", weight, x.dtype());
+  check::compute_dtype_of(op, "rstd", rstd, x.dtype());
   check::on_device(op, ctx, {&x, &weight, &y, &rstd});
   FP8T_CHECK(eps > 0, "{}: eps must be positive, got {}", op, eps);
   RmsNormProblem p;
@@ -36,14 +38,17 @@ void rmsnorm_backward(const ExecCtx& ctx, const Tensor& x, const Tensor& weight,
                       const Tensor& dx, const Tensor& dweight, bool accumulate_dx) {
   const char* op = "rmsnorm_backward";
   check::matrix(op, "x", x);
-  check::float_dtype(op, "x", x);
+  check::storage_dtype(op, "x", x);
   const int64_t rows = x.size(0), dim = x.size(1);
   check::vector(op, "weight", weight, dim);
   check::vector(op, "rstd", rstd, rows);
   check::matrix(op, "dy", dy, rows, dim);
   check::matrix(op, "dx", dx, rows, dim);
   if (dweight.defined()) check::vector(op, "dweight", dweight, dim);
-  check::same_dtype(op, {&x, &weight, &rstd, &dy, &dx, &dweight});
+  check::same_dtype(op, {&x, &dy, &dx});
+  check::compute_dtype_of(op, "weight", weight, x.dtype());
+  check::compute_dtype_of(op, "rstd", rstd, x.dtype());
+  check::compute_dtype_of(op, "dweight", dweight, x.dtype());
   check::on_device(op, ctx, {&x, &weight, &rstd, &dy, &dx, &dweight});
   RmsNormProblem p;
   p.dtype = x.dtype();

@@ -7,7 +7,7 @@ namespace fp8train::ops {
 
 void rope_(const ExecCtx& ctx, const Tensor& x, int64_t seq_len, double theta, bool inverse) {
   const char* op = "rope";
-  check::float_dtype(op, "x", x);
+  check::storage_dtype(op, "x", x);
   FP8T_CHECK(x.dim() == 3, "{}: x must be [rows, heads, rope_dim], got {}", op, x.str());
   FP8T_CHECK(x.size(2) <= 1 || x.stride(2) == 1, "{}: x must have a unit last stride, got {}", op, x.str());
   FP8T_CHECK(x.size(2) % 2 == 0, "{}: rope_dim must be even, got {}", op, x.size(2));

@@ -12,7 +12,7 @@ int64_t ld_of(const Tensor& m) { return m.size(0) > 1 ? m.ld() : m.size(1); }
 void swiglu_forward(const ExecCtx& ctx, const Tensor& in, const Tensor& out) {
   const char* op = "swiglu_forward";
   check::matrix(op, "in", in);
-  check::float_dtype(op, "in", in);
+  check::storage_dtype(op, "in", in);
   FP8T_CHECK(in.size(1) % 2 == 0, "{}: in must have 2F columns (gate | up), got {}", op, in.str());
   check::matrix(op, "out", out, in.size(0), in.size(1) / 2);
   check::same_dtype(op, {&in, &out});
@@ -29,7 +29,7 @@ void swiglu_forward(const ExecCtx& ctx, const Tensor& in, const Tensor& out) {
 void swiglu_backward(const ExecCtx& ctx, const Tensor& in, const Tensor& dout, const Tensor& din) {
   const char* op = "swiglu_backward";
   check::matrix(op, "in", in);
-  check::float_dtype(op, "in", in);
+  check::storage_dtype(op, "in", in);
   FP8T_CHECK(in.size(1) % 2 == 0, "{}: in must have 2F columns (gate | up), got {}", op, in.str());
   check::matrix(op, "dout", dout, in.size(0), in.size(1) / 2);
   check::matrix(op, "din", din, in.size(0), in.size(1));

@@ -199,6 +199,7 @@ void set_recipe_option(RecipeConfig& c, std::string_view key, std::string_view v
   } else if (key == "moments") {
     FP8T_CHECK(v == "fp32" || v == "bf16", "recipe option 'moments': '{}' (expected fp32 or bf16)", v);
     c.moment_dtype = std::string(v);
+    c.moment_dtype_set = true;
   } else if (key == "seed") {
     c.seed = static_cast<uint64_t>(parse_int(key, v, 0, INT64_MAX));
   } else {

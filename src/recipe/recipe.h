@@ -83,7 +83,8 @@ struct RecipeConfig {
   bool recompute_mla_up = false;    // MLA up-projections (q/k/v from the latent) recomputed, not cached
 
   // ---- optimizer ----
-  std::string moment_dtype = "fp32";  // AdamW moments: "fp32" or "bf16"
+  std::string moment_dtype = "fp32";  // AdamW moments: "fp32" or "bf16" (train/config.h resolved_moment_dtype)
+  bool moment_dtype_set = false;      // the spec gave ":moments=" (an explicit optim.moment_dtype must agree)
 
   bool quantized_gemms() const { return kind != RecipeKind::Fp32 && kind != RecipeKind::Bf16; }
   bool per_tensor() const { return kind == RecipeKind::Fp8Tensorwise; }

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "common/error.h"
@@ -26,7 +28,11 @@ nlohmann::json state_to_json(const TrainerState& s) {
           {"tokens_seen", s.tokens_seen},
           {"sampler", {{"rng_state", s.sampler.rng_state}, {"windows_drawn", s.sampler.windows_drawn}}},
           {"skipped_steps", s.skipped_steps},
-          {"bad_in_row", s.bad_in_row}};
+          {"bad_in_row", s.bad_in_row},
+          {"wall_seconds", s.wall_seconds},
+          {"recent_losses", s.recent_losses},
+          {"memory", s.memory},
+          {"data_fingerprint", s.data_fingerprint}};
 }
 
 TrainerState state_from_json(const nlohmann::json& j) {
@@ -40,6 +46,13 @@ TrainerState state_from_json(const nlohmann::json& j) {
   FP8T_CHECK(s.step >= 0 && s.tokens_seen >= 0 && s.sampler.windows_drawn >= 0 && s.skipped_steps >= 0 &&
                  s.bad_in_row >= 0,
              "negative counter");
+  // The history fields came later: a checkpoint without them is valid (its summary then covers the resumed part).
+  s.wall_seconds = j.value("wall_seconds", 0.0);
+  if (j.contains("recent_losses")) s.recent_losses = j.at("recent_losses").get<std::vector<double>>();
+  if (j.contains("memory") && j.at("memory").is_object()) s.memory = j.at("memory");
+  s.data_fingerprint = j.value("data_fingerprint", std::string());
+  FP8T_CHECK(std::isfinite(s.wall_seconds) && s.wall_seconds >= 0 && s.recent_losses.size() <= 10,
+             "bad history field");
   return s;
 }
 
@@ -187,7 +200,7 @@ std::string run_dir_of_checkpoint(const std::string& step_dir) {
   return parent.filename() == "checkpoints" ? parent.parent_path().string() : parent.string();
 }
 
-CheckpointMeta read_checkpoint_meta(const std::string& step_dir) {
+CheckpointMeta read_checkpoint_meta(const std::string& step_dir, CheckpointUse use) {
   CheckpointMeta meta;
   meta.dir = step_dir;
   const std::string where = fmt::format("checkpoint '{}'", step_dir);
@@ -196,18 +209,22 @@ CheckpointMeta read_checkpoint_meta(const std::string& step_dir) {
   nlohmann::json state;
   try {
     state = nlohmann::json::parse(read_file((dir / "state.json").string()));
-  } catch (const nlohmann::json::exception& e) {
-    FP8T_FAIL("{} is corrupted: state.json is not valid JSON ({})", where, e.what());
+  } catch (const nlohmann::json::parse_error& e) {
+    // The parser's own message quotes the bytes it read, which in a corrupt file are binary: give the offset.
+    FP8T_FAIL("{} is corrupted: state.json is not valid JSON (at byte {})", where, e.byte);
   }
   FP8T_CHECK(state.is_object() && state.value("format", "") == kFormat,
              "{} is not an fp8train checkpoint (state.json format is not '{}')", where, kFormat);
   try {
     meta.state = state_from_json(state);
     meta.files = state.at("files");
-  } catch (const std::exception& e) {
-    FP8T_FAIL("{} is corrupted: state.json lacks or mangles a field ({})", where, e.what());
+  } catch (const nlohmann::json::exception&) {
+    FP8T_FAIL("{} is corrupted: state.json lacks or mangles a field", where);
+  } catch (const Error& e) {
+    FP8T_FAIL("{} is corrupted: state.json has a {}", where, e.what());
   }
   for (const char* file : kDataFiles) {
+    if (use == CheckpointUse::Inference && std::string(file) == "optimizer.safetensors") continue;
     FP8T_CHECK(meta.files.contains(file), "{} is corrupted: state.json does not list {}", where, file);
     const fs::path path = dir / file;
     FP8T_CHECK(fs::exists(path), "{} is incomplete: {} is missing", where, file);
@@ -220,12 +237,45 @@ CheckpointMeta read_checkpoint_meta(const std::string& step_dir) {
     if (std::string(file) == "config.json") {
       try {
         meta.config = nlohmann::json::parse(bytes);
-      } catch (const nlohmann::json::exception& e) {
-        FP8T_FAIL("{} is corrupted: config.json is not valid JSON ({})", where, e.what());
+      } catch (const nlohmann::json::parse_error& e) {
+        FP8T_FAIL("{} is corrupted: config.json is not valid JSON (at byte {})", where, e.byte);
       }
     }
   }
   return meta;
+}
+
+std::vector<std::string> prune_checkpoints(const std::string& run_dir, int64_t keep_last, int64_t keep_every) {
+  std::vector<std::string> removed;
+  if (keep_last <= 0) return removed;
+  const fs::path checkpoints = fs::path(run_dir) / "checkpoints";
+  std::error_code ec;
+  if (!fs::is_directory(checkpoints, ec)) return removed;
+  std::string latest;
+  if (fs::exists(checkpoints / "latest", ec)) {
+    latest = read_file((checkpoints / "latest").string());
+    while (!latest.empty() && (latest.back() == '\n' || latest.back() == '\r' || latest.back() == ' ')) latest.pop_back();
+  }
+  std::vector<std::pair<int64_t, std::string>> steps;  // complete checkpoints: "step-" + 8 digits
+  for (const auto& entry : fs::directory_iterator(checkpoints)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || name.size() < 6 || name.rfind("step-", 0) != 0 ||
+        name.find_first_not_of("0123456789", 5) != std::string::npos)
+      continue;
+    steps.emplace_back(std::stoll(name.substr(5)), name);
+  }
+  std::sort(steps.begin(), steps.end());
+  const size_t first_kept = steps.size() > static_cast<size_t>(keep_last) ? steps.size() - static_cast<size_t>(keep_last) : 0;
+  for (size_t i = 0; i < first_kept; ++i) {
+    const auto& [step, name] = steps[i];
+    if (name == latest || (keep_every > 0 && step % keep_every == 0)) continue;
+    const fs::path doomed = checkpoints / (name + ".tmp-pruned-" + std::to_string(::getpid()));
+    fs::rename(checkpoints / name, doomed);
+    fs::remove_all(doomed);
+    removed.push_back(name);
+  }
+  if (!removed.empty()) fsync_directory(checkpoints.string());
+  return removed;
 }
 
 void load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::AdamW* optimizer) {

@@ -7,7 +7,9 @@
 //     master.safetensors     FP32 master weights (exact)
 //     optimizer.safetensors  AdamW moments "exp_avg.<name>" / "exp_avg_sq.<name>" in the moment dtype
 //     state.json             step, tokens seen, data sampler (RNG state, windows drawn), skipped-step counters,
-//                            and the byte size + FNV-1a 64 checksum of every other file
+//                            the run's history so far (training wall time, the last 10 applied steps' losses,
+//                            the memory maximum, the data's fingerprint), and the byte size + FNV-1a 64
+//                            checksum of every other file
 //     config.json            the resolved TrainConfig
 //   RUN/checkpoints/latest   one line: "step-00000300"
 //
@@ -18,6 +20,7 @@
 // Tensors travel through the named views of the parameter and moment arenas and the model's state tensors:
 // copied to the host with Tensor::to on saving and back with Tensor::copy_from on loading, so a run on any device
 // saves and resumes the same way.
+// Retention (prune_checkpoints): after each save the trainer deletes the checkpoints its settings do not keep.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -35,6 +38,11 @@ struct TrainerState {
   BatchSampler::State sampler;
   int64_t skipped_steps = 0;  // non-finite steps skipped so far
   int64_t bad_in_row = 0;     // consecutive non-finite steps at the time of saving
+  // The run's history, so that a resumed run's summary covers the whole run (absent in older checkpoints):
+  double wall_seconds = 0;            // training wall time of every session up to this checkpoint
+  std::vector<double> recent_losses;  // total loss of the last (up to 10) applied steps, oldest first
+  nlohmann::json memory;              // memory maximum over the steps so far (trainer.cpp memory_json), or null
+  std::string data_fingerprint;       // FNV-1a 64 of the data's tokens (empty: unknown)
 };
 
 struct CheckpointWrite {
@@ -62,8 +70,17 @@ struct CheckpointMeta {
   nlohmann::json files;  // name → {"bytes", "fnv1a64"}
 };
 
-// Reads state.json and config.json and verifies every listed file's size and checksum.
-CheckpointMeta read_checkpoint_meta(const std::string& step_dir);
+// What a checkpoint is read for: resuming training needs every file; evaluation and generation never read
+// optimizer.safetensors, so it may be missing (and is not read to verify it).
+enum class CheckpointUse { Resume, Inference };
+
+// Reads state.json and config.json and verifies every needed file's size and checksum.
+CheckpointMeta read_checkpoint_meta(const std::string& step_dir, CheckpointUse use = CheckpointUse::Resume);
+
+// Retention: deletes RUN's checkpoints except the `keep_last` highest steps (0: keep all), those whose step is
+// a multiple of `keep_every` (0: none), and the one "latest" names; returns the deleted folder names. Each is
+// renamed to a ".tmp-" name first, so a crash mid-delete leaves a leftover that the next save sweeps away.
+std::vector<std::string> prune_checkpoints(const std::string& run_dir, int64_t keep_last, int64_t keep_every);
 
 // Loads master weights (exact FP32) and router biases into the model, and the moments and step count into the
 // optimizer when `optimizer` is not null. Names, shapes and dtypes must match the model (checked); the model's

@@ -38,8 +38,11 @@ std::vector<ConfigKey> make_keys() {
   k.push_back({"train.recipe", "recipe", 0, 0, {}, "precision recipe: fp32, bf16, fp8-deepseek, fp8-tensorwise, int8-blockwise, with optional :key=value overrides (src/recipe/recipe.h)", FP8T_REF(recipe)});
   k.push_back({"train.out", "out", 0, 0, {}, "run directory (empty: runs/<preset>-<date>-<time>)", FP8T_REF(out)});
   k.push_back({"train.save_every", "save-every", 0, kBig, {}, "checkpoint every N steps (0: only at the end)", FP8T_REF(save_every)});
+  k.push_back({"train.keep_last", "keep-last", 0, kBig, {}, "checkpoints kept: the last N (0: all), plus those of --keep-every; the one 'latest' names is never deleted", FP8T_REF(keep_last)});
+  k.push_back({"train.keep_every", "keep-every", 0, kBig, {}, "also keep every checkpoint whose step is a multiple of K (0: none)", FP8T_REF(keep_every)});
   k.push_back({"train.eval_every", "eval-every", 0, kBig, {}, "held-out evaluation every N steps, and at the end (0: only at the end)", FP8T_REF(eval_every)});
-  k.push_back({"train.eval_batches", "eval-batches", 1, 1e6, {}, "batches of held-out windows per periodic evaluation (the final one covers the whole held-out split, up to 2048 windows)", FP8T_REF(eval_batches)});
+  k.push_back({"train.eval_batches", "eval-batches", 1, 1e6, {}, "batches of held-out windows per periodic evaluation", FP8T_REF(eval_batches)});
+  k.push_back({"train.final_eval_windows", "final-eval-windows", 0, kBig, {}, "held-out windows in the final evaluation, at most the whole held-out split (0: the periodic evaluation's windows)", FP8T_REF(final_eval_windows)});
   k.push_back({"train.log_every", "log-every", 1, kBig, {}, "steps between progress lines when the output is not a terminal", FP8T_REF(log_every)});
   k.push_back({"train.health_every", "health-every", 0, kBig, {}, "steps between numerics-health samples (per-GEMM saturation, underflow, scale range, relative error vs an FP32 GEMM) and memory in metrics.jsonl (0: never)", FP8T_REF(health_every)});
   k.push_back({"train.max_bad_steps", "max-bad-steps", 1, 1e6, {}, "consecutive non-finite steps (skipped) before the run stops", FP8T_REF(max_bad_steps)});
@@ -53,7 +56,7 @@ std::vector<ConfigKey> make_keys() {
   k.push_back({"optim.eps", "eps", 1e-30, 1, {}, "AdamW epsilon", FP8T_REF(eps)});
   k.push_back({"optim.weight_decay", "weight-decay", 0, 10, {}, "AdamW decoupled weight decay (not applied to 1-D parameters)", FP8T_REF(weight_decay)});
   k.push_back({"optim.grad_clip", "grad-clip", 0, kInf, {}, "clip the global gradient norm to this (0: off)", FP8T_REF(grad_clip)});
-  k.push_back({"optim.moment_dtype", "moment-dtype", 0, 0, {"bf16", "fp32"}, "storage of AdamW's moments", FP8T_REF(moment_dtype)});
+  k.push_back({"optim.moment_dtype", "moment-dtype", 0, 0, {"recipe", "fp32", "bf16"}, "storage of AdamW's moments; recipe: the recipe's choice (fp32; bf16 for fp8-deepseek; a spec's ':moments=')", FP8T_REF(moment_dtype)});
   k.push_back({"optim.batch_warmup_start", "batch-warmup-start", 0, 1e6, {}, "batch-size warmup: sequences at step 0 (0: no warmup)", FP8T_REF(batch_warmup_start)});
   k.push_back({"optim.batch_warmup_steps", "batch-warmup-steps", 0, kBig, {}, "batch-size warmup length in steps", FP8T_REF(batch_warmup_steps)});
   return k;
@@ -155,7 +158,7 @@ optim::AdamWConfig TrainConfig::adamw() const {
   a.beta2 = beta2;
   a.eps = eps;
   a.weight_decay = weight_decay;
-  a.moment_dtype = optim::parse_moment_dtype(moment_dtype);
+  a.moment_dtype = optim::parse_moment_dtype(resolved_moment_dtype(*this));
   return a;
 }
 
@@ -222,13 +225,78 @@ void validate_config(const TrainConfig& c) {
              "config key 'optim.batch_warmup_start' ({}) must not exceed 'train.batch_size' ({})", c.batch_warmup_start,
              c.batch_size);
   c.lr_schedule().validate();
+  recipe::RecipeConfig rc;
   try {  // the recipe layer parses the spec (name + ":key=value" overrides)
-    (void)recipe::parse_recipe(c.recipe);
+    rc = recipe::parse_recipe(c.recipe);
   } catch (const Error& e) {
     FP8T_FAIL("config key 'train.recipe': {}", e.what());
   }
+  FP8T_CHECK(c.moment_dtype == "recipe" || !rc.moment_dtype_set || c.moment_dtype == rc.moment_dtype,
+             "config key 'optim.moment_dtype' is '{}' but the recipe '{}' asks for moments={}: give one of them",
+             c.moment_dtype, c.recipe, rc.moment_dtype);
   c.batch_schedule().validate();
   validate_model_config(c);
+}
+
+std::string resolved_moment_dtype(const TrainConfig& config) {
+  if (config.moment_dtype != "recipe") return config.moment_dtype;
+  return recipe::parse_recipe(config.recipe).moment_dtype;
+}
+
+void resolve_moment_dtype(TrainConfig& config, ConfigSources* sources) {
+  if (config.moment_dtype != "recipe") return;
+  config.moment_dtype = resolved_moment_dtype(config);
+  if (sources) (*sources)["optim.moment_dtype"] = "recipe";
+}
+
+std::vector<std::string> config_warnings(const TrainConfig& c) {
+  std::vector<std::string> out;
+  if (c.warmup_steps >= c.steps)
+    out.push_back(fmt::format(
+        "the run is no longer than its learning-rate warmup ('train.steps' = {}, 'optim.warmup_steps' = {}): the "
+        "learning rate rises for the whole run, ends at the peak learning rate ({:g}) and never decays; use fewer "
+        "--warmup-steps or more --steps",
+        c.steps, c.warmup_steps, c.lr));
+  return out;
+}
+
+namespace {
+const nlohmann::json* find_dotted(const nlohmann::json& config, const std::string& key) {
+  const size_t dot = key.find('.');
+  if (dot == std::string::npos) return config.contains(key) ? &config[key] : nullptr;
+  const std::string section = key.substr(0, dot), name = key.substr(dot + 1);
+  if (!config.contains(section) || !config[section].is_object() || !config[section].contains(name)) return nullptr;
+  return &config[section][name];
+}
+}  // namespace
+
+std::vector<std::string> config_differences(const nlohmann::json& a, const nlohmann::json& b,
+                                            const std::vector<std::string>& ignore) {
+  std::vector<std::string> keys{"preset"};
+  for (const ConfigKey& k : config_keys()) keys.push_back(k.key);
+  std::vector<std::string> out;
+  for (const std::string& key : keys) {
+    if (std::find(ignore.begin(), ignore.end(), key) != ignore.end()) continue;
+    const nlohmann::json* x = find_dotted(a, key);
+    const nlohmann::json* y = find_dotted(b, key);
+    if (!x || !y || *x != *y) out.push_back(key);
+  }
+  return out;
+}
+
+std::string config_value_text(const nlohmann::json& config, const std::string& key) {
+  const nlohmann::json* v = find_dotted(config, key);
+  return v ? value_text(*v) : "(missing)";
+}
+
+bool config_key_changes_training(const std::string& key) {
+  static const char* const kBookkeeping[] = {"train.out",          "train.save_every",   "train.keep_last",
+                                             "train.keep_every",   "train.eval_every",   "train.eval_batches",
+                                             "train.final_eval_windows", "train.log_every", "train.health_every",
+                                             "train.max_bad_steps", "preset"};
+  for (const char* k : kBookkeeping)
+    if (key == k) return false;
+  return true;
 }
 
 nlohmann::json config_to_json(const TrainConfig& config) {
@@ -264,7 +332,17 @@ std::vector<ConfigFlag> config_flags() {
                        : std::holds_alternative<std::string*>(ref) ? "TEXT"
                        : std::holds_alternative<bool*>(ref)        ? "BOOL"
                                                                    : "INT";
-    flags.push_back({k.flag, k.key, fmt::format("{} [{}; {}]", k.help, k.key, range_text(k)), type});
+    // The default is the small preset's (the one `train` uses without --preset), with any preset that differs.
+    const std::string value = value_text(get_value(preset_config("small"), k));
+    std::vector<std::string> others;
+    for (const std::string& p : preset_names()) {
+      if (p == "small") continue;
+      const std::string v = value_text(get_value(preset_config(p), k));
+      if (v != value) others.push_back(p + ": " + v);
+    }
+    const std::string defaults = others.empty() ? "default " + value
+                                                : fmt::format("default {} (small preset; {})", value, fmt::join(others, ", "));
+    flags.push_back({k.flag, k.key, fmt::format("{} [{}; {}; {}]", k.help, k.key, range_text(k), defaults), type});
   }
   return flags;
 }

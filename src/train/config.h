@@ -43,8 +43,11 @@ struct TrainConfig {
   std::string recipe = "bf16";    // a recipe spec for recipe::parse_recipe (fp32, bf16, fp8-deepseek, ...)
   std::string out;                // run directory (empty: runs/<preset>-<date>-<time>)
   int64_t save_every = 0;         // checkpoint every N steps (0: only at the end)
+  int64_t keep_last = 3;          // checkpoints kept: the last N (0: all) ...
+  int64_t keep_every = 0;         // ... plus every one whose step is a multiple of K (0: none); "latest" always
   int64_t eval_every = 100;       // held-out evaluation every N steps (and at the end)
-  int64_t eval_batches = 8;       // batches of held-out windows per periodic evaluation (the final: all)
+  int64_t eval_batches = 8;       // batches of held-out windows per periodic evaluation
+  int64_t final_eval_windows = 2048;  // held-out windows of the final evaluation (0: the periodic evaluation's)
   int64_t log_every = 10;         // a plain progress line every N steps when not on a terminal
   int64_t max_bad_steps = 5;      // consecutive non-finite steps before the run stops
   int64_t health_every = 50;      // numerics-health counters, GEMM errors vs FP32 and memory sampled into metrics.jsonl every N steps (0: never)
@@ -60,7 +63,7 @@ struct TrainConfig {
   double eps = 1e-8;
   double weight_decay = 0.1;
   double grad_clip = 1.0;         // max global gradient norm (0: no clipping)
-  std::string moment_dtype = "bf16";
+  std::string moment_dtype = "recipe";  // "recipe": the recipe's choice (resolved_moment_dtype), or fp32 / bf16
   int64_t batch_warmup_start = 0;  // batch-size warmup: sequences at step 0 (0: none)
   int64_t batch_warmup_steps = 0;
 
@@ -91,6 +94,30 @@ void validate_model_config(const TrainConfig& config);
 
 // Checks ranges and cross-key consistency (e.g. final_lr <= lr); throws Error naming the key.
 void validate_config(const TrainConfig& config);
+
+// The AdamW moment dtype the config trains with, the one rule `train` and `compare` share: optim.moment_dtype
+// when it is fp32 or bf16, else ("recipe") the recipe's (recipe::RecipeConfig::moment_dtype: fp32, bf16 for
+// fp8-deepseek, or the spec's ":moments="). validate_config refuses an optim.moment_dtype that contradicts the
+// spec's own ":moments=".
+std::string resolved_moment_dtype(const TrainConfig& config);
+// Replaces "recipe" by resolved_moment_dtype (so config.json and checkpoints record the dtype used); the
+// source becomes "recipe".
+void resolve_moment_dtype(TrainConfig& config, ConfigSources* sources);
+
+// Warnings about a valid config that will not do what a user likely expects (e.g. a run no longer than its
+// learning-rate warmup, which ends at the peak learning rate): one sentence each, naming the keys.
+std::vector<std::string> config_warnings(const TrainConfig& config);
+
+// The dotted keys (e.g. "optim.lr", and "preset") whose values differ between two config JSONs, in table order;
+// keys listed in `ignore` are left out. A key missing on one side counts as different.
+std::vector<std::string> config_differences(const nlohmann::json& a, const nlohmann::json& b,
+                                            const std::vector<std::string>& ignore = {});
+// The value of a dotted key in a config JSON, as the table prints it ("(missing)" when absent).
+std::string config_value_text(const nlohmann::json& config, const std::string& key);
+
+// Keys that decide what a run computes: every key but the run directory and those that only schedule logging,
+// evaluation, checkpoints or the stop rule (their changes do not alter the steps' numbers).
+bool config_key_changes_training(const std::string& key);
 
 // Complete JSON (every key) of a config; apply_config_json(to_json(c)) reproduces c.
 nlohmann::json config_to_json(const TrainConfig& config);

@@ -60,6 +60,55 @@ nlohmann::ordered_json gemm_error_summary(const nlohmann::json& health) {
   return out;
 }
 
+nlohmann::ordered_json quantization_health_summary(const nlohmann::json& health) {
+  if (!health.is_array()) return nullptr;
+  struct Counts {
+    double elements = 0, nonzero = 0, saturated = 0, underflow = 0;
+    bool seen = false;
+  };
+  const char* const roles[] = {"activations", "weights", "gradients"};
+  Counts counts[3];
+  const auto add = [&](int role, const nlohmann::json& op) {
+    if (!op.is_object() || !op.contains("elements") || !op["elements"].is_number()) return;
+    Counts& c = counts[role];
+    c.elements += op["elements"].get<double>();
+    c.nonzero += op.value("nonzero", 0.0);
+    c.saturated += op.value("saturated", 0.0);
+    c.underflow += op.value("underflow", 0.0);
+    c.seen = true;
+  };
+  for (const nlohmann::json& g : health) {
+    if (!g.is_object()) continue;
+    const std::string kind = g.value("gemm", "");
+    const nlohmann::json a = g.value("a", nlohmann::json()), b = g.value("b", nlohmann::json());
+    if (kind == "fprop") {
+      add(0, a);
+      add(1, b);
+    } else if (kind == "dgrad") {
+      add(2, a);
+      add(1, b);
+    } else if (kind == "wgrad") {
+      add(2, a);
+      add(0, b);
+    }
+  }
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (int r = 0; r < 3; ++r) {
+    const Counts& c = counts[r];
+    if (!c.seen) continue;
+    nlohmann::ordered_json j;
+    j["elements"] = c.elements;
+    j["nonzero"] = c.nonzero;
+    j["saturated"] = c.saturated;
+    j["underflow"] = c.underflow;
+    j["saturated_fraction"] = c.elements > 0 ? c.saturated / c.elements : 0.0;
+    j["underflow_fraction"] = c.nonzero > 0 ? c.underflow / c.nonzero : 0.0;
+    out[roles[r]] = j;
+  }
+  if (out.empty()) return nullptr;
+  return out;
+}
+
 nlohmann::ordered_json gemm_error_over_run(const std::vector<nlohmann::json>& metrics_rows) {
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const char* kind : kGemmKinds) {

@@ -71,6 +71,15 @@ nlohmann::ordered_json finite_or_null(double x);
 //    name, "row_mean": the mean of the Linears' row_rel_error}. Null when `health` holds no records.
 nlohmann::ordered_json gemm_error_summary(const nlohmann::json& health);
 
+// Per tensor role of one step's "health" array, summing the quantized operands' counters ("a"/"b") over the
+// Linears: activations = Fprop a (x) + Wgrad b (xᵀ), weights = Fprop b (W) + Dgrad b (Wᵀ), gradients = Dgrad a
+// (dy) + Wgrad a (dyᵀ):
+//   {"activations"|"weights"|"gradients": {"elements", "nonzero", "saturated", "underflow",
+//    "saturated_fraction": saturated / elements (values clamped to the format's largest magnitude),
+//    "underflow_fraction": underflow / nonzero (nonzero values that quantized to zero)}}
+// Null when no record has operand counters (unquantized recipes).
+nlohmann::ordered_json quantization_health_summary(const nlohmann::json& health);
+
 // The same over a run: per kind, the mean over the sampled steps of each step's "pooled", "mean" and "row_mean",
 // the largest "max", and "samples" (steps with a record of that kind). Rows without "health" are skipped (a run sampled
 // before this metric existed has no "rel_error" and gives null).

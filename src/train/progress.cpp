@@ -17,8 +17,10 @@ std::string format_duration(double seconds) {
 
 std::string progress_text(const ProgressValues& v) {
   const int width = static_cast<int>(std::to_string(v.total_steps).size());
-  return fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | {:>7.0f} tok/s | {} left", v.step, width,
-                     v.total_steps, v.loss, v.lr, v.tokens_per_s, format_duration(v.seconds_left));
+  return fmt::format("step {:>{}}/{} | next-token loss {:.4f} | total (+MTP, balance) {:.4f} | lr {:.2e} | "
+                     "{:>7.0f} tok/s | {} left",
+                     v.step, width, v.total_steps, v.loss_main, v.loss_total, v.lr, v.tokens_per_s,
+                     format_duration(v.seconds_left));
 }
 
 Progress::Progress(std::FILE* out, bool terminal, int64_t log_every, const std::string& log_path)
@@ -41,6 +43,7 @@ void Progress::log_line(const std::string& text) {
 void Progress::update(const ProgressValues& v) {
   const std::string text = progress_text(v);
   last_text_ = text;
+  status_open_ = false;
   const bool last = v.step >= v.total_steps;
   const bool log_step = v.step == 1 || v.step % log_every_ == 0 || last;
   if (log_step) log_line(text);
@@ -61,9 +64,39 @@ void Progress::message(const std::string& text) {
   log_line(text);
   if (terminal_ && line_open_) std::fputs("\r\x1b[K", out_);
   std::fprintf(out_, "%s\n", text.c_str());
-  if (terminal_ && line_open_ && !last_text_.empty()) std::fputs(last_text_.c_str(), out_);
+  if (terminal_ && line_open_) {
+    if (status_open_) {
+      line_open_ = false;  // a finished status is not drawn again
+    } else if (!last_text_.empty()) {
+      std::fputs(last_text_.c_str(), out_);
+    }
+  }
+  status_open_ = false;
+  status_logged_ = false;
   std::fflush(out_);
 }
+
+void Progress::status(const std::string& text) {
+  const auto now = std::chrono::steady_clock::now();
+  const bool plain = !status_logged_ || now - last_status_line_ >= std::chrono::seconds(10);
+  if (plain) {
+    log_line(text);
+    last_status_line_ = now;
+    status_logged_ = true;
+  }
+  if (terminal_) {
+    if (line_open_ && status_open_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    last_draw_ = now;
+    std::fprintf(out_, "\r\x1b[K%s", text.c_str());
+    line_open_ = true;
+    status_open_ = true;
+  } else if (plain) {
+    std::fprintf(out_, "%s\n", text.c_str());
+  }
+  std::fflush(out_);
+}
+
+void Progress::log_only(const std::string& text) { log_line(text); }
 
 void Progress::finish() {
   if (terminal_ && line_open_) {

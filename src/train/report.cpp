@@ -89,8 +89,15 @@ std::string write_report(const std::string& run_dir) {
   const auto row = [&](const std::string& k, const std::string& v) {
     body += "<tr><th>" + svg::escape(k) + "</th><td>" + svg::escape(v) + "</td></tr>\n";
   };
+  // What ran, and on what: the recipe and preset from config.json (there from the first step on), the device
+  // from summary.json (written at the end).
+  if (config.is_object() && config.contains("train") && config["train"].is_object())
+    row("recipe", format_value(config["train"].value("recipe", nlohmann::json("?"))));
+  if (config.is_object() && config.contains("preset")) row("preset", format_value(config["preset"]));
+  if (summary.is_object() && summary.contains("device")) row("device", format_value(nlohmann::json(summary["device"])));
   if (summary.is_object())
     for (auto it = summary.begin(); it != summary.end(); ++it) {
+      if (it.key() == "recipe" || it.key() == "device") continue;
       if (!it.value().is_object()) {
         row(it.key(), format_value(nlohmann::json(it.value())));
         continue;
@@ -147,7 +154,7 @@ std::string write_report(const std::string& run_dir) {
                    "The three terms of the training loss, smoothed: next-token cross-entropy, the MTP loss "
                    "(lambda-weighted) and the sequence-wise balance loss (alpha-weighted), log scale.");
   }
-  {
+  if (!evals.empty()) {  // (the unit comes from the evaluations' own key: a run without one has no panel)
     std::vector<svg::LineSeries> s;
     s.push_back({bytes ? "held-out bits per byte" : "held-out bits per token", eval_bits.x, eval_bits.y,
                  svg::palette_color(1), false, true});
@@ -198,6 +205,39 @@ std::string write_report(const std::string& run_dir) {
       body += figure(svg::line_chart(chart("GEMM error vs FP32 reference", "relative error"), s),
                    "Each Linear GEMM of a health-sampled step against the same GEMM in FP32 on the operands "
                    "before quantization, ||Y - R||_F / ||R||_F, mean over the Linears, per GEMM kind.");
+  }
+  // ---- quantization health: saturation and underflow of the quantized GEMM operands --------------------------
+  {
+    const std::string recipe = config.is_object() ? config.value("/train/recipe"_json_pointer, std::string()) : "";
+    const std::string format = recipe.rfind("int8", 0) == 0 ? "INT8" : "FP8";
+    std::vector<svg::LineSeries> saturation, underflow;
+    int color = 0;
+    for (const char* role : {"activations", "weights", "gradients"}) {
+      svg::LineSeries sat{role, {}, {}, svg::palette_color(color), false, true};
+      svg::LineSeries und{role, {}, {}, svg::palette_color(color++), false, true};
+      for (const auto& r : metrics) {
+        if (!r.contains("health")) continue;
+        const nlohmann::ordered_json q = quantization_health_summary(r["health"]);
+        if (!q.is_object() || !q.contains(role)) continue;
+        sat.x.push_back(number_or_nan(r, "step"));
+        sat.y.push_back(100.0 * q[role]["saturated_fraction"].get<double>());
+        und.x.push_back(number_or_nan(r, "step"));
+        und.y.push_back(100.0 * q[role]["underflow_fraction"].get<double>());
+      }
+      if (!sat.x.empty()) {
+        saturation.push_back(std::move(sat));
+        underflow.push_back(std::move(und));
+      }
+    }
+    if (!saturation.empty()) {
+      body += figure(svg::line_chart(chart(format + " saturation", "% of elements clamped"), saturation),
+                     "Share of each role's quantized GEMM operand elements (over every Linear of a health-sampled "
+                     "step) beyond the format's largest magnitude, clamped to it; only stale (delayed) scales can "
+                     "cause it, so per-tile scaling shows 0.");
+      body += figure(svg::line_chart(chart(format + " underflow", "% of nonzero elements flushed to zero"), underflow),
+                     "Share of each role's nonzero quantized GEMM operand elements that became zero after "
+                     "quantization (too small for their tile's scale), on the health-sampled steps.");
+    }
   }
   // ---- experts ----------------------------------------------------------------------------------------
   {

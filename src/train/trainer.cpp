@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <numbers>
 
 #include "common/error.h"
@@ -17,6 +18,7 @@
 #include "train/metrics.h"
 #include "train/progress.h"
 #include "train/report.h"
+#include "train/tensorboard.h"
 
 namespace fp8train::train {
 namespace fs = std::filesystem;
@@ -68,13 +70,85 @@ nlohmann::ordered_json load_fractions(const std::vector<std::vector<double>>& to
   return layers;
 }
 
+// The run-directory files a resume cuts back to the checkpoint's step.
+const char* const kStepLogs[] = {"metrics.jsonl", "eval.jsonl", "expert_load.jsonl", "events.jsonl"};
+
+// Whether RUN/summary.json records a finished run of `step` steps.
+bool summary_done(const fs::path& run, int64_t step) {
+  std::error_code ec;
+  if (!fs::exists(run / "summary.json", ec)) return false;
+  const nlohmann::json s = nlohmann::json::parse(read_file((run / "summary.json").string()), nullptr, false);
+  return s.is_object() && s.value("steps", int64_t{-1}) == step;
+}
+
+bool same_directory(const fs::path& a, const fs::path& b) {
+  std::error_code ec;
+  return fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec);
+}
+
+// Why a resume will not simply continue the checkpoint's run: settings that decide the computation and differ
+// from the checkpoint's (the model's shape is checked when the weights load), and different data.
+std::vector<std::string> resume_warnings(const CheckpointMeta& checkpoint, const nlohmann::json& config,
+                                         const TrainConfig& c, const std::string& fingerprint) {
+  std::vector<std::string> out;
+  for (const std::string& key : config_differences(checkpoint.config, config)) {
+    if (!config_key_changes_training(key)) continue;
+    std::string why = "the run no longer continues the computation the checkpoint started";
+    if (key == "train.steps")
+      why = "the learning-rate schedule (warmup, decay start and end) is recomputed for the new total, so the "
+            "steps from here differ from the run as first planned";
+    else if (key == "train.threads")
+      why = "results are bit-identical only for a fixed thread count";
+    else if (key == "train.seed" && c.data_path.empty())
+      why = "the embedded corpus is generated from the seed, so the data differs too";
+    else if (key == "train.recipe")
+      why = "the steps from here use other numerics than the steps before";
+    out.push_back(fmt::format("resuming with '{}' = {} (the checkpoint's run used {}): {}", key,
+                              config_value_text(config, key), config_value_text(checkpoint.config, key), why));
+  }
+  const std::string& before = checkpoint.state.data_fingerprint;
+  if (!before.empty() && before != fingerprint)
+    out.push_back(fmt::format("resuming on different data: the tokens' fingerprint is {}, the checkpoint's run "
+                              "trained on {}; the held-out split and the batches differ from the run's",
+                              fingerprint, before));
+  return out;
+}
+
+// Removes a run directory that this session created if the session fails before its first step is logged,
+// so a late error leaves no empty folder or lone config.json behind.
+class RemoveUnlessKept {
+ public:
+  RemoveUnlessKept(fs::path dir, bool armed) : dir_(std::move(dir)), armed_(armed) {}
+  ~RemoveUnlessKept() {
+    if (!armed_) return;
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  void keep() { armed_ = false; }
+  RemoveUnlessKept(const RemoveUnlessKept&) = delete;
+  RemoveUnlessKept& operator=(const RemoveUnlessKept&) = delete;
+
+ private:
+  fs::path dir_;
+  bool armed_;
+};
+
 }  // namespace
 
 void request_stop() { g_stop = 1; }
 bool stop_requested() { return g_stop != 0; }
 
+
+std::string data_fingerprint(const TokenData& data) {
+  std::string bytes;
+  bytes.reserve(data.tokens.size() * 4);
+  for (Token t : data.tokens)
+    for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<char>((t >> (8 * i)) & 0xff));
+  return fnv1a64_hex(bytes);
+}
+
 double evaluate_loss(TrainableModel& model, const std::vector<Token>& tokens, const std::vector<int64_t>& starts,
-                     int64_t seq_len, int64_t batch) {
+                     int64_t seq_len, int64_t batch, const EvalProgress& progress) {
   FP8T_CHECK(!starts.empty(), "no held-out windows to evaluate (the held-out data is shorter than seq_len + 1)");
   std::vector<Token> inputs, targets;
   double sum = 0.0;
@@ -91,218 +165,318 @@ double evaluate_loss(TrainableModel& model, const std::vector<Token>& tokens, co
       }
     sum += model.eval_loss_sum(inputs.data(), targets.data(), static_cast<int64_t>(rows), seq_len);
     count += static_cast<int64_t>(rows) * seq_len;
+    if (progress) progress(first + rows, starts.size());
   }
   return sum / static_cast<double>(count);
 }
 
-TrainResult run_training(const TrainConfig& config, TrainableModel& model, const TokenData& data,
+bool check_resumable(const TrainConfig& config, const CheckpointMeta& checkpoint, const std::string& run_dir) {
+  const int64_t step = checkpoint.state.step;
+  FP8T_CHECK(step <= config.steps,
+             "checkpoint '{}' is at step {}, past the {} steps of 'train.steps'; resume with --steps {} or more",
+             checkpoint.dir, step, config.steps, step + 1);
+  if (step < config.steps) return false;
+  // Stopped after its final checkpoint but before its summary (e.g. during the final evaluation): finish it.
+  const fs::path own_run = run_dir_of_checkpoint(checkpoint.dir);
+  const bool finishing = same_directory(own_run, run_dir) && !summary_done(run_dir, step);
+  FP8T_CHECK(finishing,
+             "run '{}' is complete ({} of {} steps); to train it further, resume it with more steps, e.g. "
+             "fp8train train --resume {} --steps {} (the learning-rate schedule then spans the new total)",
+             own_run.string(), step, config.steps, run_dir, 2 * config.steps);
+  return true;
+}
+
+TrainResult run_training(const TrainConfig& requested, TrainableModel& model, const TokenData& data,
                          const TrainOptions& options) {
+  // ---- validate everything; nothing is written before the run directory is created below ----------------
+  TrainConfig config = requested;
+  resolve_moment_dtype(config, nullptr);
   validate_config(config);
-  FP8T_CHECK(!options.run_dir.empty() && fs::is_directory(options.run_dir), "run directory '{}' does not exist",
-             options.run_dir);
+  FP8T_CHECK(!options.run_dir.empty(), "no run directory given");
   FP8T_CHECK(data.vocab_size <= static_cast<uint64_t>(model.vocab_size()),
              "the data's vocabulary ({}) is larger than the model's (config key 'model.vocab_size' = {})",
              data.vocab_size, model.vocab_size());
   const fs::path run(options.run_dir);
+  config.out = options.run_dir;
   const nlohmann::json config_json = config_to_json(config);
-  write_file_atomic((run / "config.json").string(), config_json.dump(2) + "\n");
 
   const TrainEvalSplit split = split_train_eval(data.tokens, config.eval_fraction, config.seq_len);
   BatchSampler sampler(split.train, config.seq_len, derive_seed(static_cast<uint64_t>(config.seed), 1));
   const std::vector<int64_t> eval_starts =
       eval_window_starts(split.eval.size(), config.seq_len, config.eval_batches * config.micro_batch());
+  // The final evaluation: train.final_eval_windows windows of the held-out split (0: the periodic ones).
+  const std::vector<int64_t> final_eval_starts =
+      config.final_eval_windows > 0 ? eval_window_starts(split.eval.size(), config.seq_len, config.final_eval_windows)
+                                    : eval_starts;
+  FP8T_CHECK(!eval_starts.empty(), "the held-out split ({} tokens) is shorter than one window of seq_len + 1 = {}",
+             split.eval.size(), config.seq_len + 1);
   // Parameters, gradients and moments live in arenas on the model's device; the optimizer ops run there.
   const optim::ParamArenas& params = model.parameters();
   const ExecCtx ctx = ExecCtx::on(params.values.device());
   optim::AdamW optimizer(config.adamw(), params);
   const optim::LrSchedule lr_schedule = config.lr_schedule();
   const optim::BatchSizeSchedule batch_schedule = config.batch_schedule();
+  const std::string fingerprint = data_fingerprint(data);
 
   TrainerState state;
-  Progress progress(options.out, options.terminal, config.log_every, (run / "train.log").string());
+  std::vector<std::string> warnings = config_warnings(config);
+  bool finishing = false;  // resumed at the last step: only the final evaluation and the summary are left
   if (options.resume) {
-    load_checkpoint(*options.resume, model, &optimizer);
-    state = options.resume->state;
+    const CheckpointMeta& checkpoint = *options.resume;
+    state = checkpoint.state;
+    finishing = check_resumable(config, checkpoint, options.run_dir);
+    load_checkpoint(checkpoint, model, &optimizer);  // names, shapes and dtypes checked against the model
     sampler.set_state(state.sampler);
-    for (const char* f : {"metrics.jsonl", "eval.jsonl", "expert_load.jsonl", "events.jsonl"})
-      truncate_jsonl_after_step((run / f).string(), state.step);
-    progress.message(fmt::format("resumed from {} at step {}", options.resume->dir, state.step));
+    for (std::string& w : resume_warnings(checkpoint, config_json, config, fingerprint)) warnings.push_back(std::move(w));
   }
-  JsonlWriter metrics_log((run / "metrics.jsonl").string()), eval_log((run / "eval.jsonl").string()),
-      load_log((run / "expert_load.jsonl").string()), events_log((run / "events.jsonl").string());
+
+  // ---- from here on the run directory is written ----------------------------------------------------------
+  std::error_code ec;
+  RemoveUnlessKept cleanup(run, !fs::exists(run, ec));
+  fs::create_directories(run);
+  write_file_atomic((run / "config.json").string(), config_json.dump(2) + "\n");
   if (options.resume)
-    events_log.write({{"step", state.step}, {"event", "resumed"}, {"detail", options.resume->dir}});
-
-  const bool bf16_weights = config.recipe == "bf16";
-  auto save = [&](const char* why) {
-    state.sampler = sampler.state();
-    CheckpointWrite w;
-    w.config = &config_json;
-    w.bf16_weights = bf16_weights;
-    w.model = &model;
-    w.optimizer = &optimizer;
-    w.state = state;
-    const std::string dir = save_checkpoint(options.run_dir, w);
-    events_log.write({{"step", state.step}, {"event", "checkpoint"}, {"detail", dir}});
-    progress.message(fmt::format("step {}: {} checkpoint saved to {}", state.step, why, dir));
-  };
-  TrainResult result;
-  // The final evaluation covers the whole held-out split (up to kFinalEvalMaxWindows windows), the periodic
-  // ones the first eval_batches × micro_batch windows of it (cheaper, and the same windows every time).
-  constexpr int64_t kFinalEvalMaxWindows = 2048;
-  const std::vector<int64_t> final_eval_starts =
-      eval_window_starts(split.eval.size(), config.seq_len, kFinalEvalMaxWindows);
-  auto evaluate = [&](bool final) {
-    const std::vector<int64_t>& starts = final ? final_eval_starts : eval_starts;
-    const double loss = evaluate_loss(model, split.eval, starts, config.seq_len, config.micro_batch());
-    const double bits = loss / std::numbers::ln2;
-    nlohmann::ordered_json j;
-    j["step"] = state.step;
-    j["eval_loss"] = finite_or_null(loss);
-    j[data.byte_tokens ? "eval_bpb" : "eval_bits_per_token"] = finite_or_null(bits);
-    eval_log.write(j);
-    progress.message(fmt::format("step {}: held-out loss {:.4f}, {:.4f} bits per {} ({} windows of {} tokens)",
-                                 state.step, loss, bits, data.byte_tokens ? "byte" : "token", starts.size(),
-                                 config.seq_len));
-    result.final_eval_loss = loss;
-    result.final_eval_bits = bits;
-  };
-
-  const std::vector<std::string> moe_names = model.moe_layer_names();
-  const auto run_start = Clock::now();
-  const int64_t first_step = state.step;
-  std::vector<Token> inputs, targets;
-  std::vector<double> recent_losses;
-  double smoothed_tps = 0.0;
-  std::string stop_reason;
-  for (int64_t step = state.step; step < config.steps; ++step) {
-    const auto step_start = Clock::now();
-    const bool sample_health = config.health_every > 0 && (step + 1) % config.health_every == 0;
-    model.begin_step(step, sample_health);
-    backend(default_device()).allocator().reset_peaks();  // this step's peaks (memory_json)
-    const double lr = lr_schedule.at(step);
-    const int64_t batch = batch_schedule.at(step);
-    optim::zero_grads(params);
-    LossBreakdown loss;
-    std::vector<std::vector<double>> expert_tokens;
-    for (int64_t done = 0; done < batch;) {
-      const int64_t rows = std::min(config.micro_batch(), batch - done);
-      sampler.next(rows, inputs, targets);
-      const double share = static_cast<double>(rows) / static_cast<double>(batch);
-      const MicroBatchResult r = model.forward_backward(inputs.data(), targets.data(), rows, config.seq_len, share);
-      loss.total += share * r.loss.total;
-      loss.main += share * r.loss.main;
-      loss.mtp += share * r.loss.mtp;
-      loss.balance += share * r.loss.balance;
-      add_into(expert_tokens, r.expert_tokens);
-      done += rows;
+    for (const char* f : kStepLogs) truncate_jsonl_after_step((run / f).string(), state.step);
+  Progress progress(options.out, options.terminal, config.log_every, (run / "train.log").string());
+  try {
+    JsonlWriter metrics_log((run / "metrics.jsonl").string()), eval_log((run / "eval.jsonl").string()),
+        load_log((run / "expert_load.jsonl").string()), events_log((run / "events.jsonl").string());
+    const std::unique_ptr<EventFileWriter> tensorboard = open_run_event_file(run.string(), options.resume != nullptr);
+    if (options.resume) {
+      cleanup.keep();
+      events_log.write({{"step", state.step}, {"event", "resumed"}, {"detail", options.resume->dir}});
+      progress.message(fmt::format("resumed from {} at step {}", options.resume->dir, state.step));
     }
-    const double grad_norm = optim::clip_grad_norm(ctx, params, config.grad_clip);
-    const bool finite = std::isfinite(loss.total) && std::isfinite(grad_norm);
-    state.tokens_seen += batch * config.seq_len;
-    state.step = step + 1;
-    if (finite) {
-      optimizer.step(ctx, params, lr);
-      model.after_step();
-      state.bad_in_row = 0;
-      recent_losses.push_back(loss.total);
-      if (recent_losses.size() > 10) recent_losses.erase(recent_losses.begin());
-    } else {
-      model.discard_step();
-      ++state.skipped_steps;
-      ++state.bad_in_row;
-      const std::string detail = fmt::format("loss {}, gradient norm {}", loss.total, grad_norm);
-      events_log.write({{"step", state.step}, {"event", "skipped_nonfinite"}, {"detail", detail}});
-      progress.message(fmt::format("step {}: skipped, non-finite {} ({} in a row, {} in total)", state.step, detail,
-                                   state.bad_in_row, state.skipped_steps));
-      if (state.bad_in_row >= config.max_bad_steps)
-        stop_reason = fmt::format(
-            "training stopped at step {}: {} consecutive steps had a non-finite loss or gradient (limit: config key "
-            "'train.max_bad_steps' = {}); last: {}",
-            state.step, state.bad_in_row, config.max_bad_steps, detail);
+    for (const std::string& w : warnings) {
+      progress.message("warning: " + w);
+      events_log.write({{"step", state.step}, {"event", "warning"}, {"detail", w}});
     }
-    const double step_seconds = seconds_since(step_start);
-    const double tps = static_cast<double>(batch * config.seq_len) / std::max(step_seconds, 1e-9);
-    smoothed_tps = smoothed_tps == 0.0 ? tps : 0.8 * smoothed_tps + 0.2 * tps;
 
-    StepMetrics m;
-    m.step = state.step;
-    m.loss = loss.total;
-    m.loss_main = loss.main;
-    m.loss_mtp = loss.mtp;
-    m.loss_balance = loss.balance;
-    m.lr = lr;
-    m.tokens_per_s = tps;
-    m.grad_norm = grad_norm;
-    m.max_expert_load_ratio = max_expert_load_ratio(expert_tokens);
-    nlohmann::ordered_json row = step_metrics_json(m);
-    const nlohmann::ordered_json memory = memory_json(model, optimizer);
-    max_into(result.memory, memory);
-    if (sample_health) {  // numerics health and memory, every health_every steps
-      row["memory"] = memory;
-      const nlohmann::json health = model.take_health();
-      if (!health.is_null()) {
-        row["health"] = health;
-        const nlohmann::ordered_json errors = gemm_error_summary(health);
-        if (!errors.is_null()) row["gemm_error"] = errors;
+    const bool bf16_weights = config.recipe == "bf16";
+    const auto run_start = Clock::now();
+    const double wall_before = state.wall_seconds;
+    std::vector<double> recent_losses = state.recent_losses;
+    TrainResult result;
+    result.memory = state.memory.is_object() ? nlohmann::ordered_json(state.memory) : nlohmann::ordered_json::object();
+
+    auto save = [&](const char* why) {
+      state.sampler = sampler.state();
+      state.wall_seconds = wall_before + seconds_since(run_start);
+      state.recent_losses = recent_losses;
+      state.memory = result.memory;
+      state.data_fingerprint = fingerprint;
+      CheckpointWrite w;
+      w.config = &config_json;
+      w.bf16_weights = bf16_weights;
+      w.model = &model;
+      w.optimizer = &optimizer;
+      w.state = state;
+      const std::string dir = save_checkpoint(options.run_dir, w);
+      events_log.write({{"step", state.step}, {"event", "checkpoint"}, {"detail", dir}});
+      std::string text = fmt::format("step {}: {} checkpoint saved to {}", state.step, why, dir);
+      const std::vector<std::string> removed = prune_checkpoints(options.run_dir, config.keep_last, config.keep_every);
+      if (!removed.empty())
+        text += fmt::format("; removed {} (--keep-last {}{})", fmt::join(removed, ", "), config.keep_last,
+                            config.keep_every > 0 ? fmt::format(", --keep-every {}", config.keep_every) : "");
+      progress.message(text);
+    };
+    auto evaluate = [&](bool final) {
+      const std::vector<int64_t>& starts = final ? final_eval_starts : eval_starts;
+      EvalProgress on_batch;
+      if (final) {
+        progress.message(fmt::format("step {}: final evaluation on {} held-out windows of {} tokens", state.step,
+                                     starts.size(), config.seq_len));
+        const auto eval_start = Clock::now();
+        on_batch = [&, eval_start](size_t done, size_t total) {
+          if (stop_requested()) {
+            g_stop = 0;
+            progress.finish();
+            FP8T_FAIL("interrupted during the final evaluation at step {}; the final checkpoint is saved, finish "
+                      "the run (evaluation, summary, report) with: fp8train train --resume {}",
+                      state.step, options.run_dir);
+          }
+          const double seconds = seconds_since(eval_start);
+          progress.status(fmt::format("final evaluation {}/{} windows | {} left", done, total,
+                                      format_duration(seconds / static_cast<double>(done) *
+                                                      static_cast<double>(total - done))));
+        };
+      }
+      const double loss = evaluate_loss(model, split.eval, starts, config.seq_len, config.micro_batch(), on_batch);
+      const double bits = loss / std::numbers::ln2;
+      nlohmann::ordered_json j;
+      j["step"] = state.step;
+      j["eval_loss"] = finite_or_null(loss);
+      j[data.byte_tokens ? "eval_bpb" : "eval_bits_per_token"] = finite_or_null(bits);
+      eval_log.write(j);
+      tensorboard->scalars(state.step, tensorboard_scalars(nlohmann::json(j)));
+      progress.message(fmt::format("step {}: held-out loss {:.4f}, {:.4f} bits per {} ({} windows of {} tokens)",
+                                   state.step, loss, bits, data.byte_tokens ? "byte" : "token", starts.size(),
+                                   config.seq_len));
+      result.final_eval_loss = loss;
+      result.final_eval_bits = bits;
+    };
+
+    const std::vector<std::string> moe_names = model.moe_layer_names();
+    const int64_t first_step = state.step;
+    std::vector<Token> inputs, targets;
+    double smoothed_tps = 0.0;
+    std::string stop_reason;
+    for (int64_t step = state.step; step < config.steps; ++step) {
+      const auto step_start = Clock::now();
+      const bool sample_health = config.health_every > 0 && (step + 1) % config.health_every == 0;
+      model.begin_step(step, sample_health);
+      backend(default_device()).allocator().reset_peaks();  // this step's peaks (memory_json)
+      const double lr = lr_schedule.at(step);
+      const int64_t batch = batch_schedule.at(step);
+      optim::zero_grads(params);
+      LossBreakdown loss;
+      std::vector<std::vector<double>> expert_tokens;
+      for (int64_t done = 0; done < batch;) {
+        const int64_t rows = std::min(config.micro_batch(), batch - done);
+        sampler.next(rows, inputs, targets);
+        const double share = static_cast<double>(rows) / static_cast<double>(batch);
+        const MicroBatchResult r = model.forward_backward(inputs.data(), targets.data(), rows, config.seq_len, share);
+        loss.total += share * r.loss.total;
+        loss.main += share * r.loss.main;
+        loss.mtp += share * r.loss.mtp;
+        loss.balance += share * r.loss.balance;
+        add_into(expert_tokens, r.expert_tokens);
+        done += rows;
+      }
+      const double grad_norm = optim::clip_grad_norm(ctx, params, config.grad_clip);
+      const bool finite = std::isfinite(loss.total) && std::isfinite(grad_norm);
+      state.tokens_seen += batch * config.seq_len;
+      state.step = step + 1;
+      if (finite) {
+        optimizer.step(ctx, params, lr);
+        model.after_step();
+        state.bad_in_row = 0;
+        recent_losses.push_back(loss.total);
+        if (recent_losses.size() > 10) recent_losses.erase(recent_losses.begin());
+      } else {
+        model.discard_step();
+        ++state.skipped_steps;
+        ++state.bad_in_row;
+        const std::string detail = fmt::format("loss {}, gradient norm {}", loss.total, grad_norm);
+        events_log.write({{"step", state.step}, {"event", "skipped_nonfinite"}, {"detail", detail}});
+        progress.message(fmt::format("step {}: skipped, non-finite {} ({} in a row, {} in total)", state.step, detail,
+                                     state.bad_in_row, state.skipped_steps));
+        if (state.bad_in_row >= config.max_bad_steps)
+          stop_reason = fmt::format(
+              "training stopped at step {}: {} consecutive steps had a non-finite loss or gradient (limit: config "
+              "key 'train.max_bad_steps' = {}); last: {}",
+              state.step, state.bad_in_row, config.max_bad_steps, detail);
+      }
+      const double step_seconds = seconds_since(step_start);
+      const double tps = static_cast<double>(batch * config.seq_len) / std::max(step_seconds, 1e-9);
+      smoothed_tps = smoothed_tps == 0.0 ? tps : 0.8 * smoothed_tps + 0.2 * tps;
+
+      StepMetrics m;
+      m.step = state.step;
+      m.loss = loss.total;
+      m.loss_main = loss.main;
+      m.loss_mtp = loss.mtp;
+      m.loss_balance = loss.balance;
+      m.lr = lr;
+      m.tokens_per_s = tps;
+      m.grad_norm = grad_norm;
+      m.max_expert_load_ratio = max_expert_load_ratio(expert_tokens);
+      nlohmann::ordered_json row = step_metrics_json(m);
+      const nlohmann::ordered_json memory = memory_json(model, optimizer);
+      max_into(result.memory, memory);
+      if (sample_health) {  // numerics health and memory, every health_every steps
+        row["memory"] = memory;
+        const nlohmann::json health = model.take_health();
+        if (!health.is_null()) {
+          row["health"] = health;
+          const nlohmann::ordered_json errors = gemm_error_summary(health);
+          if (!errors.is_null()) row["gemm_error"] = errors;
+        }
+      }
+      metrics_log.write(row);
+      tensorboard->scalars(state.step, tensorboard_scalars(nlohmann::json(row)));
+      cleanup.keep();
+      if (!expert_tokens.empty() &&
+          (state.step % config.log_every == 0 || state.step == config.steps || step == first_step))
+        load_log.write({{"step", state.step}, {"layers", moe_names}, {"load", load_fractions(expert_tokens)}});
+
+      if (!stop_reason.empty()) {
+        // Keep what was reached: the weights are those of the last applied step (skipped steps change nothing),
+        // and a resumed run gets a fresh allowance of non-finite steps.
+        progress.finish();
+        state.bad_in_row = 0;
+        save("stop");
+        events_log.write({{"step", state.step}, {"event", "stopped_nonfinite"}, {"detail", stop_reason}});
+        if (options.write_report) write_report(options.run_dir);
+        FP8T_FAIL("{}; a checkpoint is saved: continue with fp8train train --resume {} (e.g. with a lower --lr, "
+                  "stronger --grad-clip or another --recipe)",
+                  stop_reason, options.run_dir);
+      }
+      const double elapsed = seconds_since(run_start);
+      const double per_step = elapsed / static_cast<double>(state.step - first_step);
+      progress.update({state.step, config.steps, loss.main, loss.total, lr, smoothed_tps,
+                       per_step * static_cast<double>(config.steps - state.step)});
+
+      const bool last = state.step == config.steps;
+      if (last) {
+        // The final checkpoint first: the final evaluation can take long, and a kill during it loses nothing.
+        save("final");
+        evaluate(true);
+        break;
+      }
+      if (config.eval_every > 0 && state.step % config.eval_every == 0) evaluate(false);
+      if (config.save_every > 0 && state.step % config.save_every == 0) save("periodic");
+      if (stop_requested()) {
+        g_stop = 0;
+        save("interrupt");
+        events_log.write({{"step", state.step}, {"event", "interrupted"}, {"detail", ""}});
+        progress.finish();
+        if (options.write_report) write_report(options.run_dir);
+        FP8T_FAIL("interrupted at step {} of {}; checkpoint saved, continue with: fp8train train --resume {}",
+                  state.step, config.steps, options.run_dir);
       }
     }
-    metrics_log.write(row);
-    if (!expert_tokens.empty() && (state.step % config.log_every == 0 || state.step == config.steps || step == first_step))
-      load_log.write({{"step", state.step}, {"layers", moe_names}, {"load", load_fractions(expert_tokens)}});
+    if (finishing) evaluate(true);
+    progress.finish();
 
-    if (!stop_reason.empty()) {
-      progress.finish();
-      FP8T_FAIL("{}", stop_reason);
-    }
-    const double elapsed = seconds_since(run_start);
-    const double per_step = elapsed / static_cast<double>(state.step - first_step);
-    progress.update({state.step, config.steps, loss.total, lr, smoothed_tps,
-                     per_step * static_cast<double>(config.steps - state.step)});
+    result.steps_done = state.step;
+    result.skipped_steps = state.skipped_steps;
+    result.session_seconds = seconds_since(run_start);
+    result.seconds = wall_before + result.session_seconds;
+    double sum = 0;
+    for (double l : recent_losses) sum += l;
+    result.final_train_loss = recent_losses.empty() ? std::nan("") : sum / static_cast<double>(recent_losses.size());
 
-    const bool last = state.step == config.steps;
-    if (last || (config.eval_every > 0 && state.step % config.eval_every == 0)) evaluate(last);
-    if (last || (config.save_every > 0 && state.step % config.save_every == 0)) save(last ? "final" : "periodic");
-    if (!last && stop_requested()) {
-      g_stop = 0;
-      save("interrupt");
-      events_log.write({{"step", state.step}, {"event", "interrupted"}, {"detail", ""}});
-      progress.finish();
-      if (options.write_report) write_report(options.run_dir);
-      FP8T_FAIL("interrupted at step {} of {}; checkpoint saved, continue with: fp8train train --resume {}",
-                state.step, config.steps, options.run_dir);
-    }
+    nlohmann::ordered_json summary;
+    summary["recipe"] = config.recipe;
+    summary["device"] = options.device;
+    summary["data"] = data.source;
+    summary["data fingerprint (FNV-1a 64 of the tokens)"] = fingerprint;
+    summary["steps"] = state.step;
+    summary["tokens seen"] = state.tokens_seen;
+    summary["final train loss (mean of last 10 steps)"] = finite_or_null(result.final_train_loss);
+    summary["final held-out loss"] = finite_or_null(result.final_eval_loss);
+    summary[data.byte_tokens ? "final held-out bits per byte" : "final held-out bits per token"] =
+        finite_or_null(result.final_eval_bits);
+    summary["wall time (s)"] = std::round(result.seconds * 100) / 100;
+    summary["wall time this session (s)"] = std::round(result.session_seconds * 100) / 100;
+    summary["parameters"] = params.layout().view_elements();
+    summary["memory (bytes, max over steps)"] = result.memory;
+    progress.message(fmt::format(
+        "memory (max over steps): master weights {} B, compute weights {} B, gradients {} B, optimizer state {} B, "
+        "peak cached activations {} B",
+        result.memory.value("master_weights_bytes", int64_t{0}), result.memory.value("compute_weights_bytes", int64_t{0}),
+        result.memory.value("gradient_bytes", int64_t{0}), result.memory.value("optimizer_state_bytes", int64_t{0}),
+        result.memory.value("activation_cache_peak_bytes", int64_t{0})));
+    write_file_atomic((run / "summary.json").string(), summary.dump(2) + "\n");
+    if (options.write_report) result.report_path = write_report(options.run_dir);
+    cleanup.keep();
+    return result;
+  } catch (const Error& e) {
+    // The run's own log keeps why it ended, with the failed check's location (the screen shows the sentence).
+    progress.log_only(fmt::format("error: {} ({})", e.what(), e.where()));
+    throw;
   }
-  progress.finish();
-
-  result.steps_done = state.step;
-  result.skipped_steps = state.skipped_steps;
-  result.seconds = seconds_since(run_start);
-  double sum = 0;
-  for (double l : recent_losses) sum += l;
-  result.final_train_loss = recent_losses.empty() ? std::nan("") : sum / static_cast<double>(recent_losses.size());
-
-  nlohmann::ordered_json summary;
-  summary["data"] = data.source;
-  summary["steps"] = state.step;
-  summary["tokens seen"] = state.tokens_seen;
-  summary["final train loss (mean of last 10 steps)"] = finite_or_null(result.final_train_loss);
-  summary["final held-out loss"] = finite_or_null(result.final_eval_loss);
-  summary[data.byte_tokens ? "final held-out bits per byte" : "final held-out bits per token"] =
-      finite_or_null(result.final_eval_bits);
-  summary["wall time this session (s)"] = std::round(result.seconds * 10) / 10;
-  summary["parameters"] = params.layout().view_elements();
-  summary["memory (bytes, max over steps)"] = result.memory;
-  progress.message(fmt::format("memory (max over steps): master weights {} B, compute weights {} B, gradients {} B, "
-                               "optimizer state {} B, peak cached activations {} B",
-                               result.memory.value("master_weights_bytes", int64_t{0}),
-                               result.memory.value("compute_weights_bytes", int64_t{0}),
-                               result.memory.value("gradient_bytes", int64_t{0}),
-                               result.memory.value("optimizer_state_bytes", int64_t{0}),
-                               result.memory.value("activation_cache_peak_bytes", int64_t{0})));
-  write_file_atomic((run / "summary.json").string(), summary.dump(2) + "\n");
-  if (options.write_report) result.report_path = write_report(options.run_dir);
-  return result;
 }
 
 }  // namespace fp8train::train

@@ -1,15 +1,25 @@
 // The training loop: for each optimizer step, sample the step's batch (batch-size schedule) in micro-batches,
 // accumulate gradients, check the loss and gradients are finite (else skip the step, count and log it; stop
 // after `max_bad_steps` in a row), clip by global norm, AdamW with the scheduled LR, router-bias update; log
-// metrics, evaluate on the held-out split, checkpoint; write report.html at the end.
+// metrics, evaluate on the held-out split, checkpoint; at the end save the final checkpoint first, then run the
+// final evaluation (train.final_eval_windows windows, with progress), then write summary.json and report.html.
 //
-// Run directory (RUN = TrainConfig::out):
+// Run directory (RUN = TrainOptions::run_dir):
 //   config.json, metrics.jsonl, eval.jsonl, expert_load.jsonl, events.jsonl, train.log, summary.json,
-//   report.html, checkpoints/ (checkpoint.h)
+//   report.html, events.out.tfevents.* (TensorBoard, tensorboard.h), checkpoints/ (checkpoint.h)
+// Life cycle: everything is validated (config, data, the checkpoint against the model and optimizer) before
+// anything is written, and a run directory this call created is removed again when it fails before its first
+// step is logged. A resume continues in RUN, wherever the checkpoint came from; resuming a finished run is
+// refused (it says how to extend it), except that a run stopped after its final checkpoint but before its
+// summary (e.g. during the final evaluation) is finished. Warnings (a run no longer than its warmup, a resume
+// with settings or data that differ from the checkpoint's) go to the output, train.log and events.jsonl.
+// A stop (Ctrl-C, or max_bad_steps non-finite steps in a row) saves a checkpoint and the report first, then
+// throws Error saying how to continue.
 // Determinism: given the config (incl. thread count) the run is a pure function of the seed, and resuming from
 // a checkpoint continues it bit for bit (the sampler, optimizer, weights and router biases are all restored).
 #pragma once
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "train/checkpoint.h"
@@ -25,11 +35,12 @@ void request_stop();
 bool stop_requested();
 
 struct TrainOptions {
-  std::string run_dir;                    // resolved output directory (must exist)
+  std::string run_dir;                    // output directory (created when missing)
   const CheckpointMeta* resume = nullptr; // continue from this checkpoint
   std::FILE* out = stderr;                // progress and messages
   bool terminal = false;                  // redraw the progress line in place
   bool write_report = true;
+  std::string device = "CPU";             // what the run computes on, for summary.json and the report
 };
 
 struct TrainResult {
@@ -38,14 +49,26 @@ struct TrainResult {
   double final_eval_loss = 0;   // held-out loss at the end, over the whole held-out split (nats per token)
   double final_eval_bits = 0;   // ... in bits (per byte for byte tokens)
   int64_t skipped_steps = 0;
-  double seconds = 0;
+  double seconds = 0;          // training wall time of the whole run, every session
+  double session_seconds = 0;  // ... of this call
   std::string report_path;
   nlohmann::ordered_json memory;  // bytes per category, the maximum over the run's steps (trainer.cpp memory_json)
 };
 
+// Called after each batch of an evaluation with the windows done and the total; it may throw to abandon it.
+using EvalProgress = std::function<void(size_t done, size_t total)>;
+
 // Mean held-out loss over the given windows (batched by `batch`), forward only, nats per token.
 double evaluate_loss(TrainableModel& model, const std::vector<Token>& tokens, const std::vector<int64_t>& starts,
-                     int64_t seq_len, int64_t batch);
+                     int64_t seq_len, int64_t batch, const EvalProgress& progress = {});
+
+// FNV-1a 64 of the tokens (as little-endian uint32): tells whether a resume trains on the same data.
+std::string data_fingerprint(const TokenData& data);
+
+// Refuses a resume into `run_dir` that cannot continue: a checkpoint past train.steps, or a finished run (the
+// message says how to extend it). Returns true when the run has only to be finished: its final checkpoint is in
+// `run_dir` but its summary is not (stopped during the final evaluation). run_training calls it too.
+bool check_resumable(const TrainConfig& config, const CheckpointMeta& checkpoint, const std::string& run_dir);
 
 TrainResult run_training(const TrainConfig& config, TrainableModel& model, const TokenData& data,
                          const TrainOptions& options);

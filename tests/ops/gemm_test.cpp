@@ -2,8 +2,12 @@
 // rounding exact; the Linear gradients (dgrad dx = dy·W, wgrad dW = dyᵀ·x) checked by central differences.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+
 #include "gradcheck.h"
 #include "numerics/formats.h"
+#include "ops/elementwise.h"
 #include "ops/gemm.h"
 
 namespace fp8train {
@@ -102,6 +106,89 @@ TEST(Gemm, RejectsMismatchedShapesDtypesAndLayouts) {
   EXPECT_THROW(ops::gemm(ExecCtx::cpu(), a, false, b, true, c.cols(0, 3)), Error);
   EXPECT_THROW(ops::gemm(ExecCtx::cpu(), Tensor::zeros({2, 4, 3}, DType::F32), false, b, true, c), Error);
   EXPECT_NO_THROW(ops::gemm(ExecCtx::cpu(), a, false, b, true, c));
+}
+
+}  // namespace
+}  // namespace fp8train
+
+namespace fp8train {
+namespace {
+
+// Bit-level equality of two tensors of the same dtype (NaN payloads included).
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+// Expert-ordered offsets with an empty expert and rows past the last expert.
+Tensor grouped_offsets() { return Tensor::from_vector(std::vector<int32_t>{0, 7, 7, 40, 51}, {5}); }
+
+TEST(GemmGrouped, EachExpertIsExactlyGemmOnItsViews) {
+  std::mt19937_64 rng(11);
+  const int64_t E = 4, R = 60, K = 24, N = 20;  // rows 51..59 belong to no expert
+  const std::vector<int32_t> off = grouped_offsets().to_vector<int32_t>();
+  for (DType dt : {DType::F32, DType::BF16})
+    for (bool trans_b : {true, false}) {
+      Tensor a = testing::random_tensor({R, K}, DType::F32, rng);
+      Tensor b = testing::random_tensor(trans_b ? Shape{E * N, K} : Shape{E * K, N}, DType::F32, rng);
+      if (dt == DType::BF16) {
+        Tensor a16 = Tensor::empty(a.shape(), dt), b16 = Tensor::empty(b.shape(), dt);
+        ops::copy(ExecCtx::cpu(), a, a16);
+        ops::copy(ExecCtx::cpu(), b, b16);
+        a = a16;
+        b = b16;
+      }
+      const Tensor c = Tensor::from_vector(std::vector<float>(R * N, std::nanf("")), {R, N});
+      ops::gemm_grouped(ExecCtx::cpu(), ops::GroupedGemmKind::M, a, b, trans_b, c, grouped_offsets());
+      const Tensor want = Tensor::from_vector(std::vector<float>(R * N, std::nanf("")), {R, N});
+      for (int64_t e = 0; e < E; ++e) {
+        if (off[e + 1] == off[e]) continue;
+        const int64_t br = trans_b ? N : K;
+        ops::gemm(ExecCtx::cpu(), a.rows(off[e], off[e + 1]), false, b.rows(e * br, (e + 1) * br), trans_b,
+                  want.rows(off[e], off[e + 1]));
+      }
+      EXPECT_TRUE(same_bits(c, want)) << dtype_name(dt) << " trans_b " << trans_b;  // untouched rows stay NaN
+    }
+}
+
+TEST(GemmGrouped, KGroupedIsExactlyTheWgradOfEachExpertAndScalesEmptyOnes) {
+  std::mt19937_64 rng(12);
+  const int64_t E = 4, R = 60, M = 12, N = 20;
+  const std::vector<int32_t> off = grouped_offsets().to_vector<int32_t>();
+  const Tensor a = testing::random_tensor({R, M}, DType::F32, rng), b = testing::random_tensor({R, N}, DType::F32, rng);
+  const Tensor c0 = testing::random_tensor({E * M, N}, DType::F32, rng);
+  for (double beta : {0.0, 1.0, 0.5}) {
+    const Tensor c = c0.clone(), want = c0.clone();
+    ops::gemm_grouped(ExecCtx::cpu(), ops::GroupedGemmKind::K, a, b, false, c, grouped_offsets(),
+                      {.alpha = 1.0, .beta = beta});
+    for (int64_t e = 0; e < E; ++e) {
+      const Tensor ce = want.rows(e * M, (e + 1) * M);
+      if (off[e + 1] == off[e]) {  // the empty expert: c_e = beta·c_e, and beta = 0 writes zeros (c not read)
+        if (beta == 0.0) {
+          ops::fill(ExecCtx::cpu(), ce, 0.0);
+        } else {
+          ops::scale(ExecCtx::cpu(), ce, beta);
+        }
+        continue;
+      }
+      ops::gemm(ExecCtx::cpu(), a.rows(off[e], off[e + 1]), true, b.rows(off[e], off[e + 1]), false, ce,
+                {.alpha = 1.0, .beta = beta});
+    }
+    EXPECT_TRUE(same_bits(c, want)) << "beta " << beta;
+  }
+}
+
+TEST(GemmGrouped, BadOffsetsAndShapesAreClearErrors) {
+  const Tensor a = Tensor::zeros({10, 8}, DType::F32), b = Tensor::zeros({2 * 6, 8}, DType::F32);
+  const Tensor c = Tensor::zeros({10, 6}, DType::F32);
+  auto run = [&](std::vector<int32_t> off) {
+    ops::gemm_grouped(ExecCtx::cpu(), ops::GroupedGemmKind::M, a, b, true, c,
+                      Tensor::from_vector(off, {static_cast<int64_t>(off.size())}));
+  };
+  EXPECT_NO_THROW(run({0, 4, 10}));
+  EXPECT_THROW(run({0, 6, 4}), Error);   // decreasing
+  EXPECT_THROW(run({0, 4, 11}), Error);  // past the rows
+  EXPECT_THROW(run({-1, 4, 10}), Error);
+  EXPECT_THROW(run({0, 2, 4, 10}), Error);  // 3 experts but b holds 12 rows: not 3 blocks of the right width
 }
 
 }  // namespace

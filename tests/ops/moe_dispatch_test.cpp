@@ -2,6 +2,8 @@
 // the gate-weighted unpermute against direct loops; FP64 gradient checks of both.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "gradcheck.h"
 #include "ops/moe_dispatch.h"
 
@@ -27,9 +29,11 @@ TEST(MoeDispatch, PlanIsASortedPermutationOfAllPairs) {
   const ops::MoePlan plan = ops::moe_build_plan(ExecCtx::cpu(), sel, E);
   const std::vector<int32_t> S = sel.to_vector<int32_t>(), tok = plan.slot_token.to_vector<int32_t>();
   const std::vector<int32_t> slot = plan.choice_slot.to_vector<int32_t>();
-  ASSERT_EQ(plan.offsets.size(), static_cast<size_t>(E + 1));
-  EXPECT_EQ(plan.offsets.front(), 0);
-  EXPECT_EQ(plan.offsets.back(), N * K);
+  const std::vector<int32_t> offsets = plan.expert_offsets.to_vector<int32_t>();
+  ASSERT_EQ(offsets.size(), static_cast<size_t>(E + 1));
+  EXPECT_EQ(plan.rows, N * K);  // align 1: no padding
+  EXPECT_EQ(offsets.front(), 0);
+  EXPECT_EQ(offsets.back(), N * K);
   std::vector<int> seen(static_cast<size_t>(N * K), 0);
   for (int64_t t = 0; t < N; ++t)
     for (int64_t k = 0; k < K; ++k) {
@@ -37,12 +41,12 @@ TEST(MoeDispatch, PlanIsASortedPermutationOfAllPairs) {
       ++seen[j];
       EXPECT_EQ(tok[j], t);
       const int32_t e = S[t * K + k];
-      EXPECT_GE(j, plan.offsets[e]);
-      EXPECT_LT(j, plan.offsets[e + 1]);
+      EXPECT_GE(j, offsets[e]);
+      EXPECT_LT(j, offsets[e + 1]);
     }
   for (int s : seen) EXPECT_EQ(s, 1);  // no token dropped, none duplicated
   for (int64_t e = 0; e < E; ++e)
-    for (int64_t j = plan.offsets[e] + 1; j < plan.offsets[e + 1]; ++j) EXPECT_LT(tok[j - 1], tok[j]);
+    for (int64_t j = offsets[e] + 1; j < offsets[e + 1]; ++j) EXPECT_LT(tok[j - 1], tok[j]);
   EXPECT_THROW(ops::moe_build_plan(ExecCtx::cpu(), sel, 2), Error);  // indices beyond 2 experts
 }
 
@@ -86,6 +90,47 @@ TEST(MoeDispatch, PermuteUnpermuteAndGradCheckF64) {
   ops::moe_unpermute(ExecCtx::cpu(), yp, plan, gates, y, true);
   const std::vector<double> twice = y.to_vector<double>();
   for (size_t i = 0; i < once.size(); ++i) EXPECT_NEAR(twice[i], 2 * once[i], 1e-14);
+}
+
+TEST(MoeDispatch, PaddedPlanAlignsEveryExpertAndZeroesThePadding) {
+  std::mt19937_64 rng(3);
+  const int64_t N = 45, K = 2, E = 5, D = 6, align = 16;
+  // expert 4 chosen by nobody: an empty segment
+  std::vector<int32_t> sv(static_cast<size_t>(N * K));
+  for (int64_t t = 0; t < N; ++t) {
+    sv[t * K] = static_cast<int32_t>(t % 4);
+    sv[t * K + 1] = static_cast<int32_t>((t + 1 + t % 3) % 4);
+    if (sv[t * K + 1] == sv[t * K]) sv[t * K + 1] = (sv[t * K] + 1) % 4;
+  }
+  const Tensor sel = Tensor::from_vector(sv, {N, K});
+  const ops::MoePlan plan = ops::moe_build_plan(ExecCtx::cpu(), sel, E, align);
+  EXPECT_EQ(plan.rows, ops::moe_plan_rows(N, K, E, align));
+  EXPECT_EQ(plan.rows, (N * K + E * (align - 1) + align - 1) / align * align);
+  const std::vector<int32_t> off = plan.expert_offsets.to_vector<int32_t>(), tok = plan.slot_token.to_vector<int32_t>();
+  std::vector<int64_t> count(E, 0);
+  for (int32_t e : sv) ++count[e];
+  EXPECT_EQ(off[0], 0);
+  for (int64_t e = 0; e < E; ++e) {
+    EXPECT_EQ(off[e] % align, 0);
+    EXPECT_EQ(off[e + 1] - off[e], (count[e] + align - 1) / align * align) << e;
+    for (int64_t j = off[e]; j < off[e + 1]; ++j) EXPECT_EQ(tok[j] >= 0, j < off[e] + count[e]) << j;
+  }
+  EXPECT_EQ(off[4], off[5]);  // the empty expert
+  for (int64_t j = off[E]; j < plan.rows; ++j) EXPECT_EQ(tok[j], -1);
+  // permute: token rows where a token is, zeros in every padding row (the output is poisoned first)
+  const Tensor x = random_tensor({N, D}, DType::F64, rng);
+  const Tensor xp = Tensor::from_vector(std::vector<double>(plan.rows * D, std::nan("")), {plan.rows, D});
+  ops::moe_permute(ExecCtx::cpu(), x, plan, xp);
+  const std::vector<double> X = x.to_vector<double>(), XP = xp.to_vector<double>();
+  for (int64_t j = 0; j < plan.rows; ++j)
+    for (int64_t c = 0; c < D; ++c) EXPECT_EQ(XP[j * D + c], tok[j] >= 0 ? X[tok[j] * D + c] : 0.0) << j;
+  // unpermute reads only the token rows
+  const Tensor gates = random_tensor({N, K}, DType::F64, rng), y = Tensor::empty({N, D}, DType::F64);
+  ops::moe_unpermute(ExecCtx::cpu(), xp, plan, gates, y, false);
+  const std::vector<double> G = gates.to_vector<double>(), Y = y.to_vector<double>();
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t c = 0; c < D; ++c) EXPECT_NEAR(Y[t * D + c], (G[t * K] + G[t * K + 1]) * X[t * D + c], 1e-14);
+  EXPECT_THROW(ops::moe_build_plan(ExecCtx::cpu(), sel, E, 0), Error);
 }
 
 }  // namespace

@@ -1,7 +1,11 @@
 // `fp8train compare` end to end on a tiny run: two recipes trained on the same batches, compare.json with the
 // documented fields (relative error, memory table with ratios, per-tenth errors), compare.html with its charts,
 // the numerics-health samples (operand counters, GEMM error vs FP32) and memory in metrics.jsonl, the GEMM-error
-// summary in compare.json / compare.html / report.html; a bad recipe spec is one clear line and exit 1.
+// summary in compare.json / compare.html / report.html; a bad recipe spec is one clear line and exit 1; a finished
+// run is reused only when its resolved configuration is identical; every invocation gets a fresh default folder;
+// --analyze-only refuses run folders that do not match their recipe labels; the optimizer moments follow the
+// recipe exactly as in `train`.
+// FP8TRAIN_CLI_UNDER_TEST (environment) runs the cases against another build of the CLI.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -21,8 +25,14 @@
 namespace fs = std::filesystem;
 
 namespace {
-int run(const std::string& args, std::string* output) {
-  const std::string cmd = std::string(FP8TRAIN_CLI) + " " + args + " 2>&1";
+std::string cli_path() {
+  const char* other = std::getenv("FP8TRAIN_CLI_UNDER_TEST");
+  return other && *other ? other : FP8TRAIN_CLI;
+}
+// Runs the CLI (in `cwd` when given), stdout and stderr together into *output; returns the exit code.
+int run(const std::string& args, std::string* output, const fs::path& cwd = {}) {
+  const std::string cd = cwd.empty() ? "" : "cd '" + cwd.string() + "' && ";
+  const std::string cmd = cd + cli_path() + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return -1;
   char buf[4096];
@@ -120,4 +130,102 @@ TEST(CompareCli, BadRecipeIsOneClearLine) {
   EXPECT_NE(out.find("promote"), std::string::npos) << out;
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
   EXPECT_FALSE(fs::exists("/tmp/never-created-h7"));
+}
+
+namespace {
+// A two-second comparison: the tiny test model, two steps (kSmallCompare: bf16 against fp32).
+const std::string kSmallRun =
+    " --preset tiny --hidden-size 32 --n-heads 2 --q-lora-rank 16 --kv-lora-rank 16 "
+    "--steps 2 --batch-size 2 --seq-len 32 --eval-every 0 --eval-batches 1 --final-eval-windows 2 "
+    "--corpus-bytes 20000 --threads 1";
+const std::string kSmallCompare = "compare --recipes bf16,fp32" + kSmallRun;
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& name)
+      : path(fs::temp_directory_path() / ("fp8train_compare_" + name + "_" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+}  // namespace
+
+TEST(CompareCli, ReusesOnlyAnIdenticalRunAndDefaultsToAFreshFolder) {
+  TempDir dir("reuse");
+  const std::string out = " --out '" + (dir.path / "c").string() + "'";
+  std::string text;
+  ASSERT_EQ(run(kSmallCompare + out, &text), 0) << text;
+  const std::string metrics = slurp(dir.path / "c" / "bf16" / "metrics.jsonl");
+  // Identical configuration: reused.
+  ASSERT_EQ(run(kSmallCompare + out, &text), 0) << text;
+  EXPECT_NE(text.find("compare: bf16 already finished"), std::string::npos) << text;
+  // A different learning rate, data or model is not the same run: refused, naming the difference, and the
+  // finished runs stay as they were.
+  EXPECT_EQ(run(kSmallCompare + " --lr 0.001" + out, &text), 1) << text;
+  EXPECT_NE(text.find("optim.lr"), std::string::npos) << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+  std::ofstream(dir.path / "data.txt") << std::string(20000, 'x');
+  EXPECT_EQ(run(kSmallCompare + " --data '" + (dir.path / "data.txt").string() + "'" + out, &text), 1);
+  EXPECT_NE(text.find("data.path"), std::string::npos) << text;
+  EXPECT_EQ(run(kSmallCompare + " --n-layers 3" + out, &text), 1);
+  EXPECT_NE(text.find("model.n_layers"), std::string::npos) << text;
+  EXPECT_EQ(slurp(dir.path / "c" / "bf16" / "metrics.jsonl"), metrics);
+  // The charts fit a two-step run: no 20- or 50-step moving averages.
+  const std::string html = slurp(dir.path / "c" / "compare.html");
+  EXPECT_EQ(html.find("moving average of 20 steps"), std::string::npos);
+  EXPECT_EQ(html.find("moving average of 50 steps"), std::string::npos);
+
+  // Without --out: a fresh runs/compare-<date>-<time> folder per invocation, even two in the same second.
+  fs::create_directories(dir.path / "cwd");
+  ASSERT_EQ(run(kSmallCompare, &text, dir.path / "cwd"), 0) << text;
+  ASSERT_EQ(run(kSmallCompare, &text, dir.path / "cwd"), 0) << text;
+  int folders = 0;
+  for (const auto& e : fs::directory_iterator(dir.path / "cwd" / "runs")) {
+    EXPECT_EQ(e.path().filename().string().rfind("compare-", 0), 0u) << e.path();
+    EXPECT_TRUE(fs::exists(e.path() / "compare.json")) << e.path();
+    ++folders;
+  }
+  EXPECT_EQ(folders, 2);
+
+  // --analyze-only: a folder must hold a run of the recipe it is labelled with, and the runs must be comparable.
+  const std::string dirs = (dir.path / "c" / "bf16").string() + "," + (dir.path / "c" / "fp32").string();
+  EXPECT_EQ(run("compare --analyze-only --recipes fp8-deepseek,fp32 --run-dirs " + dirs + " --out '" +
+                    (dir.path / "a").string() + "'",
+                &text),
+            1);
+  EXPECT_NE(text.find("recipe 'bf16', not 'fp8-deepseek'"), std::string::npos) << text;
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1) << text;
+  ASSERT_EQ(run("compare --recipes fp32" + kSmallRun + " --lr 0.001 --out '" + (dir.path / "d").string() + "'", &text), 0)
+      << text;
+  EXPECT_EQ(run("compare --analyze-only --recipes bf16,fp32 --run-dirs " + (dir.path / "c" / "bf16").string() + "," +
+                    (dir.path / "d" / "fp32").string() + " --out '" + (dir.path / "a").string() + "'",
+                &text),
+            1);
+  EXPECT_NE(text.find("optim.lr"), std::string::npos) << text;
+  EXPECT_EQ(run("compare --analyze-only --recipes bf16,fp32 --run-dirs " + dirs + " --out '" + (dir.path / "a").string() + "'", &text), 0)
+      << text;
+}
+
+TEST(CompareCli, MomentsFollowTheRecipeAsInTrain) {
+  TempDir dir("moments");
+  std::string text;
+  ASSERT_EQ(run("compare --recipes bf16,bf16:moments=bf16,fp8-deepseek:moments=fp32" + kSmallRun + " --out '" +
+                    dir.path.string() + "'",
+                &text),
+            0)
+      << text;
+  const auto moments = [&](const char* run_dir) {
+    return nlohmann::json::parse(slurp(dir.path / run_dir / "config.json"))["optim"]["moment_dtype"].get<std::string>();
+  };
+  EXPECT_EQ(moments("bf16"), "fp32");
+  EXPECT_EQ(moments("bf16_moments-bf16"), "bf16");
+  EXPECT_EQ(moments("fp8-deepseek_moments-fp32"), "fp32");
+  // An explicit --moment-dtype that contradicts a spec's ":moments=" is refused, as in `train`, not silently preferred.
+  EXPECT_EQ(run("compare --recipes bf16,bf16:moments=bf16 --moment-dtype fp32" + kSmallRun + " --out '" +
+                    (dir.path / "conflict").string() + "'",
+                &text),
+            1);
+  EXPECT_NE(text.find("asks for moments=bf16"), std::string::npos) << text;
+  EXPECT_FALSE(fs::exists(dir.path / "conflict" / "bf16")) << "nothing is trained before the settings are checked";
 }

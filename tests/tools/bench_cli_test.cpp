@@ -72,7 +72,8 @@ TEST_F(BenchCli, BadGemmOptionsFailClearlyBeforeTouchingTheDevice) {
     const CliRun r = run(std::string("gemm ") + args);
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
-    EXPECT_EQ(r.err.find("CUDA"), std::string::npos) << "the device was touched before the options were read: " << r.err;
+    EXPECT_EQ(r.err.find("CUDA"), std::string::npos)
+        << "the device was touched before the options were read: " << r.err;
     EXPECT_TRUE(r.out.empty()) << r.out;
   }
 }

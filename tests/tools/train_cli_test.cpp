@@ -5,17 +5,29 @@
 //   - resuming from step 3 reproduces the uninterrupted run's step 4..6 losses bit for bit (real model);
 //   - bad inputs (missing file, bad JSON, unknown key, out-of-range value, truncated checkpoint, non-UTF-8 data,
 //     unknown preset, an existing run directory) each give exactly one line "fp8train: error: ..." naming the
-//     problem, and a non-zero exit.
+//     problem (a human sentence: no source location, no raw bytes), and a non-zero exit;
+//   - a run's life cycle: a resume writes where the user pointed, a rejected resume writes nothing, a finished
+//     run says it is complete, a stopped run can be resumed, warnings for settings that change a run, the
+//     final checkpoint before the final evaluation, checkpoint retention, --help with defaults.
+// FP8TRAIN_CLI_UNDER_TEST (environment) runs the cases against another build of the CLI, e.g. an installed one.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "train/token_file.h"
 
 namespace fs = std::filesystem;
 
@@ -37,6 +49,35 @@ std::string slurp(const fs::path& p) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+std::string cli_path() {
+  const char* other = std::getenv("FP8TRAIN_CLI_UNDER_TEST");
+  return other && *other ? other : FP8TRAIN_CLI;
+}
+
+// Every file under `dir` (relative path -> bytes): what a command must leave untouched.
+std::map<std::string, std::string> snapshot(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) files[fs::relative(e.path(), dir).string()] = slurp(e.path());
+  return files;
+}
+
+// The safetensors header's __metadata__ of a file.
+nlohmann::json safetensors_metadata(const fs::path& p) {
+  const std::string bytes = slurp(p);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  return nlohmann::json::parse(bytes.substr(8, n)).value("__metadata__", nlohmann::json::object());
+}
+
+std::vector<std::string> checkpoint_steps(const fs::path& run) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(run / "checkpoints"))
+    if (e.is_directory()) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 std::vector<nlohmann::json> jsonl(const fs::path& p) {
@@ -68,10 +109,12 @@ class TrainCli : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(work_); }
 
-  CliResult run(const std::string& args) {
+  // Runs the CLI with `args` (in directory `cwd` when given; `env` is prefixed, e.g. "FP8TRAIN_DEBUG=1").
+  CliResult run(const std::string& args, const fs::path& cwd = {}, const std::string& env = "") {
     const fs::path out = work_ / "stdout.txt", err = work_ / "stderr.txt";
-    const std::string cmd = std::string("'") + FP8TRAIN_CLI + "' " + args + " > '" + out.string() + "' 2> '" +
-                            err.string() + "'";
+    const std::string cd = cwd.empty() ? "" : "cd '" + cwd.string() + "' && ";
+    const std::string cmd = cd + env + (env.empty() ? "" : " ") + "'" + cli_path() + "' " + args + " > '" +
+                            out.string() + "' 2> '" + err.string() + "'";
     const int status = std::system(cmd.c_str());
     CliResult r;
     r.exit_code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -88,6 +131,15 @@ class TrainCli : public ::testing::Test {
     ASSERT_EQ(lines.size(), 1u) << args << "\nstderr:\n" << r.err;
     EXPECT_EQ(lines[0].rfind("fp8train: error: ", 0), 0u) << lines[0];
     EXPECT_NE(lines[0].find(needle), std::string::npos) << "expected '" << needle << "' in: " << lines[0];
+    expect_human_sentence(lines[0]);
+  }
+
+  // An error line a user reads: no internal check text or source location, no raw control or binary bytes.
+  static void expect_human_sentence(const std::string& line) {
+    EXPECT_EQ(line.find("[check"), std::string::npos) << line;
+    EXPECT_EQ(line.find(".cpp:"), std::string::npos) << line;
+    EXPECT_EQ(line.find("[at "), std::string::npos) << line;
+    EXPECT_EQ(fp8train::printable_text(line), line) << "control characters or invalid UTF-8 in: " << line;
   }
 
   std::string train_args(const std::string& out) const {
@@ -174,4 +226,253 @@ TEST_F(TrainCli, BadInputsGiveOneClearLine) {
   expect_one_line_error("eval --checkpoint '" + (work_ / "nowhere").string() + "'", "does not exist");
   // Training into a directory that already holds a run is refused (no silent overwrite).
   expect_one_line_error(train_args("t"), "already holds a run");
+}
+
+// ---- a run's life cycle ------------------------------------------------------------------------------------
+
+TEST_F(TrainCli, ResumeWritesIntoTheRunTheUserPointedAt) {
+  ASSERT_EQ(run(train_args("orig") + " --save-every 3").exit_code, 0);
+  const auto original = snapshot(work_ / "orig");
+  fs::copy(work_ / "orig", work_ / "copy", fs::copy_options::recursive);
+  // Resuming the copy from its step-3 checkpoint continues the copy, not the run recorded in the checkpoint.
+  const CliResult r = run("train --resume '" + (work_ / "copy" / "checkpoints" / "step-00000003").string() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(snapshot(work_ / "orig"), original) << "the original run was modified";
+  EXPECT_EQ(jsonl(work_ / "copy" / "metrics.jsonl").size(), 6u);
+  EXPECT_EQ(nlohmann::json::parse(slurp(work_ / "copy" / "config.json"))["train"]["out"],
+            (work_ / "copy").string());
+  // A moved run, resumed from another working directory with a relative path: written into the moved run only.
+  fs::rename(work_ / "copy", work_ / "moved");
+  fs::create_directories(work_ / "elsewhere");
+  const CliResult m = run("train --resume ../moved/checkpoints/step-00000003", work_ / "elsewhere");
+  ASSERT_EQ(m.exit_code, 0) << m.out << m.err;
+  EXPECT_TRUE(fs::is_empty(work_ / "elsewhere")) << "a partial run was created in the working directory";
+  EXPECT_FALSE(fs::exists(work_ / "copy")) << "the run's old location was recreated";
+  EXPECT_EQ(snapshot(work_ / "orig"), original);
+  int resumed = 0;
+  for (const auto& e : jsonl(work_ / "moved" / "events.jsonl")) resumed += e["event"] == "resumed";
+  EXPECT_EQ(resumed, 2);
+  EXPECT_EQ(jsonl(work_ / "moved" / "metrics.jsonl").size(), 6u);
+}
+
+TEST_F(TrainCli, ResumingAFinishedRunSaysItIsCompleteAndHowToExtendIt) {
+  ASSERT_EQ(run(train_args("done")).exit_code, 0);
+  const auto before = snapshot(work_ / "done");
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const CliResult r = run("train --resume '" + (work_ / "done").string() + "'");
+    EXPECT_EQ(r.exit_code, 1);
+    const auto lines = r.err_lines();
+    ASSERT_EQ(lines.size(), 1u) << r.err;
+    EXPECT_NE(lines[0].find("is complete (6 of 6 steps)"), std::string::npos) << lines[0];
+    EXPECT_NE(lines[0].find("--steps"), std::string::npos) << "says how to extend it: " << lines[0];
+    expect_human_sentence(lines[0]);
+  }
+  EXPECT_EQ(snapshot(work_ / "done"), before) << "a refused resume changed the run (events, config, logs)";
+  // Extending it: more steps continue from the final checkpoint.
+  const CliResult r = run("train --resume '" + (work_ / "done").string() + "' --steps 8");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(jsonl(work_ / "done" / "metrics.jsonl").size(), 8u);
+}
+
+TEST_F(TrainCli, ARejectedResumeWritesNothing) {
+  ASSERT_EQ(run(train_args("r") + " --save-every 3").exit_code, 0);
+  const auto before = snapshot(work_ / "r");
+  const std::string step3 = (work_ / "r" / "checkpoints" / "step-00000003").string();
+  expect_one_line_error("train --resume '" + step3 + "' --hidden-size 48", "shape");
+  const std::string moments = nlohmann::json::parse(slurp(work_ / "r" / "config.json"))["optim"]["moment_dtype"];
+  expect_one_line_error("train --resume '" + step3 + "' --moment-dtype " + (moments == "bf16" ? "fp32" : "bf16"),
+                        "moments");
+  EXPECT_EQ(snapshot(work_ / "r"), before) << "a rejected resume modified the run";
+  expect_one_line_error("train --resume '" + step3 + "' --hidden-size 48 --out '" + (work_ / "fresh").string() + "'",
+                        "shape");
+  EXPECT_FALSE(fs::exists(work_ / "fresh")) << "a rejected resume left a run folder behind";
+}
+
+TEST_F(TrainCli, TheRecipeDecidesTheOptimizerMoments) {
+  // recipe spec -> AdamW moment dtype, whatever the command (compare uses the same rule: compare_cli_test.cpp)
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"fp32", "fp32"}, {"bf16", "fp32"}, {"bf16:moments=bf16", "bf16"}, {"fp8-deepseek", "bf16"},
+      {"fp8-deepseek:moments=fp32", "fp32"}};
+  int i = 0;
+  for (const auto& [recipe, moments] : cases) {
+    SCOPED_TRACE(recipe);
+    const std::string dir = fmt::format("m{}", i++);
+    const CliResult r = run(train_args(dir) + " --steps 1 --recipe " + recipe);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_EQ(nlohmann::json::parse(slurp(work_ / dir / "config.json"))["optim"]["moment_dtype"], moments);
+    EXPECT_EQ(safetensors_metadata(work_ / dir / "checkpoints" / "step-00000001" / "optimizer.safetensors")["moment_dtype"],
+              moments);
+  }
+  // An explicit --moment-dtype overrides the recipe's default, but contradicting the recipe's own ":moments=" is
+  // an error, not a silent choice.
+  ASSERT_EQ(run(train_args("explicit") + " --steps 1 --recipe bf16 --moment-dtype bf16").exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(slurp(work_ / "explicit" / "config.json"))["optim"]["moment_dtype"], "bf16");
+  expect_one_line_error(train_args("conflict") + " --recipe bf16:moments=bf16 --moment-dtype fp32", "moments=bf16");
+  EXPECT_FALSE(fs::exists(work_ / "conflict"));
+}
+
+TEST_F(TrainCli, TheFinalCheckpointIsSavedBeforeTheFinalEvaluationWhoseSizeIsASetting) {
+  const CliResult r = run(train_args("f") + " --final-eval-windows 3");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::vector<std::string> log;
+  std::istringstream in(slurp(work_ / "f" / "train.log"));
+  for (std::string l; std::getline(in, l);) log.push_back(l);
+  auto index_of = [&](const std::string& needle) {
+    for (size_t i = 0; i < log.size(); ++i)
+      if (log[i].find(needle) != std::string::npos) return static_cast<ptrdiff_t>(i);
+    return static_cast<ptrdiff_t>(-1);
+  };
+  const ptrdiff_t saved = index_of("step 6: final checkpoint saved");
+  const ptrdiff_t started = index_of("step 6: final evaluation");
+  const ptrdiff_t evaluated = index_of("step 6: held-out loss");
+  ASSERT_GE(saved, 0) << slurp(work_ / "f" / "train.log");
+  ASSERT_GE(started, 0) << "the final evaluation announces itself: " << slurp(work_ / "f" / "train.log");
+  ASSERT_GE(evaluated, 0);
+  EXPECT_LT(saved, started);
+  EXPECT_LT(started, evaluated);
+  EXPECT_NE(log[static_cast<size_t>(evaluated)].find("(3 windows of 32 tokens)"), std::string::npos)
+      << log[static_cast<size_t>(evaluated)];
+  // 0: the final evaluation uses the periodic evaluation's windows (eval_batches 1 x micro-batch 2 = 2).
+  ASSERT_EQ(run(train_args("f0") + " --final-eval-windows 0").exit_code, 0);
+  EXPECT_NE(slurp(work_ / "f0" / "train.log").find("step 6: held-out loss"), std::string::npos);
+  EXPECT_NE(slurp(work_ / "f0" / "train.log").find("(2 windows of 32 tokens)"), std::string::npos);
+}
+
+TEST_F(TrainCli, ARunStoppedByNonFiniteStepsLeavesACheckpointToResumeFrom) {
+  // A learning rate of 10 without clipping blows the tiny model up within two steps.
+  const CliResult r = run(train_args("nan") + " --lr 10 --final-lr 1 --grad-clip 0 --max-bad-steps 1 --steps 30");
+  ASSERT_EQ(r.exit_code, 1) << r.out << r.err;
+  const auto lines = r.err_lines();
+  ASSERT_EQ(lines.size(), 1u) << r.err;
+  EXPECT_NE(lines[0].find("training stopped at step"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("--resume"), std::string::npos) << "says how to continue: " << lines[0];
+  expect_human_sentence(lines[0]);
+  ASSERT_TRUE(fs::exists(work_ / "nan" / "checkpoints" / "latest")) << "no checkpoint to resume from";
+  EXPECT_TRUE(fs::exists(work_ / "nan" / "report.html"));
+  // Training into it again points at --resume; resuming (with a saner learning rate) gets going.
+  expect_one_line_error(train_args("nan"), "--resume");
+  const CliResult again = run("train --resume '" + (work_ / "nan").string() + "' --lr 1e-4 --final-lr 1e-5 --grad-clip 1");
+  EXPECT_NE(again.out.find("resumed from"), std::string::npos) << again.out << again.err;
+  // A folder holding a run without any checkpoint says so instead of suggesting --resume.
+  fs::remove_all(work_ / "nan" / "checkpoints");
+  expect_one_line_error(train_args("nan"), "no checkpoint");
+}
+
+TEST_F(TrainCli, EvalAndGenerateDoNotNeedTheOptimizerState) {
+  ASSERT_EQ(run(train_args("inf")).exit_code, 0);
+  fs::remove(work_ / "inf" / "checkpoints" / "step-00000006" / "optimizer.safetensors");
+  const CliResult e = run("eval --checkpoint '" + (work_ / "inf").string() + "' --json");
+  EXPECT_EQ(e.exit_code, 0) << e.err;
+  const CliResult g = run("generate --checkpoint '" + (work_ / "inf").string() + "' --max-new-tokens 5");
+  EXPECT_EQ(g.exit_code, 0) << g.err;
+  // Resuming does need it, and says which file is missing.
+  expect_one_line_error("train --resume '" + (work_ / "inf").string() + "' --steps 8", "optimizer.safetensors is missing");
+}
+
+TEST_F(TrainCli, ARunShorterThanItsWarmupSaysSo) {
+  const CliResult r = run(train_args("short") + " --steps 3 --warmup-steps 30");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("warning: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("optim.warmup_steps"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("peak learning rate"), std::string::npos) << r.out;
+  // The normal run says nothing of the kind.
+  const CliResult n = run(train_args("normal"));
+  EXPECT_EQ(n.out.find("warning: "), std::string::npos) << n.out;
+}
+
+TEST_F(TrainCli, ResumingWithChangedSettingsWarns) {
+  ASSERT_EQ(run(train_args("base") + " --save-every 3").exit_code, 0);
+  const std::string step3 = (work_ / "base" / "checkpoints" / "step-00000003").string();
+  // The same settings: no warning.
+  const CliResult same = run("train --resume '" + step3 + "' --out '" + (work_ / "same").string() + "'");
+  ASSERT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_EQ(same.out.find("warning: "), std::string::npos) << same.out;
+  const CliResult r = run("train --resume '" + step3 + "' --out '" + (work_ / "changed").string() +
+                          "' --seed 7 --steps 8 --recipe fp32");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* key : {"train.seed", "train.steps", "train.recipe"})
+    EXPECT_NE(r.out.find(std::string("warning: ") + "resuming with '" + key + "'"), std::string::npos)
+        << key << "\n" << r.out;
+  EXPECT_NE(r.out.find("learning-rate schedule"), std::string::npos) << "--steps changes the schedule: " << r.out;
+  int warnings = 0;
+  for (const auto& e : jsonl(work_ / "changed" / "events.jsonl")) warnings += e["event"] == "warning";
+  EXPECT_GE(warnings, 3);
+  // Different data under the same settings is noticed too (the data's fingerprint is in the checkpoint).
+  std::ofstream(work_ / "text.txt") << std::string(20000, 'a');
+  const CliResult d = run("train --resume '" + step3 + "' --out '" + (work_ / "data").string() + "' --data '" +
+                          (work_ / "text.txt").string() + "'");
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_NE(d.out.find("warning: resuming on different data"), std::string::npos) << d.out;
+}
+
+TEST_F(TrainCli, LateErrorsLeaveNoRunFolderBehind) {
+  // A token file whose vocabulary is larger than the model's: refused before anything is created.
+  std::vector<uint32_t> tokens(3000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i % 1000);
+  fp8train::train::write_token_file((work_ / "big.tok").string(), tokens, 1000, 2);
+  expect_one_line_error(train_args("late") + " --data '" + (work_ / "big.tok").string() + "'", "vocabulary");
+  EXPECT_FALSE(fs::exists(work_ / "late")) << "an empty run folder was left behind";
+}
+
+TEST_F(TrainCli, ErrorLinesAreOneHumanSentence) {
+  ASSERT_EQ(run(train_args("m") + " --save-every 3").exit_code, 0);
+  // A state.json overwritten with binary: the message names the file and quotes no raw bytes.
+  std::ofstream(work_ / "m" / "checkpoints" / "step-00000003" / "state.json", std::ios::binary)
+      << std::string("\x01\x02{\xff\xfe\x1b[2J binary");
+  const std::string args = "train --resume '" + (work_ / "m" / "checkpoints" / "step-00000003").string() + "'";
+  expect_one_line_error(args, "state.json is not valid JSON");
+  // The failed check's location is for developers: a second line only with FP8TRAIN_DEBUG set.
+  const CliResult d = run(args, {}, "FP8TRAIN_DEBUG=1");
+  const auto lines = d.err_lines();
+  ASSERT_EQ(lines.size(), 2u) << d.err;
+  EXPECT_EQ(lines[1].rfind("fp8train: debug: ", 0), 0u) << lines[1];
+  EXPECT_NE(lines[1].find(".cpp:"), std::string::npos) << lines[1];
+}
+
+TEST_F(TrainCli, HelpShowsDefaults) {
+  const CliResult t = run("train --help");
+  ASSERT_EQ(t.exit_code, 0);
+  EXPECT_NE(t.out.find("default 0.003 (small preset; tiny: 0.01, base: 0.001)"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("default 0.9"), std::string::npos) << "beta1, the same in every preset: " << t.out;
+  EXPECT_NE(t.out.find("--preset TEXT=small"), std::string::npos) << t.out;
+  const CliResult e = run("eval --help");
+  EXPECT_NE(e.out.find("--batch INT=8"), std::string::npos) << e.out;
+  const CliResult g = run("generate --help");
+  EXPECT_NE(g.out.find("--temperature FLOAT=0.8"), std::string::npos) << g.out;
+  EXPECT_NE(g.out.find("--max-new-tokens INT=200"), std::string::npos) << g.out;
+  const CliResult c = run("compare --help");
+  EXPECT_NE(c.out.find("--recipes TEXT=bf16,fp8-deepseek,fp8-tensorwise,int8-blockwise"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("default 0.003 (small preset"), std::string::npos) << c.out;
+}
+
+TEST_F(TrainCli, TheReportAndProgressSayWhatTheyShow) {
+  const CliResult r = run(train_args("rep"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string report = slurp(work_ / "rep" / "report.html");
+  EXPECT_NE(report.find("<th>recipe</th><td>bf16</td>"), std::string::npos) << "the report names the recipe";
+  EXPECT_NE(report.find("<th>device</th><td>CPU"), std::string::npos) << "the report names the device";
+  const auto summary = nlohmann::json::parse(slurp(work_ / "rep" / "summary.json"));
+  EXPECT_EQ(summary["recipe"], "bf16");
+  // The progress line's loss says it includes the MTP and balance terms, next to the next-token loss.
+  EXPECT_NE(r.out.find("step 6/6 | next-token loss "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" | total (+MTP, balance) "), std::string::npos) << r.out;
+}
+
+TEST_F(TrainCli, CheckpointRetentionKeepsTheLastNAndEveryKth) {
+  ASSERT_EQ(run(train_args("keep") + " --save-every 1 --keep-last 2 --keep-every 3").exit_code, 0);
+  EXPECT_EQ(checkpoint_steps(work_ / "keep"),
+            (std::vector<std::string>{"step-00000003", "step-00000005", "step-00000006"}));
+  EXPECT_EQ(slurp(work_ / "keep" / "checkpoints" / "latest"), "step-00000006\n");
+  ASSERT_EQ(run(train_args("all") + " --save-every 1 --keep-last 0").exit_code, 0);
+  EXPECT_EQ(checkpoint_steps(work_ / "all").size(), 6u) << "--keep-last 0 keeps every checkpoint";
+}
+
+TEST_F(TrainCli, TheReportPlotsSaturationAndUnderflowAndFitsShortRuns) {
+  const CliResult r = run(train_args("fp8") + " --recipe fp8-deepseek --steps 2 --health-every 1 --eval-every 0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string report = slurp(work_ / "fp8" / "report.html");
+  EXPECT_NE(report.find("FP8 saturation"), std::string::npos);
+  EXPECT_NE(report.find("FP8 underflow"), std::string::npos);
+  EXPECT_EQ(report.find("bits per token"), std::string::npos) << "byte data is measured per byte";
+  EXPECT_NE(report.find("Held-out bits per byte"), std::string::npos);
 }

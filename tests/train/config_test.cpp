@@ -1,10 +1,13 @@
 // Config: presets, JSON and flag layering, the exact error sentences for unknown keys / wrong types /
-// out-of-range values, cross-key checks, the JSON round trip and the printed table.
+// out-of-range values, cross-key checks, the JSON round trip and the printed table; the one rule for the
+// optimizer moments of a recipe; warnings; differences between two configs; defaults in the flags' help.
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <map>
 
 #include "common/error.h"
+#include "optim/adamw.h"
 #include "train/config.h"
 
 using namespace fp8train;
@@ -70,7 +73,7 @@ TEST(Config, ErrorsNameTheKey) {
   EXPECT_PRED2(contains, json_error(R"({"optimizer": {"lr": 1}})"), "unknown config key 'optimizer'");
   EXPECT_PRED2(contains, json_error(R"({"optim": {"lr": -1}})"), "'optim.lr' must be in [");
   EXPECT_PRED2(contains, json_error(R"({"train": {"steps": 1.5}})"), "'train.steps' must be an integer");
-  EXPECT_PRED2(contains, json_error(R"({"optim": {"moment_dtype": "fp16"}})"), "'optim.moment_dtype' must be one of bf16, fp32");
+  EXPECT_PRED2(contains, json_error(R"({"optim": {"moment_dtype": "fp16"}})"), "'optim.moment_dtype' must be one of recipe, fp32, bf16");
   EXPECT_PRED2(contains, json_error(R"({"optim": {"lr": "fast"}})"), "'optim.lr' must be a number");
   EXPECT_PRED2(contains, json_error(R"([1])"), "must be a JSON object");
   EXPECT_PRED2(contains, error_of([&] { apply_config_flag(c, "steps", "12x", nullptr); }), "--steps must be an integer");
@@ -114,4 +117,68 @@ TEST(Config, LrScheduleFollowsTheStepFractions) {
   EXPECT_EQ(s.decay_start, 500);
   EXPECT_EQ(s.decay_end, 900);
   EXPECT_EQ(s.at(950), c.final_lr);
+}
+
+TEST(Config, TheRecipeDecidesTheMomentDtypeUnlessTheConfigDoes) {
+  TrainConfig c = preset_config("tiny");
+  EXPECT_EQ(c.moment_dtype, "recipe");
+  const auto moments = [&](const std::string& recipe, const std::string& setting) {
+    c.recipe = recipe;
+    c.moment_dtype = setting;
+    validate_config(c);
+    return resolved_moment_dtype(c);
+  };
+  EXPECT_EQ(moments("fp32", "recipe"), "fp32");
+  EXPECT_EQ(moments("bf16", "recipe"), "fp32");
+  EXPECT_EQ(moments("fp8-deepseek", "recipe"), "bf16");
+  EXPECT_EQ(moments("fp8-deepseek:moments=fp32", "recipe"), "fp32");
+  EXPECT_EQ(moments("bf16", "bf16"), "bf16");  // an explicit setting over the recipe's default
+  EXPECT_EQ(moments("fp8-deepseek:moments=bf16", "bf16"), "bf16");  // agreeing is fine
+  EXPECT_EQ(std::string(optim::moment_dtype_name(c.adamw().moment_dtype)), "bf16");
+  EXPECT_PRED2(contains, error_of([&] { moments("bf16:moments=bf16", "fp32"); }),
+               "config key 'optim.moment_dtype' is 'fp32' but the recipe 'bf16:moments=bf16' asks for moments=bf16");
+  // Resolving writes the dtype into the config (what config.json and the checkpoint record) and names the source.
+  c.recipe = "fp8-deepseek";
+  c.moment_dtype = "recipe";
+  ConfigSources sources;
+  resolve_moment_dtype(c, &sources);
+  EXPECT_EQ(c.moment_dtype, "bf16");
+  EXPECT_EQ(sources.at("optim.moment_dtype"), "recipe");
+}
+
+TEST(Config, WarnsOfARunNoLongerThanItsWarmup) {
+  TrainConfig c = preset_config("tiny");
+  EXPECT_TRUE(config_warnings(c).empty());
+  c.steps = 20;
+  c.warmup_steps = 30;
+  const auto w = config_warnings(c);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_PRED2(contains, w[0], "'optim.warmup_steps' = 30");
+  EXPECT_PRED2(contains, w[0], "peak learning rate");
+}
+
+TEST(Config, DifferencesNameTheKeys) {
+  TrainConfig a = preset_config("tiny"), b = a;
+  b.lr = 1e-4;
+  b.model.n_layers = 3;
+  b.out = "elsewhere";
+  const nlohmann::json ja = config_to_json(a), jb = config_to_json(b);
+  EXPECT_EQ(config_differences(ja, jb), (std::vector<std::string>{"model.n_layers", "train.out", "optim.lr"}));
+  EXPECT_EQ(config_differences(ja, jb, {"train.out"}), (std::vector<std::string>{"model.n_layers", "optim.lr"}));
+  nlohmann::json old = ja;  // a config saved before a key existed
+  old["train"].erase("keep_last");
+  EXPECT_EQ(config_differences(ja, old), (std::vector<std::string>{"train.keep_last"}));
+  EXPECT_EQ(config_value_text(jb, "optim.lr"), "0.0001");
+  EXPECT_EQ(config_value_text(old, "train.keep_last"), "(missing)");
+  EXPECT_TRUE(config_key_changes_training("optim.lr"));
+  EXPECT_FALSE(config_key_changes_training("train.save_every"));
+}
+
+TEST(Config, FlagHelpShowsTheDefaults) {
+  std::map<std::string, std::string> help;
+  for (const ConfigFlag& f : config_flags()) help[f.flag] = f.help;
+  EXPECT_PRED2(contains, help.at("lr"), "default 0.003 (small preset; tiny: 0.01, base: 0.001)");
+  EXPECT_PRED2(contains, help.at("beta1"), "default 0.9]");
+  EXPECT_PRED2(contains, help.at("data"), "default (none)");
+  EXPECT_PRED2(contains, help.at("keep-last"), "default 3");
 }

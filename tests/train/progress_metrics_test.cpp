@@ -1,5 +1,6 @@
 // Progress line (terminal redraw vs plain log lines, messages not torn) and the metrics helpers
-// (documented key order, nulls for non-finite values, load ratio, truncation on resume, torn last line).
+// (documented key order, nulls for non-finite values, load ratio, truncation on resume, torn last line, the
+// quantized operands' saturation and underflow per tensor role).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,7 +25,7 @@ std::string read_all(std::FILE* f) {
   while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
   return out;
 }
-ProgressValues values(int64_t step) { return {step, 30, 2.5, 1e-3, 1234.0, 65.0}; }
+ProgressValues values(int64_t step) { return {step, 30, 2.5, 2.75, 1e-3, 1234.0, 65.0}; }
 }  // namespace
 
 TEST(Progress, PlainLinesEveryLogEveryStepsWhenNotATerminal) {
@@ -40,7 +41,12 @@ TEST(Progress, PlainLinesEveryLogEveryStepsWhenNotATerminal) {
   EXPECT_EQ(text.find("\x1b["), std::string::npos);
   // steps 1, 10, 20, 30 and the message: five lines
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 5) << text;
-  EXPECT_NE(text.find("step 20/30 | loss 2.5000 | lr 1.00e-03 |    1234 tok/s | 1m05s left"), std::string::npos) << text;
+  // The loss is named: the next-token loss (what the held-out evaluation measures) and the total with MTP and
+  // balance terms (what the gradient is of).
+  EXPECT_NE(text.find("step 20/30 | next-token loss 2.5000 | total (+MTP, balance) 2.7500 | lr 1.00e-03 |    1234 "
+                      "tok/s | 1m05s left"),
+            std::string::npos)
+      << text;
   EXPECT_EQ(read_file(log.string()), text);  // train.log holds the same plain lines
   fs::remove(log);
   std::fclose(out);
@@ -61,6 +67,29 @@ TEST(Progress, RedrawsInPlaceOnATerminalAndKeepsMessagesWhole) {
   EXPECT_NE(text.find("\r\x1b[Kstep 30/30"), std::string::npos);
   EXPECT_EQ(text.back(), '\n');
   std::fclose(out);
+}
+
+TEST(Progress, StatusLinesShowALongTaskWithoutClutteringTheLog) {
+  std::FILE* plain = std::tmpfile();
+  {
+    Progress p(plain, /*terminal=*/false, 10, "");
+    p.status("final evaluation 1/3 windows");
+    p.status("final evaluation 2/3 windows");  // within 10 s of the first: not printed
+    p.message("step 30: held-out loss 1.0");
+  }
+  EXPECT_EQ(read_all(plain), "final evaluation 1/3 windows\nstep 30: held-out loss 1.0\n");
+  std::fclose(plain);
+  std::FILE* term = std::tmpfile();
+  {
+    Progress p(term, /*terminal=*/true, 10, "");
+    p.update(values(30));
+    p.status("final evaluation 1/3 windows");
+    p.message("step 30: held-out loss 1.0");  // the finished status is not drawn again
+  }
+  const std::string text = read_all(term);
+  EXPECT_NE(text.find("\r\x1b[Kfinal evaluation 1/3 windows\r\x1b[Kstep 30: held-out loss 1.0\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("1.0\nfinal evaluation"), std::string::npos) << text;
+  std::fclose(term);
 }
 
 TEST(Progress, DurationsReadNaturally) {
@@ -103,4 +132,23 @@ TEST(Metrics, TruncationKeepsEarlierStepsAndSurvivesATornLine) {
   EXPECT_EQ(read_jsonl(p.string()).size(), 3u);
   fs::remove(p);
   EXPECT_TRUE(read_jsonl(p.string()).empty());  // a missing file reads as no lines
+}
+
+TEST(Metrics, QuantizationHealthSumsTheOperandsPerTensorRole) {
+  const nlohmann::json health = nlohmann::json::parse(R"([
+    {"gemm": "fprop", "a": {"elements": 100, "nonzero": 80, "saturated": 1, "underflow": 4},
+                      "b": {"elements": 50, "nonzero": 50, "saturated": 0, "underflow": 5}},
+    {"gemm": "dgrad", "a": {"elements": 100, "nonzero": 100, "saturated": 3, "underflow": 10},
+                      "b": {"elements": 50, "nonzero": 50, "saturated": 0, "underflow": 0}},
+    {"gemm": "wgrad", "a": {"elements": 100, "nonzero": 100, "saturated": 0, "underflow": 10},
+                      "b": {"elements": 100, "nonzero": 80, "saturated": 0, "underflow": 4}}])");
+  const nlohmann::ordered_json q = quantization_health_summary(health);
+  // activations = fprop a + wgrad b; weights = fprop b + dgrad b; gradients = dgrad a + wgrad a
+  EXPECT_DOUBLE_EQ(q["activations"]["saturated_fraction"].get<double>(), 1.0 / 200);
+  EXPECT_DOUBLE_EQ(q["activations"]["underflow_fraction"].get<double>(), 8.0 / 160);
+  EXPECT_DOUBLE_EQ(q["weights"]["underflow_fraction"].get<double>(), 5.0 / 100);
+  EXPECT_DOUBLE_EQ(q["gradients"]["saturated_fraction"].get<double>(), 3.0 / 200);
+  EXPECT_DOUBLE_EQ(q["gradients"]["underflow_fraction"].get<double>(), 20.0 / 200);
+  // Unquantized recipes record no operand counters.
+  EXPECT_TRUE(quantization_health_summary(nlohmann::json::parse(R"([{"gemm": "fprop", "rel_error": 0.001}])")).is_null());
 }

@@ -1,9 +1,13 @@
 // The training loop on a bigram model (toy_model.h): loss falls; metrics.jsonl has exactly the documented
 // keys; resume from step k reproduces the uninterrupted run bit for bit; gradient accumulation matches the
 // full batch; non-finite steps are skipped, counted, logged, and stop the run after max_bad_steps in a row;
-// checkpoints refuse truncation/corruption and survive a killed writer; the report is self-contained SVG.
+// checkpoints refuse truncation/corruption and survive a killed writer; the report is self-contained SVG; after a
+// resume the summary covers the whole run; the final checkpoint is on disk before the final evaluation starts,
+// and a run stopped during that evaluation (or by non-finite steps) is finished by resuming it; retention never
+// deletes the checkpoint "latest" names; a report of a run without evaluations draws no empty panel.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -76,6 +80,36 @@ std::vector<nlohmann::json> deterministic_metrics(const fs::path& dir) {
   for (auto& r : rows) r.erase("tokens_per_s");
   return rows;
 }
+
+// A bigram model that asks the trainer to stop (as Ctrl-C does) after a given step, or once the final
+// evaluation has begun; it records what "latest" named when the final evaluation started.
+class StoppingModel : public BigramModel {
+ public:
+  using BigramModel::BigramModel;
+  void after_step() override {
+    BigramModel::after_step();
+    if (++steps_done == stop_after_step) request_stop();
+  }
+  void discard_step() override {
+    BigramModel::discard_step();
+    ++steps_done;
+  }
+  double eval_loss_sum(const Token* inputs, const Token* targets, int64_t batch, int64_t seq_len) override {
+    if (steps_done == final_step && latest_at_final_eval.empty()) {
+      std::error_code ec;
+      if (fs::exists(run_dir / "checkpoints" / "latest", ec))
+        latest_at_final_eval = read_file((run_dir / "checkpoints" / "latest").string());
+      else
+        latest_at_final_eval = "(none)";
+      if (stop_in_final_eval) request_stop();
+    }
+    return BigramModel::eval_loss_sum(inputs, targets, batch, seq_len);
+  }
+  int64_t steps_done = 0, stop_after_step = -1, final_step = -1;
+  bool stop_in_final_eval = false;
+  fs::path run_dir;
+  std::string latest_at_final_eval;
+};
 
 }  // namespace
 
@@ -305,4 +339,142 @@ TEST(Trainer, AStopRequestCheckpointsAndResumesCleanly) {
   const TrainResult r = run_toy(c, b, dir.path, &meta);
   EXPECT_EQ(r.steps_done, 6);
   EXPECT_EQ(read_jsonl((dir.path / "metrics.jsonl").string()).size(), 6u);
+}
+
+TEST(Trainer, SummaryAfterAResumeCoversTheWholeRun) {
+  TempDir full("sum-full"), parts("sum-parts");
+  TrainConfig c = toy_config();  // 12 steps
+  BigramModel a(kByteVocabSize);
+  const TrainResult whole = run_toy(c, a, full.path);
+  // The same run, interrupted after step 8 and resumed in place.
+  StoppingModel b(kByteVocabSize);
+  b.stop_after_step = 8;
+  EXPECT_NE(error_of([&] { run_toy(c, b, parts.path); }).find("interrupted at step 8"), std::string::npos);
+  const CheckpointMeta meta = read_checkpoint_meta(resolve_checkpoint_dir(parts.path.string()));
+  ASSERT_EQ(meta.state.step, 8);
+  EXPECT_GT(meta.state.wall_seconds, 0.0) << "the checkpoint records the training time so far";
+  // A memory maximum recorded before the resume carries over (edit the saved maximum to tell it apart).
+  nlohmann::json state = nlohmann::json::parse(read_file((fs::path(meta.dir) / "state.json").string()));
+  ASSERT_TRUE(state.contains("memory")) << state.dump();
+  state["memory"]["workspace_peak_bytes"] = int64_t{1} << 40;
+  write_file_atomic((fs::path(meta.dir) / "state.json").string(), state.dump(2));
+  const CheckpointMeta edited = read_checkpoint_meta(meta.dir);
+  BigramModel b2(kByteVocabSize);
+  b2.set_step(8);
+  const TrainResult resumed = run_toy(c, b2, parts.path, &edited);
+  // Final train loss: the mean of steps 3..12, across the resume, bit for bit the uninterrupted run's.
+  EXPECT_EQ(resumed.final_train_loss, whole.final_train_loss);
+  const auto summary = nlohmann::json::parse(read_file((parts.path / "summary.json").string()));
+  EXPECT_EQ(summary["final train loss (mean of last 10 steps)"].get<double>(), whole.final_train_loss);
+  EXPECT_EQ(summary["memory (bytes, max over steps)"]["workspace_peak_bytes"].get<int64_t>(), int64_t{1} << 40);
+  // Wall time: both sessions.
+  EXPECT_NEAR(resumed.seconds, edited.state.wall_seconds + resumed.session_seconds, 1e-9);
+  EXPECT_GT(resumed.seconds, resumed.session_seconds);
+  EXPECT_TRUE(summary.contains("wall time (s)"));
+  EXPECT_TRUE(summary.contains("wall time this session (s)"));
+}
+
+TEST(Trainer, TheFinalCheckpointIsOnDiskBeforeTheFinalEvaluation) {
+  TempDir dir("final-order"), ref("final-ref");
+  TrainConfig c = toy_config();
+  BigramModel plain(kByteVocabSize);
+  const TrainResult uninterrupted = run_toy(c, plain, ref.path);
+  StoppingModel m(kByteVocabSize);
+  m.final_step = 12;
+  m.run_dir = dir.path;
+  m.stop_in_final_eval = true;  // as if the user pressed Ctrl-C (or the machine went down) during it
+  const std::string msg = error_of([&] { run_toy(c, m, dir.path); });
+  EXPECT_EQ(m.latest_at_final_eval, "step-00000012\n");
+  EXPECT_NE(msg.find("during the final evaluation"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--resume"), std::string::npos) << msg;
+  EXPECT_FALSE(stop_requested());
+  EXPECT_FALSE(fs::exists(dir.path / "summary.json"));
+  // Resuming finishes the run: the final evaluation and the summary, no more steps.
+  const CheckpointMeta meta = read_checkpoint_meta(resolve_checkpoint_dir(dir.path.string()));
+  EXPECT_EQ(meta.state.step, 12);
+  BigramModel b(kByteVocabSize);
+  b.set_step(12);
+  const TrainResult finished = run_toy(c, b, dir.path, &meta);
+  EXPECT_EQ(b.applied_, 0);
+  EXPECT_EQ(finished.final_eval_loss, uninterrupted.final_eval_loss);
+  EXPECT_EQ(finished.final_train_loss, uninterrupted.final_train_loss);
+  EXPECT_TRUE(fs::exists(dir.path / "summary.json"));
+  EXPECT_EQ(read_jsonl((dir.path / "metrics.jsonl").string()).size(), 12u);
+  // Now it is complete.
+  BigramModel again(kByteVocabSize);
+  const CheckpointMeta done = read_checkpoint_meta(resolve_checkpoint_dir(dir.path.string()));
+  EXPECT_NE(error_of([&] { run_toy(c, again, dir.path, &done); }).find("is complete (12 of 12 steps)"), std::string::npos);
+}
+
+TEST(Trainer, TheFinalEvaluationSizeIsASetting) {
+  TempDir dir("final-size");
+  TrainConfig c = toy_config();
+  c.steps = 2;
+  c.final_eval_windows = 3;
+  BigramModel m(kByteVocabSize);
+  run_toy(c, m, dir.path);
+  const std::string log = read_file((dir.path / "train.log").string());
+  EXPECT_NE(log.find("step 2: held-out loss"), std::string::npos) << log;
+  EXPECT_NE(log.find("(3 windows of 16 tokens)"), std::string::npos) << log;
+}
+
+TEST(Trainer, ARunStoppedByNonFiniteStepsIsResumedInPlace) {
+  TempDir dir("nan-resume");
+  TrainConfig c = toy_config();
+  c.steps = 8;
+  c.max_bad_steps = 2;
+  BigramModel a(kByteVocabSize);
+  a.nan_at_steps = {3, 4};  // the 4th and 5th steps
+  const std::string msg = error_of([&] { run_toy(c, a, dir.path); });
+  EXPECT_NE(msg.find("training stopped at step 5"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--resume"), std::string::npos) << msg;
+  const CheckpointMeta meta = read_checkpoint_meta(resolve_checkpoint_dir(dir.path.string()));
+  EXPECT_EQ(meta.state.step, 5);
+  EXPECT_EQ(meta.state.skipped_steps, 2);
+  EXPECT_EQ(meta.state.bad_in_row, 0) << "a resumed run gets a fresh allowance of non-finite steps";
+  EXPECT_TRUE(fs::exists(dir.path / "report.html"));
+  BigramModel b(kByteVocabSize);
+  b.set_step(5);
+  const TrainResult r = run_toy(c, b, dir.path, &meta);
+  EXPECT_EQ(r.steps_done, 8);
+  EXPECT_EQ(r.skipped_steps, 2);
+  EXPECT_EQ(read_jsonl((dir.path / "metrics.jsonl").string()).size(), 8u);
+}
+
+TEST(Checkpoint, RetentionKeepsTheLastNEveryKthAndAlwaysLatest) {
+  TempDir dir("retention");
+  TrainConfig c = toy_config();
+  c.save_every = 1;
+  c.keep_last = 0;  // keep all
+  BigramModel a(kByteVocabSize);
+  run_toy(c, a, dir.path);
+  const auto names = [&] {
+    std::vector<std::string> v;
+    for (const auto& e : fs::directory_iterator(dir.path / "checkpoints"))
+      if (e.is_directory()) v.push_back(e.path().filename().string());
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  ASSERT_EQ(names().size(), 12u);
+  // "latest" names an older checkpoint (as after resuming from it): retention never deletes it.
+  write_file_atomic((dir.path / "checkpoints" / "latest").string(), "step-00000004\n");
+  const std::vector<std::string> removed = prune_checkpoints(dir.path.string(), 2, 5);
+  EXPECT_EQ(names(), (std::vector<std::string>{"step-00000004", "step-00000005", "step-00000010", "step-00000011",
+                                               "step-00000012"}));
+  EXPECT_EQ(removed.size(), 7u);
+  EXPECT_EQ(resolve_checkpoint_dir(dir.path.string()), (dir.path / "checkpoints" / "step-00000004").string());
+  EXPECT_TRUE(prune_checkpoints(dir.path.string(), 0, 0).empty()) << "keep_last 0: keep everything";
+}
+
+TEST(Report, ARunWithoutEvaluationsDrawsNoEmptyHeldOutPanel) {
+  TempDir dir("report-noeval");
+  TrainConfig c = toy_config();
+  c.steps = 6;
+  c.eval_every = 0;
+  BigramModel a(kByteVocabSize);
+  request_stop();  // stopped after step 1: no evaluation yet, the report is written at the stop
+  EXPECT_NE(error_of([&] { run_toy(c, a, dir.path); }).find("interrupted"), std::string::npos);
+  const std::string html = read_file((dir.path / "report.html").string());
+  EXPECT_EQ(html.find("Held-out bits per token"), std::string::npos) << "an empty panel, and the wrong unit for bytes";
+  EXPECT_EQ(html.find("Held-out bits per"), std::string::npos);
 }

@@ -139,7 +139,8 @@ int64_t parse_positive(const std::string& text, const std::string& what, const s
   std::stringstream is(text);
   char extra = 0;
   FP8T_CHECK(static_cast<bool>(is >> v) && !(is >> extra) && (v > 0 || (zero_ok && v == 0)),
-             "bench gemm: {}: '{}' in '{}' must be a {} integer", option, text, what, zero_ok ? "non-negative" : "positive");
+             "bench gemm: {}: '{}' in '{}' must be a {} integer", option, text, what,
+             zero_ok ? "non-negative" : "positive");
   return v;
 }
 
@@ -319,7 +320,8 @@ std::vector<Variant> make_variants(Family family, const oc::Fp8GemmConfig& heuri
 
 // "128x192 mcB", "128x32 split2", "192x128 direct": a table-width summary of a configuration.
 std::string short_config(const oc::Fp8GemmConfig& c) {
-  std::string s = c.block_n == 0 ? std::string("auto") : fmt::format("{}x{}", c.block_m == 0 ? 128 : c.block_m, c.block_n);
+  std::string s =
+      c.block_n == 0 ? std::string("auto") : fmt::format("{}x{}", c.block_m == 0 ? 128 : c.block_m, c.block_n);
   if (c.multicast == oc::Fp8GemmMulticast::ShareA) s += " mcA";
   if (c.multicast == oc::Fp8GemmMulticast::ShareB) s += " mcB";
   if (c.k_splits > 1) s += fmt::format(" split{}", c.k_splits);
@@ -347,7 +349,8 @@ void upload(void* device, const std::vector<T>& host, cudaStream_t stream) {
 std::vector<float> transpose(const std::vector<float>& v, int64_t outer, int64_t inner, int64_t inner_ld) {
   std::vector<float> t(static_cast<size_t>(outer * inner));
   for (int64_t o = 0; o < outer; ++o)
-    for (int64_t i = 0; i < inner; ++i) t[static_cast<size_t>(i * outer + o)] = v[static_cast<size_t>(o * inner_ld + i)];
+    for (int64_t i = 0; i < inner; ++i)
+      t[static_cast<size_t>(i * outer + o)] = v[static_cast<size_t>(o * inner_ld + i)];
   return t;
 }
 
@@ -355,7 +358,8 @@ struct CheckResult {
   int checked = 0, bad = 0;
   std::string first;
   std::string note() const {
-    return bad == 0 ? fmt::format("exact {}/{}", checked, checked) : fmt::format("MISMATCH {}/{} first {}", bad, checked, first);
+    return bad == 0 ? fmt::format("exact {}/{}", checked, checked)
+                    : fmt::format("MISMATCH {}/{} first {}", bad, checked, first);
   }
 };
 
@@ -521,7 +525,8 @@ OwnProblem dense_problem(DenseOperands& x, ScaleLayout layout, cudaStream_t stre
   dp.k = x.k;
   dp.a = x.a8.as<uint8_t>();
   dp.b = x.b8.as<uint8_t>();
-  dp.a_scales = native ? oc::ScaleView{x.sa.as<float>(), 1, x.m, 0} : oc::row_major_scale_view(x.sa_rm.as<float>(), x.kb);
+  dp.a_scales =
+      native ? oc::ScaleView{x.sa.as<float>(), 1, x.m, 0} : oc::row_major_scale_view(x.sa_rm.as<float>(), x.kb);
   dp.b_scales = native ? oc::ScaleView{x.sb_blk.as<float>(), x.kb4, 1, 0}
                        : oc::row_major_scale_view(x.sb_blk_rm.as<float>(), x.kb);
   dp.d = x.d16.as<uint16_t>();
@@ -569,7 +574,8 @@ OwnProblem wgrad_problem(DenseOperands& x, ScaleLayout layout, DeviceBuffer& c0,
   wp.k = x.k;
   wp.a = x.a8.as<uint8_t>();
   wp.b = x.b8.as<uint8_t>();
-  wp.a_scales = native ? oc::ScaleView{x.sa.as<float>(), 1, x.m, 0} : oc::row_major_scale_view(x.sa_rm.as<float>(), x.kb);
+  wp.a_scales =
+      native ? oc::ScaleView{x.sa.as<float>(), 1, x.m, 0} : oc::row_major_scale_view(x.sa_rm.as<float>(), x.kb);
   wp.b_scales = native ? oc::ScaleView{x.sb_tile.as<float>(), 1, x.n, 0}
                        : oc::row_major_scale_view(x.sb_tile_rm.as<float>(), x.kb);
   wp.c = x.d32.as<float>();  // timed in place, as gradient accumulation runs
@@ -686,10 +692,12 @@ void bench_dense_shape(const Context& ctx, const BenchOptions& o, const Families
   cases.push_back({"fp8_1x128_128x128",
                    problem(GemmInput::E4M3, OperandScaling::Tile1x128, OperandScaling::Block128x128, GemmOutput::BF16),
                    x.a8.get(), x.b8.get(), x.sa.as<float>(), x.sb_blk.as<float>(), x.d16.get()});
-  cases.push_back({"fp8_tensor", problem(GemmInput::E4M3, OperandScaling::Tensor, OperandScaling::Tensor, GemmOutput::BF16),
+  cases.push_back({"fp8_tensor",
+                   problem(GemmInput::E4M3, OperandScaling::Tensor, OperandScaling::Tensor, GemmOutput::BF16),
                    x.a8.get(), x.b8.get(), x.st.as<float>(), x.st.as<float>() + 4, x.d16.get()});
-  Case fast{"fp8_tensor_fast", problem(GemmInput::E4M3, OperandScaling::Tensor, OperandScaling::Tensor, GemmOutput::BF16),
-            x.a8.get(), x.b8.get(), x.st.as<float>(), x.st.as<float>() + 4, x.d16.get()};
+  Case fast{"fp8_tensor_fast",
+            problem(GemmInput::E4M3, OperandScaling::Tensor, OperandScaling::Tensor, GemmOutput::BF16), x.a8.get(),
+            x.b8.get(), x.st.as<float>(), x.st.as<float>() + 4, x.d16.get()};
   fast.p.fast_accum = true;
   cases.push_back(fast);
   Case wgrad{"fp8_1x128_1x128_f32_acc",
@@ -796,7 +804,8 @@ void bench_grouped_shape(const Context& ctx, const BenchOptions& o, const MoeSha
   int64_t tokens = 0;
   for (int64_t t : shape.tokens) tokens += t;
   DeviceBuffer a(m * k, stream), b(groups * n * k, stream), sa(m * kb * 4, stream), sb(groups * nb * kb4 * 4, stream),
-      d(m * n * 2, stream), doff(off.size() * 4, stream), sa_rm(m * kb * 4, stream), sb_rm(groups * nb * kb * 4, stream);
+      d(m * n * 2, stream), doff(off.size() * 4, stream), sa_rm(m * kb * 4, stream),
+      sb_rm(groups * nb * kb * 4, stream);
   oc::fill_random_fp8(a.as<uint8_t>(), m * k, seed++, false, stream);
   oc::fill_random_fp8(b.as<uint8_t>(), groups * n * k, seed++, false, stream);
   oc::fill_random_positive(sa.as<float>(), m * kb, seed++, 1e-3f, 2e-3f, stream);           // [kb][m]
@@ -980,9 +989,10 @@ void bench_gemm(const BenchOptions& o) {
     for (const MoeShape& s : grouped) bench_grouped_shape(ctx, o, s, layouts, configs, seed, rows, failures);
     for (const MoeShape& s : kgrouped) bench_kgrouped_shape(ctx, o, s, layouts, configs, seed, rows, failures);
   }
-  std::fprintf(stderr, "\n%-62s %10s %9s %8s %9s  %s\n", "case", "median_us", "TFLOP/s", "vs_bf16", "vs_fp8blk", "check");
-  std::fprintf(stderr, "(ours_* rows: vs_fp8blk is against cuBLASLt's same GEMM, the two timed interleaved; floor_* rows: "
-                       "TFLOP/s as if the GEMM took the read's time)\n");
+  std::fprintf(stderr, "\n%-62s %10s %9s %8s %9s  %s\n", "case", "median_us", "TFLOP/s", "vs_bf16", "vs_fp8blk",
+               "check");
+  std::fprintf(stderr, "(ours_* rows: vs_fp8blk is against cuBLASLt's same GEMM, the two timed interleaved; "
+                       "floor_* rows: TFLOP/s as if the GEMM took the read's time)\n");
   for (const Row& r : rows)
     std::fprintf(stderr, "%-62s %10.1f %9.1f %8.2f %9.2f  %s\n", r.name.c_str(), r.us, r.primary, r.ratio, r.ratio2,
                  r.note.c_str());

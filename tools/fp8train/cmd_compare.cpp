@@ -1,12 +1,17 @@
 // `fp8train compare`: the same model, data, seed and batches trained once per precision recipe, then compared.
 //   fp8train compare --recipes bf16,fp8-deepseek,fp8-tensorwise,int8-blockwise [--baseline bf16] [--out DIR]
 //                    [--preset P] [--config FILE] [any `train` flag, e.g. --steps 1000 --data FILE]
-//       Trains each recipe into DIR/<recipe>/ (a run directory like `train` makes; a recipe whose run already
-//       finished — DIR/<recipe>/summary.json with the requested steps — is reused, not retrained), then writes
-//       DIR/compare.json and DIR/compare.html. The AdamW moment dtype follows each recipe (fp32 moments for the
-//       baselines, bf16 for fp8-deepseek) unless --moment-dtype or the config file sets it.
+//       Trains each recipe into DIR/<recipe>/ (a run directory like `train` makes), then writes DIR/compare.json
+//       and DIR/compare.html. DIR defaults to a fresh runs/compare-<date>-<time>/ per invocation. A recipe whose
+//       run in DIR already finished with the identical resolved configuration (every config key but the run
+//       directory, and the same data) is reused, not retrained; a run of any other configuration there is an
+//       error naming the keys that differ. The AdamW moment dtype follows each recipe exactly as in `train`
+//       (train/config.h resolved_moment_dtype: fp32 moments, bf16 for fp8-deepseek, or the spec's ":moments=")
+//       unless --moment-dtype or the config file sets it.
 //   fp8train compare --analyze-only --recipes A,B --run-dirs DIR_A,DIR_B --out DIR
-//       Only the comparison, from finished run directories (e.g. runs made elsewhere).
+//       Only the comparison, from run directories made elsewhere: each must hold a run of the recipe it is
+//       paired with, and the runs must agree on every setting that decides the computation except the recipe
+//       (and the thread count).
 // compare.json, per recipe: final train loss (mean of the last 10 steps), final held-out loss, the relative loss
 // error vs the baseline = mean over the last 10 % of steps of |L − L_base| / L_base (L = the step's total training
 // loss, same step, same batch), the same on the main loss, the error by tenth of the run, the memory table (bytes,
@@ -52,7 +57,7 @@ using namespace fp8train::train;
 struct CompareArgs {
   std::string recipes = "bf16,fp8-deepseek,fp8-tensorwise,int8-blockwise";
   std::string baseline;  // empty: the first recipe
-  std::string out = "runs/compare";
+  std::string out;  // empty: a fresh runs/compare-<date>-<time>
   std::string preset = "small";
   std::string config_file;
   std::string run_dirs;
@@ -189,7 +194,9 @@ void write_comparison(const std::vector<RunData>& runs, size_t baseline, const s
     }
     j["relative_loss_error_by_tenth"] = by_tenth;
     j["tokens_per_s"] = finite(mean(r.tokens_per_s));
-    j["wall_seconds"] = r.summary.value("wall time this session (s)", nlohmann::json(nullptr));
+    j["wall_seconds"] = r.summary.contains("wall time (s)")
+                            ? r.summary["wall time (s)"]
+                            : r.summary.value("wall time this session (s)", nlohmann::json(nullptr));
     const nlohmann::json memory = r.summary.value("memory (bytes, max over steps)", nlohmann::json::object());
     j["memory_bytes"] = memory;
     nlohmann::ordered_json ratios;
@@ -209,11 +216,18 @@ void write_comparison(const std::vector<RunData>& runs, size_t baseline, const s
   write_file_atomic((fs::path(out_dir) / "compare.json").string(), doc.dump(2) + "\n");
 
   // ---- compare.html ----
+  // Moving averages over a tenth of the run, at most 20 (loss) and 50 (error) steps: a short run is not
+  // flattened into one averaged value.
+  const size_t loss_window = std::clamp<size_t>(static_cast<size_t>(total_steps / 10), 1, 20);
+  const size_t error_window = std::clamp<size_t>(static_cast<size_t>(total_steps / 10), 1, 50);
+  const auto averaged = [](size_t window) {
+    return window > 1 ? fmt::format("moving average of {} steps", window) : std::string("per step");
+  };
   std::vector<svg::LineSeries> loss_series, err_series, eval_series;
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunData& r = runs[i];
     const std::string color = svg::palette_color(i);  // one colour per recipe in every chart
-    loss_series.push_back({r.recipe, r.steps, moving_average(r.loss, 20), color, false, false});
+    loss_series.push_back({r.recipe, r.steps, moving_average(r.loss, loss_window), color, false, false});
     if (!r.eval_steps.empty()) eval_series.push_back({r.recipe, r.eval_steps, r.eval_loss, color, false, true});
     if (&r == &base) continue;
     const auto errs = relative_errors(r.steps, r.loss, base, base.loss);
@@ -222,14 +236,14 @@ void write_comparison(const std::vector<RunData>& runs, size_t baseline, const s
       xs.push_back(s);
       ys.push_back(100.0 * e);
     }
-    err_series.push_back({r.recipe, xs, moving_average(ys, 50), color, false, false});
+    err_series.push_back({r.recipe, xs, moving_average(ys, error_window), color, false, false});
   }
   svg::Chart lc;
-  lc.title = "Training loss (moving average of 20 steps)";
+  lc.title = fmt::format("Training loss ({})", averaged(loss_window));
   lc.x = {"step"};
   lc.y = {"total loss (nats/token)"};
   svg::Chart ec;
-  ec.title = fmt::format("Relative loss error vs {} (moving average of 50 steps)", base.recipe);
+  ec.title = fmt::format("Relative loss error vs {} ({})", base.recipe, averaged(error_window));
   ec.x = {"step"};
   ec.y = {"|L - L_base| / L_base (%)"};
   svg::Chart vc;
@@ -328,22 +342,92 @@ void write_comparison(const std::vector<RunData>& runs, size_t baseline, const s
   write_file_atomic((fs::path(out_dir) / "compare.html").string(), html);
 }
 
-void run_compare(const CompareArgs& args) {
+// The resolved config.json of a run folder (the one the trainer wrote), or an error naming the folder.
+nlohmann::json run_config(const std::string& dir) {
+  const fs::path path = fs::path(dir) / "config.json";
+  FP8T_CHECK(fs::exists(path), "compare: '{}' is not a run folder (it has no config.json)", dir);
+  const nlohmann::json config = nlohmann::json::parse(read_file(path.string()), nullptr, false);
+  FP8T_CHECK(config.is_object(), "compare: '{}' is not valid JSON", path.string());
+  return config;
+}
+
+// "optim.lr (0.001 here, 0.01 in the run)" for each key.
+std::string describe_differences(const std::vector<std::string>& keys, const nlohmann::json& mine,
+                                 const nlohmann::json& theirs) {
+  std::vector<std::string> parts;
+  for (const std::string& k : keys)
+    parts.push_back(fmt::format("{} ({} vs {})", k, config_value_text(mine, k), config_value_text(theirs, k)));
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+// Whether the run in c.out can stand for this recipe's run: finished, with the identical resolved configuration
+// (every key but the run directory) on the same data. A folder holding any other run is an error: compare never
+// overwrites a run, and never passes off a run of other settings as this one.
+bool reusable(const TrainConfig& c, const std::string& spec, const std::string& fingerprint) {
+  const fs::path dir(c.out);
+  if (!fs::exists(dir / "metrics.jsonl") && !fs::exists(dir / "config.json")) return false;
+  const nlohmann::json theirs = run_config(c.out);
+  const nlohmann::json mine = config_to_json(c);
+  const std::vector<std::string> diffs = config_differences(mine, theirs, {"train.out"});
+  FP8T_CHECK(diffs.empty(),
+             "compare: '{}' holds a run of {} with other settings: {}; remove it or choose another --out", c.out, spec,
+             describe_differences(diffs, mine, theirs));
+  nlohmann::json summary;
+  if (fs::exists(dir / "summary.json")) summary = nlohmann::json::parse(read_file((dir / "summary.json").string()), nullptr, false);
+  FP8T_CHECK(summary.is_object() && summary.value("steps", int64_t{-1}) == c.steps,
+             "compare: '{}' holds an unfinished run of {}; finish it with fp8train train --resume {}, or remove it",
+             c.out, spec, c.out);
+  const std::string recorded = summary.value("data fingerprint (FNV-1a 64 of the tokens)", std::string());
+  FP8T_CHECK(recorded == fingerprint,
+             "compare: '{}' holds a run of {} on other data (token fingerprint {}, this data's is {}); remove it or "
+             "choose another --out",
+             c.out, spec, recorded.empty() ? "unknown" : recorded, fingerprint);
+  return true;
+}
+
+// --analyze-only: every folder holds a run of the recipe it is paired with, and the runs agree on everything
+// that decides the computation except the recipe (its moment dtype included) and the thread count.
+void check_comparable(const std::vector<std::string>& specs, const std::vector<std::string>& dirs) {
+  std::vector<nlohmann::json> configs;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    configs.push_back(run_config(dirs[i]));
+    const std::string recipe = config_value_text(configs.back(), "train.recipe");
+    FP8T_CHECK(recipe == specs[i],
+               "compare: '{}' was trained with recipe '{}', not '{}' (--recipes and --run-dirs pair up in order)",
+               dirs[i], recipe, specs[i]);
+  }
+  for (size_t i = 1; i < specs.size(); ++i) {
+    std::vector<std::string> diffs;
+    for (const std::string& k :
+         config_differences(configs[0], configs[i], {"train.recipe", "optim.moment_dtype", "train.threads"}))
+      if (config_key_changes_training(k)) diffs.push_back(k);
+    FP8T_CHECK(diffs.empty(),
+               "compare: the runs in '{}' and '{}' differ in {}; a comparison needs the same model, data, seed and "
+               "schedule",
+               dirs[0], dirs[i], describe_differences(diffs, configs[0], configs[i]));
+  }
+}
+
+void run_compare(const CompareArgs& given) {
+  CompareArgs args = given;
   const std::vector<std::string> specs = split_list(args.recipes);
   FP8T_CHECK(!specs.empty(), "compare: --recipes lists no recipe");
   for (const std::string& s : specs) (void)recipe::parse_recipe(s);  // a bad spec fails before any training
   const std::string baseline = args.baseline.empty() ? specs.front() : args.baseline;
   const auto bit = std::find(specs.begin(), specs.end(), baseline);
   FP8T_CHECK(bit != specs.end(), "compare: the baseline '{}' is not among --recipes", baseline);
-  fs::create_directories(args.out);
 
   std::vector<std::string> dirs;
   if (args.analyze_only) {
+    if (args.out.empty()) args.out = fresh_run_dir("compare");
     dirs = split_list(args.run_dirs);
     FP8T_CHECK(dirs.size() == specs.size(), "compare: --run-dirs lists {} directories for {} recipes", dirs.size(),
                specs.size());
+    check_comparable(specs, dirs);
+    fs::create_directories(args.out);
   } else {
     FP8T_CHECK(args.run_dirs.empty(), "compare: --run-dirs needs --analyze-only");
+    if (args.out.empty()) args.out = fresh_run_dir("compare");
     nlohmann::json file_json;
     if (!args.config_file.empty()) file_json = read_config_file(args.config_file);
     std::string preset = args.preset;
@@ -354,33 +438,35 @@ void run_compare(const CompareArgs& args) {
     if (!args.config_file.empty())
       apply_config_json(common, file_json, fmt::format("config file '{}'", args.config_file), &sources);
     for (const auto& [flag, text] : args.flag_values) apply_config_flag(common, flag, text, &sources);
-    const bool moments_given = sources.count("optim.moment_dtype") > 0;
     validate_config(common);
+    // Every recipe's config, resolved and validated before anything is trained or created.
+    std::vector<TrainConfig> configs;
+    for (const std::string& spec : specs) {
+      TrainConfig c = common;
+      c.recipe = spec;
+      c.out = (fs::path(args.out) / run_name(spec)).string();
+      validate_config(c);
+      resolve_moment_dtype(c, nullptr);  // the rule `train` applies
+      configs.push_back(c);
+    }
     const TokenData data = common.data_path.empty()
                                ? embedded_corpus_data(static_cast<uint64_t>(common.seed),
                                                       static_cast<size_t>(common.corpus_bytes))
                                : load_token_data(common.data_path);
+    const std::string fingerprint = data_fingerprint(data);
+    std::vector<bool> reuse;
+    for (size_t i = 0; i < specs.size(); ++i) reuse.push_back(reusable(configs[i], specs[i], fingerprint));
     if (common.threads > 0) omp_set_num_threads(static_cast<int>(common.threads));
-    for (const std::string& spec : specs) {
-      TrainConfig c = common;
-      c.recipe = spec;
-      if (!moments_given) c.moment_dtype = recipe::parse_recipe(spec).moment_dtype;
-      c.out = (fs::path(args.out) / run_name(spec)).string();
-      validate_config(c);
+    fs::create_directories(args.out);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const TrainConfig& c = configs[i];
       dirs.push_back(c.out);
-      const fs::path summary = fs::path(c.out) / "summary.json";
-      if (fs::exists(summary)) {
-        std::ifstream in(summary);
-        const nlohmann::json s = nlohmann::json::parse(in, nullptr, false);
-        if (s.is_object() && s.value("steps", int64_t{-1}) == c.steps) {
-          std::printf("compare: %s already finished in %s; reusing it\n", spec.c_str(), c.out.c_str());
-          continue;
-        }
+      if (reuse[i]) {
+        std::printf("compare: %s already finished in %s with the same settings; reusing it\n", specs[i].c_str(),
+                    c.out.c_str());
+        continue;
       }
-      FP8T_CHECK(!fs::exists(fs::path(c.out) / "metrics.jsonl"),
-                 "compare: '{}' holds an unfinished or different run; remove it or choose another --out", c.out);
-      fs::create_directories(c.out);
-      std::printf("compare: training %s (%lld steps, moments %s) into %s\n", spec.c_str(),
+      std::printf("compare: training %s (%lld steps, moments %s) into %s\n", specs[i].c_str(),
                   static_cast<long long>(c.steps), c.moment_dtype.c_str(), c.out.c_str());
       std::fflush(stdout);
       DeepSeekTrainable model(c.model, derive_seed(static_cast<uint64_t>(c.seed), 0), c.recipe);
@@ -388,6 +474,7 @@ void run_compare(const CompareArgs& args) {
       options.run_dir = c.out;
       options.out = stdout;
       options.terminal = ::isatty(::fileno(stdout)) != 0;
+      options.device = device_description();
       run_training(c, model, data, options);
     }
   }
@@ -421,17 +508,21 @@ void add_compare(CLI::App& root) {
   static CompareArgs args;
   static std::map<std::string, std::string> flag_storage;
   auto* cmd = root.add_subcommand("compare", "Train one model under several precision recipes and compare them");
+  cmd->option_defaults()->always_capture_default();
   cmd->add_option("--recipes", args.recipes, "comma-separated recipe specs (name[:key=value...], src/recipe/recipe.h)");
   cmd->add_option("--baseline", args.baseline, "the recipe the others are compared with (default: the first)");
-  cmd->add_option("--out", args.out, "directory for the runs, compare.json and compare.html");
-  cmd->add_option("--preset", args.preset, "tiny | small (default) | base");
+  cmd->add_option("--out", args.out,
+                  "directory for the runs, compare.json and compare.html (default: a new runs/compare-<date>-<time>)");
+  cmd->add_option("--preset", args.preset, "tiny | small | base");
   cmd->add_option("--config", args.config_file, "JSON config file (layout: src/train/config.h)");
   cmd->add_flag("--analyze-only", args.analyze_only, "only compare finished runs given by --run-dirs");
   cmd->add_option("--run-dirs", args.run_dirs, "comma-separated run directories, one per recipe (--analyze-only)");
   std::vector<std::pair<std::string, CLI::Option*>> options;
   for (const ConfigFlag& f : config_flags()) {
     if (f.flag == "recipe" || f.flag == "out") continue;  // set per recipe by compare
-    CLI::Option* o = cmd->add_option("--" + f.flag, flag_storage[f.flag], f.help)->group("Training options");
+    CLI::Option* o = cmd->add_option("--" + f.flag, flag_storage[f.flag], f.help)
+                         ->group("Training options")
+                         ->type_name(f.type_name);
     options.emplace_back(f.flag, o);
   }
   cmd->callback([options] {

@@ -2,8 +2,11 @@
 //   fp8train train [--preset tiny|small|base] [--config FILE.json] [--<key> VALUE ...] [--resume DIR]
 //       With no arguments: the `small` preset on the embedded procedural corpus, into runs/small-<date>-<time>/.
 //       Every config key (src/train/config.h) has a flag; precedence: preset < checkpoint (--resume) < file < flags.
+//       --resume continues the run DIR points into (its run directory), or --out when given: never the directory
+//       recorded inside the checkpoint, which may be a copy's original.
 //   fp8train eval --checkpoint DIR [--data FILE] [--seq-len N] [--batch N] [--max-windows N] [--json]
 //       Perplexity and bits per byte of the model in DIR on FILE (default: the run's own held-out split).
+//       eval and generate read the weights only (optimizer.safetensors may be absent).
 //   fp8train generate --checkpoint DIR [--prompt TEXT] [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
 //       Samples a continuation with the main model (the MTP modules are not used at inference).
 #include <omp.h>
@@ -46,14 +49,26 @@ struct TrainArgs {
   std::map<std::string, std::string> flag_values;  // flag name → text, for every config flag given
 };
 
-std::string default_run_dir(const std::string& preset) {
+}  // namespace
+
+std::string fresh_run_dir(const std::string& name) {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
   localtime_r(&now, &tm);
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
-  return fmt::format("runs/{}-{}", preset, stamp);
+  const std::string base = fmt::format("runs/{}-{}", name, stamp);
+  std::string dir = base;
+  for (int n = 2; fs::exists(dir); ++n) dir = fmt::format("{}-{}", base, n);  // two runs in the same second
+  return dir;
 }
+
+std::string device_description() {
+  const int threads = omp_get_max_threads();
+  return fmt::format("CPU, {} thread{}", threads, threads == 1 ? "" : "s");
+}
+
+namespace {
 
 TokenData load_data(const TrainConfig& c) {
   return c.data_path.empty() ? embedded_corpus_data(static_cast<uint64_t>(c.seed), static_cast<size_t>(c.corpus_bytes))
@@ -81,30 +96,41 @@ void run_train(const TrainArgs& args) {
   if (!args.preset.empty()) preset = args.preset;
   TrainConfig config = preset_config(preset);
   ConfigSources sources;
-  if (resume) apply_config_json(config, resume->config, "checkpoint", &sources);
+  if (resume) {
+    // The checkpoint's settings, but not its run directory: a resume writes where the user pointed (the run
+    // the checkpoint is in, or --out), never where the run was first made.
+    nlohmann::json settings = resume->config;
+    if (settings.contains("train") && settings["train"].is_object()) settings["train"].erase("out");
+    apply_config_json(config, settings, "checkpoint", &sources);
+  }
   if (!args.config_file.empty())
     apply_config_json(config, file_json, fmt::format("config file '{}'", args.config_file), &sources);
   for (const auto& [flag, text] : args.flag_values) apply_config_flag(config, flag, text, &sources);
   validate_config(config);
+  resolve_moment_dtype(config, &sources);
+
+  if (config.out.empty()) config.out = resume ? run_dir_of_checkpoint(resume->dir) : fresh_run_dir(config.preset);
+  if (resume) {
+    check_resumable(config, *resume, config.out);  // a finished run says so before anything else happens
+  } else if (fs::exists(fs::path(config.out) / "metrics.jsonl")) {
+    std::error_code ec;
+    FP8T_CHECK(!fs::exists(fs::path(config.out) / "checkpoints" / "latest", ec),
+               "run directory '{}' already holds a run; continue it with --resume {} or choose another --out",
+               config.out, config.out);
+    FP8T_FAIL("run directory '{}' already holds a run that has no checkpoint to resume from (it stopped before its "
+              "first save); remove it or choose another --out",
+              config.out);
+  }
 
   // Data first: a bad data file fails before anything is created.
   const TokenData data = load_data(config);
-
-  if (config.out.empty()) config.out = resume ? run_dir_of_checkpoint(resume->dir) : default_run_dir(config.preset);
-  if (!resume) {
-    FP8T_CHECK(!fs::exists(fs::path(config.out) / "metrics.jsonl"),
-               "run directory '{}' already holds a run (metrics.jsonl); continue it with --resume {} or choose "
-               "another --out",
-               config.out, config.out);
-  }
-  fs::create_directories(config.out);
   set_threads(config.threads);
 
   DeepSeekTrainable model(config.model, derive_seed(static_cast<uint64_t>(config.seed), 0), config.recipe);
   std::printf("fp8train train: DeepSeek-V3-style model, %lld parameters (%s)\n",
               static_cast<long long>(model.parameter_count()), config.model.describe().c_str());
-  std::printf("data: %s, %zu tokens; recipe %s; %d threads; run directory %s\n", data.source.c_str(),
-              data.tokens.size(), config.recipe.c_str(), omp_get_max_threads(), config.out.c_str());
+  std::printf("data: %s, %zu tokens; recipe %s; %s; run directory %s\n", data.source.c_str(), data.tokens.size(),
+              config.recipe.c_str(), device_description().c_str(), config.out.c_str());
   std::printf("\n%s\n", config_table(config, sources).c_str());
   std::fflush(stdout);
 
@@ -118,12 +144,15 @@ void run_train(const TrainArgs& args) {
   options.resume = resume ? &*resume : nullptr;
   options.out = stdout;
   options.terminal = ::isatty(::fileno(stdout)) != 0;
+  options.device = device_description();
   const TrainResult r = run_training(config, model, data, options);
-  std::printf("done: %lld steps in %s (%lld skipped); held-out loss %.4f = %.4f bits per %s; final train loss %.4f\n",
+  std::printf("done: %lld steps in %s (%lld skipped); held-out loss %.4f = %.4f bits per %s; final train loss "
+              "(total, mean of the last 10 steps) %.4f\n",
               static_cast<long long>(r.steps_done), format_duration(r.seconds).c_str(),
               static_cast<long long>(r.skipped_steps), r.final_eval_loss, r.final_eval_bits,
               data.byte_tokens ? "byte" : "token", r.final_train_loss);
-  std::printf("metrics: %s/metrics.jsonl\nreport:  %s\n", config.out.c_str(), r.report_path.c_str());
+  std::printf("metrics: %s/metrics.jsonl (TensorBoard: tensorboard --logdir %s)\nreport:  %s\n", config.out.c_str(),
+              config.out.c_str(), r.report_path.c_str());
 }
 
 // ---- shared by eval and generate ---------------------------------------------------------------------------
@@ -135,7 +164,7 @@ struct LoadedModel {
 
 LoadedModel load_model(const std::string& checkpoint, int64_t threads) {
   LoadedModel m;
-  m.meta = read_checkpoint_meta(resolve_checkpoint_dir(checkpoint));
+  m.meta = read_checkpoint_meta(resolve_checkpoint_dir(checkpoint), CheckpointUse::Inference);
   const std::string preset = m.meta.config.value("preset", "small");
   m.config = preset_config(preset);
   apply_config_json(m.config, m.meta.config, "checkpoint", nullptr);
@@ -259,7 +288,8 @@ void add_train(CLI::App& root) {
   static TrainArgs train_args;
   static std::map<std::string, std::string> flag_storage;
   auto* train = root.add_subcommand("train", "Train a DeepSeek-V3-style MoE model (default: small preset, embedded corpus)");
-  train->add_option("--preset", train_args.preset, "tiny | small (default) | base");
+  train->add_option("--preset", train_args.preset, "tiny | small | base (on --resume: the checkpoint's)")
+      ->default_str("small");
   train->add_option("--config", train_args.config_file, "JSON config file (layout: src/train/config.h)");
   train->add_option("--resume", train_args.resume,
                     "continue from a checkpoint: a run directory, its checkpoints/ folder or a step directory");
@@ -278,6 +308,7 @@ void add_train(CLI::App& root) {
 
   static EvalArgs eval_args;
   auto* eval = root.add_subcommand("eval", "Perplexity and bits per byte of a checkpoint on a file");
+  eval->option_defaults()->always_capture_default();
   eval->add_option("--checkpoint", eval_args.checkpoint, "run directory, checkpoints/ folder or step directory")->required();
   eval->add_option("--data", eval_args.data, "UTF-8 text or token file (default: the run's held-out split)");
   eval->add_option("--seq-len", eval_args.seq_len, "window length (default: the training seq_len)");
@@ -289,6 +320,7 @@ void add_train(CLI::App& root) {
 
   static GenerateArgs gen_args;
   auto* gen = root.add_subcommand("generate", "Sample text from a checkpoint (temperature / top-k; MTP unused)");
+  gen->option_defaults()->always_capture_default();
   gen->add_option("--checkpoint", gen_args.checkpoint, "run directory, checkpoints/ folder or step directory")->required();
   gen->add_option("--prompt", gen_args.prompt, "text to continue (UTF-8)");
   gen->add_option("--max-new-tokens", gen_args.max_new_tokens, "tokens to generate");

@@ -13,4 +13,10 @@ namespace fp8train::cli {
 using AddCommand = void (*)(CLI::App& root);
 bool register_command(const std::string& name, int order, AddCommand add);
 
+// Shared by train and compare (cmd_train.cpp):
+// "runs/<name>-<date>-<time>", with "-2", "-3", ... appended when that folder exists (two runs in one second).
+std::string fresh_run_dir(const std::string& name);
+// What training runs on, e.g. "CPU, 2 threads" (after the thread count is set).
+std::string device_description();
+
 }  // namespace fp8train::cli

@@ -1,7 +1,12 @@
 // fp8train command line: `fp8train <subcommand> ...`. Subcommands live in cmd_*.cpp and register
-// themselves (commands.h); main only assembles them and turns errors into one line and exit code 1.
+// themselves (commands.h); main only assembles them and turns errors into one line and exit code 1:
+// "fp8train: error: <one human sentence>". Where the failed check sits in the source is for developers: it is
+// printed on a second line only when the environment sets FP8TRAIN_DEBUG (to anything but 0), and a training
+// run also records it in its train.log.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <vector>
 
@@ -39,10 +44,13 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const fp8train::Error& e) {
-    std::fprintf(stderr, "fp8train: error: %s\n", e.what());
+    std::fprintf(stderr, "fp8train: error: %s\n", fp8train::printable_text(e.what()).c_str());
+    const char* debug = std::getenv("FP8TRAIN_DEBUG");
+    if (debug && *debug && std::strcmp(debug, "0") != 0 && !e.where().empty())
+      std::fprintf(stderr, "fp8train: debug: %s\n", e.where().c_str());
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fp8train: error: %s\n", e.what());
+    std::fprintf(stderr, "fp8train: error: %s\n", fp8train::printable_text(e.what()).c_str());
     return 1;
   }
   return 0;

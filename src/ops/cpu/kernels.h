@@ -13,6 +13,7 @@
 namespace fp8train::ops::cpu {
 
 GemmFn gemm;
+GroupedGemmFn gemm_grouped;
 AxpbyFn axpby;
 FillFn fill;
 EmbeddingForwardFn embedding_forward;
@@ -43,6 +44,34 @@ SumSquaresFn sum_squares;
 const OpTable& cpu_op_table();
 
 [[noreturn]] void throw_unsupported_dtype(DType dtype, const char* op);
+
+// ---- storage types --------------------------------------------------------------------------------------------
+// compute_t<S>: the type arithmetic on storage type S runs in (float for float and bf16, double for double).
+template <class S>
+using compute_t = std::conditional_t<std::is_same_v<S, double>, double, float>;
+// Widening load and rounding store (round to nearest even for bf16; the identity for float and double).
+template <class S>
+inline compute_t<S> load(S v) {
+  return static_cast<compute_t<S>>(v);
+}
+template <class S>
+inline S store(compute_t<S> v) {
+  return static_cast<S>(v);
+}
+
+// Calls f(S{}) with S = float, double or bf16 according to a storage dtype; other dtypes throw.
+template <class F>
+void dispatch_storage(DType dtype, const char* op, F&& f) {
+  if (dtype == DType::F32) {
+    f(float{});
+  } else if (dtype == DType::F64) {
+    f(double{});
+  } else if (dtype == DType::BF16) {
+    f(bf16{});
+  } else {
+    throw_unsupported_dtype(dtype, op);
+  }
+}
 
 // Calls f(T{}) with T = float or double according to dtype; other dtypes throw.
 template <class F>

@@ -1,6 +1,7 @@
 // CPU rotary position embedding on interleaved pairs: for pair i of a head at position pos,
 //   (x0, x1) ← (x0·cos − x1·sin, x0·sin + x1·cos),  angle = pos·theta^(−2i/rope_dim);
-// the inverse (backward) uses −angle. Angles are computed in double once per call ([seq_len, rope_dim/2]).
+// the inverse (backward) uses −angle. Angles are computed in double once per call ([seq_len, rope_dim/2]) and
+// rounded to the compute type; bf16 elements are widened, rotated in FP32 and rounded back.
 #include <cmath>
 #include <vector>
 
@@ -10,8 +11,8 @@
 namespace fp8train::ops::cpu {
 namespace {
 
-template <class T>
-void rope_impl(const RopeProblem& p, T* x) {
+template <class S, class T = compute_t<S>>
+void rope_impl(const RopeProblem& p, S* x) {
   const int64_t half = p.rope_dim / 2;
   std::vector<T> cos_table(static_cast<size_t>(p.seq_len * half)), sin_table(cos_table.size());
   for (int64_t pos = 0; pos < p.seq_len; ++pos)
@@ -27,11 +28,11 @@ void rope_impl(const RopeProblem& p, T* x) {
     const T* cs = cos_table.data() + pos * half;
     const T* sn = sin_table.data() + pos * half;
     for (int64_t h = 0; h < p.heads; ++h) {
-      T* v = x + r * p.ld + h * p.head_stride;
+      S* v = x + r * p.ld + h * p.head_stride;
       for (int64_t i = 0; i < half; ++i) {
-        const T x0 = v[2 * i], x1 = v[2 * i + 1];
-        v[2 * i] = x0 * cs[i] - x1 * sn[i];
-        v[2 * i + 1] = x0 * sn[i] + x1 * cs[i];
+        const T x0 = load(v[2 * i]), x1 = load(v[2 * i + 1]);
+        v[2 * i] = store<S>(x0 * cs[i] - x1 * sn[i]);
+        v[2 * i + 1] = store<S>(x0 * sn[i] + x1 * cs[i]);
       }
     }
   }
@@ -40,9 +41,9 @@ void rope_impl(const RopeProblem& p, T* x) {
 }  // namespace
 
 void rope(const ExecCtx&, const RopeProblem& p, void* x) {
-  dispatch_float(p.dtype, "rope", [&](auto tag) {
-    using T = decltype(tag);
-    rope_impl<T>(p, static_cast<T*>(x));
+  dispatch_storage(p.dtype, "rope", [&](auto tag) {
+    using S = decltype(tag);
+    rope_impl<S>(p, static_cast<S*>(x));
   });
 }
 

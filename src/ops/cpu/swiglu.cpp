@@ -8,37 +8,39 @@
 namespace fp8train::ops::cpu {
 namespace {
 
-template <class T>
-void forward_impl(const SwigluProblem& p, const T* in, T* out) {
+template <class S, class T = compute_t<S>>
+void forward_impl(const SwigluProblem& p, const S* in, S* out) {
   const int64_t f = p.ffn_dim;
 #pragma omp parallel for schedule(static) if (p.rows * f > 16384)
   for (int64_t r = 0; r < p.rows; ++r) {
-    const T* g = in + r * p.ld_in;
-    const T* u = g + f;
-    T* o = out + r * p.ld_out;
+    const S* g = in + r * p.ld_in;
+    const S* u = g + f;
+    S* o = out + r * p.ld_out;
     for (int64_t c = 0; c < f; ++c) {
-      const T sig = T(1) / (T(1) + std::exp(-g[c]));
-      o[c] = g[c] * sig * u[c];
+      const T gc = load(g[c]);
+      const T sig = T(1) / (T(1) + std::exp(-gc));
+      o[c] = store<S>(gc * sig * load(u[c]));
     }
   }
 }
 
-template <class T>
-void backward_impl(const SwigluProblem& p, const T* in, const T* dout, T* din) {
+template <class S, class T = compute_t<S>>
+void backward_impl(const SwigluProblem& p, const S* in, const S* dout, S* din) {
   const int64_t f = p.ffn_dim;
 #pragma omp parallel for schedule(static) if (p.rows * f > 16384)
   for (int64_t r = 0; r < p.rows; ++r) {
-    const T* g = in + r * p.ld_in;
-    const T* u = g + f;
-    const T* d = dout + r * p.ld_out;
-    T* dg = din + r * p.ld_in;
-    T* du = dg + f;
+    const S* g = in + r * p.ld_in;
+    const S* u = g + f;
+    const S* d = dout + r * p.ld_out;
+    S* dg = din + r * p.ld_in;
+    S* du = dg + f;
     for (int64_t c = 0; c < f; ++c) {
-      const T sig = T(1) / (T(1) + std::exp(-g[c]));
-      const T silu = g[c] * sig;
-      const T dgate = d[c] * u[c] * sig * (T(1) + g[c] * (T(1) - sig));
-      du[c] = d[c] * silu;
-      dg[c] = dgate;
+      const T gc = load(g[c]), uc = load(u[c]), dc = load(d[c]);
+      const T sig = T(1) / (T(1) + std::exp(-gc));
+      const T silu = gc * sig;
+      const T dgate = dc * uc * sig * (T(1) + gc * (T(1) - sig));
+      du[c] = store<S>(dc * silu);
+      dg[c] = store<S>(dgate);
     }
   }
 }
@@ -46,16 +48,16 @@ void backward_impl(const SwigluProblem& p, const T* in, const T* dout, T* din) {
 }  // namespace
 
 void swiglu_forward(const ExecCtx&, const SwigluProblem& p, const void* in, void* out) {
-  dispatch_float(p.dtype, "swiglu_forward", [&](auto tag) {
-    using T = decltype(tag);
-    forward_impl<T>(p, static_cast<const T*>(in), static_cast<T*>(out));
+  dispatch_storage(p.dtype, "swiglu_forward", [&](auto tag) {
+    using S = decltype(tag);
+    forward_impl<S>(p, static_cast<const S*>(in), static_cast<S*>(out));
   });
 }
 
 void swiglu_backward(const ExecCtx&, const SwigluProblem& p, const void* in, const void* dout, void* din) {
-  dispatch_float(p.dtype, "swiglu_backward", [&](auto tag) {
-    using T = decltype(tag);
-    backward_impl<T>(p, static_cast<const T*>(in), static_cast<const T*>(dout), static_cast<T*>(din));
+  dispatch_storage(p.dtype, "swiglu_backward", [&](auto tag) {
+    using S = decltype(tag);
+    backward_impl<S>(p, static_cast<const S*>(in), static_cast<const S*>(dout), static_cast<S*>(din));
   });
 }
 

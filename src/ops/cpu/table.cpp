@@ -21,6 +21,7 @@ OpTable make_table() {
   OpTable t;
   t.backend = "cpu";
   t.gemm = gemm;
+  t.gemm_grouped = gemm_grouped;
   t.axpby = axpby;
   t.fill = fill;
   t.embedding_forward = embedding_forward;

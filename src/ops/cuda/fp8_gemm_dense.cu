@@ -42,16 +42,16 @@ namespace {
 template <int BN>
 inline constexpr bool kSplitKBuilt = BN == 32 || BN == 64;
 
-template <int BN, int kFlags>
-cudaError_t launch_dense_flags(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
-                               const KernelArgs& args, cudaStream_t stream) {
+template <int BN, bool kBulkScales>
+cudaError_t launch_dense_path(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
+                              const KernelArgs& args, cudaStream_t stream) {
   constexpr ScaleB kScaleB = block_scale_b(BN);
   constexpr Schedule kSched = Schedule::Dense;
   if (spec.out == Output::Bf16SplitK) {  // split-K (few row blocks): no multicast, direct BF16 stores
     if constexpr (kSplitKBuilt<BN>) {
       if (spec.multicast != Multicast::None) return cudaErrorInvalidValue;
-      return launch_kernel<BN, kScaleB, kSched, Output::Bf16SplitK, Multicast::None, kFlags>(a, b, d, args,
-                                                                                             spec.max_ctas, stream);
+      return launch_kernel<BN, kScaleB, kSched, Output::Bf16SplitK, Multicast::None, kBulkScales>(
+          a, b, d, args, spec.max_ctas, stream);
     }
     return cudaErrorInvalidValue;
   }
@@ -59,33 +59,33 @@ cudaError_t launch_dense_flags(const LaunchSpec& spec, const CUtensorMap& a, con
     if constexpr (BN == 128) {
       if (spec.multicast == Multicast::ShareA) return cudaErrorInvalidValue;
       if (spec.out == Output::Bf16Tma && spec.multicast == Multicast::ShareB)
-        return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::ShareB, kFlags, 3>(a, b, d, args,
-                                                                                                 spec.max_ctas, stream);
+        return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::ShareB, kBulkScales, 3>(
+            a, b, d, args, spec.max_ctas, stream);
       if (spec.multicast != Multicast::None) return cudaErrorInvalidValue;
       if (spec.out == Output::Bf16Tma)
-        return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::None, kFlags, 3>(a, b, d, args,
-                                                                                               spec.max_ctas, stream);
+        return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::None, kBulkScales, 3>(
+            a, b, d, args, spec.max_ctas, stream);
       if (spec.out == Output::Bf16Direct)
-        return launch_kernel<BN, kScaleB, kSched, Output::Bf16Direct, Multicast::None, kFlags, 3>(a, b, d, args,
-                                                                                                  spec.max_ctas, stream);
+        return launch_kernel<BN, kScaleB, kSched, Output::Bf16Direct, Multicast::None, kBulkScales, 3>(
+            a, b, d, args, spec.max_ctas, stream);
     }
     return cudaErrorInvalidValue;
   }
   if (spec.out == Output::Bf16Direct) {  // the plain fallback epilogue: no multicast variants
     if (spec.multicast != Multicast::None) return cudaErrorInvalidValue;
-    return launch_kernel<BN, kScaleB, kSched, Output::Bf16Direct, Multicast::None, kFlags>(a, b, d, args, spec.max_ctas,
-                                                                                           stream);
+    return launch_kernel<BN, kScaleB, kSched, Output::Bf16Direct, Multicast::None, kBulkScales>(
+        a, b, d, args, spec.max_ctas, stream);
   }
   switch (spec.multicast) {
     case Multicast::None:
-      return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::None, kFlags>(a, b, d, args, spec.max_ctas,
-                                                                                          stream);
+      return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::None, kBulkScales>(
+          a, b, d, args, spec.max_ctas, stream);
     case Multicast::ShareA:
-      return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::ShareA, kFlags>(a, b, d, args,
-                                                                                            spec.max_ctas, stream);
+      return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::ShareA, kBulkScales>(
+          a, b, d, args, spec.max_ctas, stream);
     case Multicast::ShareB:
-      return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::ShareB, kFlags>(a, b, d, args,
-                                                                                            spec.max_ctas, stream);
+      return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::ShareB, kBulkScales>(
+          a, b, d, args, spec.max_ctas, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -94,7 +94,7 @@ template <int BN>
 cudaError_t launch_dense(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
                          const KernelArgs& args, cudaStream_t stream) {
   return with_scale_path<block_scale_b(BN)>(
-      args, [&]<int kFlags>() { return launch_dense_flags<BN, kFlags>(spec, a, b, d, args, stream); });
+      args, [&]<bool kBulkScales>() { return launch_dense_path<BN, kBulkScales>(spec, a, b, d, args, stream); });
 }
 
 }  // namespace

@@ -18,30 +18,30 @@
 namespace fp8train::ops::cuda::fp8gemm {
 namespace {
 
-template <int BN, int kFlags>
-cudaError_t launch_grouped_flags(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b,
-                                 const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream) {
+template <int BN, bool kBulkScales>
+cudaError_t launch_grouped_path(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b,
+                                const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream) {
   constexpr ScaleB kScaleB = block_scale_b(BN);
   constexpr Schedule kSched = Schedule::GroupedM;
   // Pairs along M could straddle two experts (different weights), so only A is ever shared.
   if (spec.multicast == Multicast::ShareB) return cudaErrorInvalidValue;
   if (spec.out == Output::Bf16Direct) {
     if (spec.multicast != Multicast::None) return cudaErrorInvalidValue;
-    return launch_kernel<BN, kScaleB, kSched, Output::Bf16Direct, Multicast::None, kFlags>(a, b, d, args, spec.max_ctas,
-                                                                                           stream);
+    return launch_kernel<BN, kScaleB, kSched, Output::Bf16Direct, Multicast::None, kBulkScales>(
+        a, b, d, args, spec.max_ctas, stream);
   }
   if (spec.multicast == Multicast::ShareA)
-    return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::ShareA, kFlags>(a, b, d, args, spec.max_ctas,
-                                                                                          stream);
-  return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::None, kFlags>(a, b, d, args, spec.max_ctas,
-                                                                                      stream);
+    return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::ShareA, kBulkScales>(
+        a, b, d, args, spec.max_ctas, stream);
+  return launch_kernel<BN, kScaleB, kSched, Output::Bf16Tma, Multicast::None, kBulkScales>(
+      a, b, d, args, spec.max_ctas, stream);
 }
 
 template <int BN>
 cudaError_t launch_grouped(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
                            const KernelArgs& args, cudaStream_t stream) {
   return with_scale_path<block_scale_b(BN)>(
-      args, [&]<int kFlags>() { return launch_grouped_flags<BN, kFlags>(spec, a, b, d, args, stream); });
+      args, [&]<bool kBulkScales>() { return launch_grouped_path<BN, kBulkScales>(spec, a, b, d, args, stream); });
 }
 
 }  // namespace

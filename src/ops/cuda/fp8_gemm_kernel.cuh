@@ -52,9 +52,9 @@
 //   an arrival counter per (tile, warpgroup) finds the last range to finish, and that warpgroup adds the
 //   ranges in range order (its own from registers, reusing the partial-sum registers for the total) and
 //   stores BF16 -- the arithmetic of num::hopper_dot_scaled_split, deterministic for a given k_splits.
-// Measured on the H200 (docs/fp8_gemm.md): every variant here, bit-exact and sanitizer-clean.
-// Experiment flags (fp8_gemm_plan.h; production kernels use 0): kFlagNoPromote, kFlagDoubleBuffer (serialised
-// by ptxas, C7514), kFlagNoLoad, kFlagNoTiles, kFlagNoScaleLoads, kFlagPingPong, stage caps.
+// Measured on the H200 (docs/fp8_gemm.md): every variant here, bit-exact and sanitizer-clean. The experiments
+// that measured where the K loop's time goes (no promotion, no loads, ping-pong, two K blocks in flight, stage
+// caps) are recorded there, not kept in this kernel.
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -131,12 +131,12 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-template <int BN, ScaleB kScaleB, Schedule kSched, Output kOut, Multicast kMc, int kFlags, int kWgs = 2>
+template <int BN, ScaleB kScaleB, Schedule kSched, Output kOut, Multicast kMc, bool kBulkScales, int kWgs = 2>
 __global__ void __launch_bounds__(threads_of(kWgs), 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                     const __grid_constant__ CUtensorMap tmap_d, const KernelArgs args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using Plan = SmemPlan<BN, kScaleB, kOut, kFlags, kWgs>;
+  using Plan = SmemPlan<BN, kScaleB, kOut, kWgs>;
   using Mma = Fp8Wgmma<BN>;
   constexpr int kBM = block_m_of(kWgs);
   constexpr int kMathThr = 128 * kWgs;
@@ -146,16 +146,8 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
   constexpr int S = Plan::kStages;
   constexpr int kAcc = BN / 2;
   constexpr int kCluster = cluster_size(kMc);
-  constexpr bool kPromote = (kFlags & kFlagNoPromote) == 0;
-  constexpr bool kDoubleBuffer = (kFlags & kFlagDoubleBuffer) != 0;
-  constexpr bool kNoLoad = (kFlags & kFlagNoLoad) != 0;
-  constexpr bool kNoTiles = (kFlags & kFlagNoTiles) != 0;
-  constexpr bool kNoScaleLoads = (kFlags & kFlagNoScaleLoads) != 0;
-  constexpr bool kPingPong = (kFlags & kFlagPingPong) != 0;
-  constexpr bool kBulkScales = (kFlags & kFlagBulkScales) != 0;
   static_assert(!kBulkScales || kScaleB != ScaleB::PerChunk, "bulk scale copies: not for per-chunk B scales");
   static_assert(kScaleB != ScaleB::TwoBlocks || BN == 160 || BN == 192, "ScaleB::TwoBlocks: block_n 160 or 192");
-  static_assert(!kDoubleBuffer || BN <= 128, "double-buffered partial sums need block_n <= 128 (registers)");
 
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
@@ -198,16 +190,15 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
         const int b_row = (kSched == Schedule::GroupedM ? t.group * args.n : 0) + t.n0;
         const float* sfb = args.sfb + (kSched == Schedule::GroupedM ? t.group * args.sfb_group : 0);
         for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
-          if (kNoLoad && it >= static_cast<uint32_t>(S)) continue;
           const uint32_t s = it % S;
           mbar_wait(empty_bar(s), ((it / S) & 1) ^ 1);
           float* sfa_dst = sfa_stage(s);
-          for (int r = lane; r < (kNoScaleLoads || kBulkScales ? 0 : kBM); r += 32) {
+          for (int r = lane; r < (kBulkScales ? 0 : kBM); r += 32) {
             const long long row = min(t.m0 + r, args.m - 1);
             cp_async_4(smem_addr(sfa_dst + r), args.sfa + row * args.sfa_row + kb * args.sfa_kb);
           }
           float* sfb_dst = sfb_stage(s);
-          if constexpr (kNoScaleLoads || kBulkScales) {
+          if constexpr (kBulkScales) {
           } else if constexpr (kScaleB == ScaleB::Uniform) {
             if (lane == 0) cp_async_4(smem_addr(sfb_dst), sfb + (t.n0 / 128) * args.sfb_row + kb * args.sfb_kb);
           } else if constexpr (kScaleB == ScaleB::TwoBlocks) {
@@ -238,7 +229,7 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
                 : kScaleB == ScaleB::PerColumn ? 16u * static_cast<uint32_t>((max(0, min(BN, args.n - t.n0)) + 3) / 4)
                 : kScaleB == ScaleB::TwoBlocks ? 32u
                                                : 16u;
-            mbar_arrive_expect_tx(full_bar(s), (kNoTiles ? 0 : Plan::kABytes + Plan::kBBytes) + a_scale_bytes + b_scale_bytes);
+            mbar_arrive_expect_tx(full_bar(s), Plan::kABytes + Plan::kBBytes + a_scale_bytes + b_scale_bytes);
             if constexpr (kBulkScales) {
               if (a_scale_bytes > 0)
                 bulk_copy_g2s(smem_addr(sfa_dst), args.sfa + t.m0 + static_cast<long long>(kb) * args.sfa_kb,
@@ -262,15 +253,13 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
             }
             const uint32_t a_dst = smem_base + Plan::kAOffset + s * Plan::kABytes;
             const uint32_t b_dst = smem_base + Plan::kBOffset + s * Plan::kBBytes;
-            if constexpr (kNoTiles) {
-            } else if constexpr (kMc == Multicast::ShareA) {
+            if constexpr (kMc == Multicast::ShareA) {
               tma_load_2d_multicast(a_dst + rank * 64 * kBlockK, &tmap_a, full_bar(s), kb * kBlockK, t.m0 + rank * 64,
                                     0x3);
             } else {
               tma_load_2d(a_dst, &tmap_a, full_bar(s), kb * kBlockK, t.m0);
             }
-            if constexpr (kNoTiles) {
-            } else if constexpr (kMc == Multicast::ShareB) {
+            if constexpr (kMc == Multicast::ShareB) {
               tma_load_2d_multicast(b_dst + rank * (BN / 2) * kBlockK, &tmap_b, full_bar(s), kb * kBlockK,
                                     b_row + rank * (BN / 2), 0x3);
             } else {
@@ -315,7 +304,7 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
       }
       float acc[kAcc];
 #pragma unroll
-      for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;  // (the no-promotion experiment overwrites it: scale-d 0)
+      for (int i = 0; i < kAcc; ++i) acc[i] = 0.0f;
       float partial[kAcc];
 
       // One K block: 4 WGMMAs (K = 32 each) of the stage into P, the first into zeroed registers (scale-d 0).
@@ -332,13 +321,12 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
         }
         wgmma_commit();
       };
-      // Promotion of a finished K block held in P: acc = fma(scale_a * scale_b, P, acc), the CPU model's
-      // arithmetic; then the stage is released (in a cluster both CTAs' producers write into it, so both hear).
+      // A stage is released after this thread's last read of it (in a cluster both CTAs' producers write into
+      // it, so both hear).
       // Every thread arrives on its own CTA's barrier after its own reads of the stage (scales included), so the
       // release covers them directly (one arrival per warp after __syncwarp drew racecheck WAR reports:
-      // RESULTS.md); the partner CTA hears one arrival per warp (its multicast data is read only by WGMMA).
+      // docs/fp8_gemm.md); the partner CTA hears one arrival per warp (its multicast data is read only by WGMMA).
       auto release = [&](uint32_t s) {
-        if constexpr (kNoLoad) return;
         mbar_arrive(empty_bar(s));
         if constexpr (kCluster > 1) {
           __syncwarp();
@@ -406,99 +394,32 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
           fma_all.template operator()<kAcc / 4>();
         }
       };
-      auto promote_release = [&](float (&P)[kAcc], uint32_t s, int kb) {
+      // Promotion after the wait, scales read then (ScaleB::PerChunk, and PerColumn with three math warpgroups,
+      // whose 160 registers leave no room to hold the column scales across the WGMMAs).
+      auto promote_release = [&](float (&P)[kAcc], uint32_t s) {
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) fence_register(P[i]);
-        if constexpr (kScaleB == ScaleB::Uniform || kScaleB == ScaleB::TwoBlocks) {
-          fma_products(P, scale_products(s, kb));
-        } else {
-          const uint32_t sfb = sfb_addr(s);
-          const float2 sa = a_scales(s);
-          if constexpr (kScaleB == ScaleB::PerChunk) {
+        const uint32_t sfb = sfb_addr(s);
+        const float2 sa = a_scales(s);
+        if constexpr (kScaleB == ScaleB::PerChunk) {
 #pragma unroll
-            for (int j = 0; j < kAcc / 4; ++j) {
-              const float sb = lds_f32(sfb + 4 * j);
-              const float p0 = __fmul_rn(sa.x, sb), p1 = __fmul_rn(sa.y, sb);
-              acc[4 * j + 0] = __fmaf_rn(p0, P[4 * j + 0], acc[4 * j + 0]);
-              acc[4 * j + 1] = __fmaf_rn(p0, P[4 * j + 1], acc[4 * j + 1]);
-              acc[4 * j + 2] = __fmaf_rn(p1, P[4 * j + 2], acc[4 * j + 2]);
-              acc[4 * j + 3] = __fmaf_rn(p1, P[4 * j + 3], acc[4 * j + 3]);
-            }
-          } else {  // ScaleB::PerColumn (Wgrad): two multiplies per element
-#pragma unroll
-            for (int j = 0; j < kAcc / 4; ++j) fma_column_chunk(P, j, sa, lds_f32x2(sfb + 4 * (8 * j + quad_col)));
+          for (int j = 0; j < kAcc / 4; ++j) {
+            const float sb = lds_f32(sfb + 4 * j);
+            const float p0 = __fmul_rn(sa.x, sb), p1 = __fmul_rn(sa.y, sb);
+            acc[4 * j + 0] = __fmaf_rn(p0, P[4 * j + 0], acc[4 * j + 0]);
+            acc[4 * j + 1] = __fmaf_rn(p0, P[4 * j + 1], acc[4 * j + 1]);
+            acc[4 * j + 2] = __fmaf_rn(p1, P[4 * j + 2], acc[4 * j + 2]);
+            acc[4 * j + 3] = __fmaf_rn(p1, P[4 * j + 3], acc[4 * j + 3]);
           }
+        } else {  // ScaleB::PerColumn (Wgrad): two multiplies per element
+#pragma unroll
+          for (int j = 0; j < kAcc / 4; ++j) fma_column_chunk(P, j, sa, lds_f32x2(sfb + 4 * (8 * j + quad_col)));
         }
         release(s);
       };
-      auto wait_full = [&](uint32_t iter) {
-        if (!kNoLoad || iter < static_cast<uint32_t>(S)) mbar_wait(full_bar(iter % S), (iter / S) & 1);
-      };
+      auto wait_full = [&](uint32_t iter) { mbar_wait(full_bar(iter % S), (iter / S) & 1); };
 
-      if constexpr (!kPromote) {
-        // Experiment: one chain over all K straight into acc (no promotion, no scales).
-        for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
-          const uint32_t s = it % S;
-          wait_full(it);
-          const uint32_t a_addr = smem_base + Plan::kAOffset + s * Plan::kABytes + wg * 64 * kBlockK;
-          const uint32_t b_addr = smem_base + Plan::kBOffset + s * Plan::kBBytes;
-#pragma unroll
-          for (int i = 0; i < kAcc; ++i) fence_register(acc[i]);
-          wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < kBlockK / 32; ++kk) {
-            Mma::mma(acc, smem_desc_k_major_sw128(a_addr + 32 * kk), smem_desc_k_major_sw128(b_addr + 32 * kk),
-                     (kk > 0 || kb > t.kb_begin) ? 1u : 0u);
-          }
-          wgmma_commit();
-          wgmma_wait<0>();
-#pragma unroll
-          for (int i = 0; i < kAcc; ++i) fence_register(acc[i]);
-          release(s);
-        }
-      } else if constexpr (kDoubleBuffer) {
-        // Two K blocks in flight: block i + 1 is issued into the other register set before block i is waited
-        // for and promoted (wait_group 1), so this warpgroup's own promotion overlaps its next WGMMAs.
-        float partial2[kAcc];
-        const int nkb = t.kb_end - t.kb_begin;
-        const uint32_t base = it;
-        if (nkb > 0) {
-          wait_full(base);
-          issue(partial, base % S);
-        }
-        for (int i = 0; i < nkb; i += 2) {
-          if (i + 1 < nkb) {
-            wait_full(base + i + 1);
-            issue(partial2, (base + i + 1) % S);
-            wgmma_wait<1>();
-          } else {
-            wgmma_wait<0>();
-          }
-          promote_release(partial, (base + i) % S, t.kb_begin + i);
-          if (i + 1 >= nkb) break;
-          if (i + 2 < nkb) {
-            wait_full(base + i + 2);
-            issue(partial, (base + i + 2) % S);
-            wgmma_wait<1>();
-          } else {
-            wgmma_wait<0>();
-          }
-          promote_release(partial2, (base + i + 1) % S, t.kb_begin + i + 1);
-        }
-        it += nkb;
-      } else if constexpr (kPingPong) {
-        // The two warpgroups take turns on the tensor cores, one K block each: a warpgroup issues its WGMMAs
-        // only after the other's have finished (named barriers 3: "WG0 done", 4: "WG1 done"), so each
-        // warpgroup's promotion runs while the other's MMAs keep the tensor cores busy.
-        for (int kb = t.kb_begin; kb < t.kb_end; ++kb, ++it) {
-          wait_full(it);
-          if (wg == 1 || it > 0) named_barrier_sync(wg == 0 ? 4 : 3, 256);
-          issue(partial, it % S);
-          wgmma_wait<0>();
-          named_barrier_arrive(wg == 0 ? 3 : 4, 256);
-          promote_release(partial, it % S, kb);
-        }
-      } else if constexpr (kScaleB == ScaleB::Uniform || kScaleB == ScaleB::TwoBlocks) {
+      if constexpr (kScaleB == ScaleB::Uniform || kScaleB == ScaleB::TwoBlocks) {
         // The K block's scale products are read from shared memory (LDS) after its WGMMAs are issued, while they
         // run; after wgmma.wait_group the stage is released and only the FMAs remain. (Measured: reading
         // them after the wait, as the generic loads of earlier versions did, cost 3-6 % on the large shapes;
@@ -536,7 +457,7 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
           wait_full(it);
           issue(partial, it % S);
           wgmma_wait<0>();
-          promote_release(partial, it % S, kb);
+          promote_release(partial, it % S);
         }
       }
 
@@ -662,9 +583,6 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
           }
         }
       }
-    }
-    if constexpr (kPingPong) {
-      if (wg == 0 && it > 0) named_barrier_sync(4, 256);  // WG1's last "done" (keeps the barrier counts paired)
     }
     if constexpr (kOut == Output::Bf16Tma) {
       if (wl == 0) tma_store_wait_all();

@@ -14,22 +14,22 @@
 
 namespace fp8train::ops::cuda::fp8gemm {
 
-// Runs launch.template operator()<kFlags>() with kFlags = kFlagBulkScales when the host found the scale layouts
-// fit for bulk copies (KernelArgs::bulk_scales) and the tile's B scales are not per 8-column chunk, else 0.
+// Runs launch.template operator()<kBulkScales>() with kBulkScales = true when the host found the scale layouts
+// fit for bulk copies (KernelArgs::bulk_scales) and the tile's B scales are not per 8-column chunk.
 template <ScaleB kScaleB, class Launch>
 cudaError_t with_scale_path(const KernelArgs& args, Launch&& launch) {
   if constexpr (kScaleB != ScaleB::PerChunk) {
-    if (args.bulk_scales) return launch.template operator()<kFlagBulkScales>();
+    if (args.bulk_scales) return launch.template operator()<true>();
   }
-  return launch.template operator()<0>();
+  return launch.template operator()<false>();
 }
 
-template <int BN, ScaleB kScaleB, Schedule kSched, Output kOut, Multicast kMc, int kFlags = 0, int kWgs = 2>
+template <int BN, ScaleB kScaleB, Schedule kSched, Output kOut, Multicast kMc, bool kBulkScales = false, int kWgs = 2>
 cudaError_t launch_kernel(const CUtensorMap& tmap_a, const CUtensorMap& tmap_b, const CUtensorMap& tmap_d,
                           const KernelArgs& args, int max_ctas, cudaStream_t stream) {
-  using Plan = SmemPlan<BN, kScaleB, kOut, kFlags, kWgs>;
+  using Plan = SmemPlan<BN, kScaleB, kOut, kWgs>;
   constexpr int kCluster = cluster_size(kMc);
-  auto kernel = fp8_gemm_kernel<BN, kScaleB, kSched, kOut, kMc, kFlags, kWgs>;
+  auto kernel = fp8_gemm_kernel<BN, kScaleB, kSched, kOut, kMc, kBulkScales, kWgs>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Plan::kDynamicBytes);
   if (err != cudaSuccess) return err;
   int device = 0;
@@ -69,9 +69,10 @@ cudaError_t launch_kernel(const CUtensorMap& tmap_a, const CUtensorMap& tmap_b, 
   static bool described = false;  // FP8TRAIN_FP8_GEMM_VERBOSE=1: the launch geometry, once per instantiation
   if (!described && std::getenv("FP8TRAIN_FP8_GEMM_VERBOSE") != nullptr) {
     described = true;
-    std::printf("fp8 gemm kernel: block_n %d, cluster %d, flags %d, %d stages, %d B smem: %d resident clusters, grid %u CTAs, %d units\n",
-                BN, kCluster, kFlags, Plan::kStages, Plan::kDynamicBytes, device < 64 ? resident[device] : -1,
-                config.gridDim.x, args.num_units);
+    std::printf("fp8 gemm kernel: block_n %d, cluster %d, bulk scales %d, %d stages, %d B smem: "
+                "%d resident clusters, grid %u CTAs, %d units\n",
+                BN, kCluster, kBulkScales ? 1 : 0, Plan::kStages, Plan::kDynamicBytes,
+                device < 64 ? resident[device] : -1, config.gridDim.x, args.num_units);
   }
   err = cudaLaunchKernelEx(&config, kernel, tmap_a, tmap_b, tmap_d, args);
   if (err != cudaSuccess) return err;

@@ -51,29 +51,12 @@ constexpr ScaleB block_scale_b(int bn) {
   return 128 % bn == 0 ? ScaleB::Uniform : (bn == 160 || bn == 192 ? ScaleB::TwoBlocks : ScaleB::PerChunk);
 }
 
-// Experiment switches (template flags; production kernels use 0). kFlagNoPromote: WGMMA accumulates over the
-// whole K with no FP32 promotion and no scales (wrong numerics; measures what promotion costs). Bits 8..11:
-// a cap on the pipeline stages (0 = as many as fit).
-inline constexpr int kFlagNoPromote = 1;
-// kFlagDoubleBuffer: two sets of partial-sum registers per math warpgroup, so the WGMMAs of K block kb + 1
-// run while block kb is promoted (2 x BN/2 + BN/2 registers: block_n <= 128).
-inline constexpr int kFlagDoubleBuffer = 2;
-// kFlagNoLoad: the producer fills the stages once and stops; the math warpgroups then run the K loop on those
-// stages without waiting (results are garbage). What the math side reaches with no memory system behind it.
-inline constexpr int kFlagNoLoad = 8;
-// kFlagNoTiles / kFlagNoScaleLoads (experiments, garbage results): the producer skips the TMA tile loads / the
-// scale cp.asyncs of every stage, keeping the barrier protocol; splits the cost of the loads between the two.
-inline constexpr int kFlagNoTiles = 16;
-inline constexpr int kFlagNoScaleLoads = 32;
-// kFlagPingPong: the two math warpgroups take turns on the tensor cores, one K block each (a warpgroup issues
-// only after the other's WGMMAs have finished), so one promotes while the other's MMAs run.
-inline constexpr int kFlagPingPong = 64;
-// kFlagBulkScales: the producer's lane 0 moves the stage's scales with two bulk copies (cp.async.bulk, completing
-// on the full barrier as transaction bytes) instead of 32 lanes of 4-byte cp.async: the 128 A scales of the
-// tile (MN-major: contiguous) and the 16-byte-aligned group of four B scales that holds the tile's one.
-// Needs ScaleB::Uniform or TwoBlocks and KernelArgs::bulk_scales (the host's layout check: fill_scales).
-inline constexpr int kFlagBulkScales = 128;
-constexpr int stage_cap_flag(int stages) { return stages << 8; }
+// The two scale paths (the kernel's template flag kBulkScales): with bulk scales the producer's lane 0 moves the
+// stage's scales with bulk copies (cp.async.bulk, completing on the full barrier as transaction bytes) -- the A
+// scales of the tile's rows (MN-major: contiguous) and the 16-byte-aligned group of four B scales that holds the
+// tile's one (two groups for ScaleB::TwoBlocks; the tile's columns for ScaleB::PerColumn) -- instead of 32
+// lanes of 4-byte cp.async. Needs a ScaleB other than PerChunk and KernelArgs::bulk_scales (the host's layout
+// check: fill_scales); the cp.async path takes any layout, QuantTensor's row-major one included.
 
 constexpr int align_up(int x, int a) { return (x + a - 1) / a * a; }
 
@@ -84,7 +67,7 @@ constexpr int threads_of(int wgs) { return 128 * (wgs + 1); }
 constexpr int math_regs_of(int wgs) { return wgs == 2 ? kMathRegs : 160; }
 constexpr int producer_regs_of(int wgs) { return wgs == 2 ? kProducerRegs : 24; }
 
-template <int BN, ScaleB kScaleB, Output kOut, int kFlags = 0, int kWgs = 2>
+template <int BN, ScaleB kScaleB, Output kOut, int kWgs = 2>
 struct SmemPlan {
   static_assert(BN % 16 == 0 && BN >= 16 && BN <= 256, "BN must be a multiple of 16 in [16, 256]");
   static constexpr int kAtomCols = BN % 64 == 0 ? 64 : (BN % 32 == 0 ? 32 : 16);  // TMA-store atom width
@@ -103,9 +86,7 @@ struct SmemPlan {
   static constexpr int kPerStage = kABytes + kBBytes + kSfaBytes + kSfbBytes + 16;  // + two barriers
   static constexpr int kSlack = 1024;  // to align the dynamic buffer to 1024 bytes (128-byte swizzle)
   static constexpr int kStagesFit = (kSmemLimit - kSlack - kDBytes) / kPerStage;
-  static constexpr int kStageCap = (kFlags >> 8) & 15;
-  static constexpr int kStagesMax = kStagesFit > 8 ? 8 : kStagesFit;
-  static constexpr int kStages = (kStageCap > 0 && kStageCap < kStagesMax) ? kStageCap : kStagesMax;
+  static constexpr int kStages = kStagesFit > 8 ? 8 : kStagesFit;
   static_assert(kStages >= 2, "tile too large for shared memory");
   static constexpr int kAOffset = kDBytes;
   static constexpr int kBOffset = kAOffset + kStages * kABytes;
@@ -133,7 +114,7 @@ struct KernelArgs {
   long long sfb_row = 0, sfb_kb = 0, sfb_group = 0;
   void* d = nullptr;        // Direct epilogues: [groups, m, n] row-major (BF16 bits or FP32)
   const float* c = nullptr; // Fp32Direct: optional addend, same layout as d (may alias d)
-  // Set by the host when the scale layouts allow kFlagBulkScales: A scales MN-major (sfa_row == 1, each K block's
+  // Set by the host when the scale layouts allow bulk scale copies: A scales MN-major (sfa_row == 1, each K block's
   // column 16-byte aligned and padded to a multiple of 4 rows) and B scales padded so that the aligned group of
   // four around any scale is inside the array. sfb_group4_along_kb: the group runs along K blocks (B K-major)
   // or along row blocks (B MN-major).
@@ -160,7 +141,6 @@ struct LaunchSpec {
   Output out = Output::Bf16Tma;
   Multicast multicast = Multicast::None;
   int max_ctas = 0;
-  int experiment = 0;  // index into a family's experiment instantiations (0 = production)
 };
 cudaError_t launch_dense_kernel(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b,
                                 const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream);
@@ -170,8 +150,8 @@ cudaError_t launch_wgrad_kernel(const LaunchSpec& spec, bool k_grouped, const CU
                                 const KernelArgs& args, cudaStream_t stream);
 
 // Everything one launch needs, built and validated by fp8_gemm_host.cpp from a problem and a config (the
-// public fp8_gemm_* functions are prepare + launch; a benchmark may also launch experiment
-// instantiations from a prepared launch).
+// public fp8_gemm_* functions are prepare + launch; `fp8train bench gemm` reads the resolved split-K ranges
+// from a prepared dense launch for its bit-exactness check).
 struct PreparedLaunch {
   LaunchSpec spec;
   CUtensorMap a{}, b{}, d{};

@@ -22,7 +22,7 @@
 namespace fp8train::ops::cuda::fp8gemm {
 namespace {
 
-template <int BN, Schedule kSched, int kFlags>
+template <int BN, Schedule kSched, bool kBulkScales>
 cudaError_t launch_wgrad(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const KernelArgs& args,
                          cudaStream_t stream) {
   constexpr ScaleB kScaleB = ScaleB::PerColumn;
@@ -30,17 +30,21 @@ cudaError_t launch_wgrad(const LaunchSpec& spec, const CUtensorMap& a, const CUt
   if (spec.warpgroups == 3) {  // 192-row tiles: block_n 128, no multicast
     if constexpr (BN == 128) {
       if (spec.multicast == Multicast::None)
-        return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::None, kFlags, 3>(a, b, a, args, spec.max_ctas, stream);
+        return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::None, kBulkScales, 3>(
+            a, b, a, args, spec.max_ctas, stream);
     }
     return cudaErrorInvalidValue;
   }
   switch (spec.multicast) {
     case Multicast::None:
-      return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::None, kFlags>(a, b, a, args, spec.max_ctas, stream);
+      return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::None, kBulkScales>(
+          a, b, a, args, spec.max_ctas, stream);
     case Multicast::ShareA:
-      return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::ShareA, kFlags>(a, b, a, args, spec.max_ctas, stream);
+      return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::ShareA, kBulkScales>(
+          a, b, a, args, spec.max_ctas, stream);
     case Multicast::ShareB:
-      return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::ShareB, kFlags>(a, b, a, args, spec.max_ctas, stream);
+      return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::ShareB, kBulkScales>(
+          a, b, a, args, spec.max_ctas, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -50,7 +54,7 @@ template <int BN, Schedule kSched>
 cudaError_t launch_wgrad(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const KernelArgs& args,
                          cudaStream_t stream) {
   return with_scale_path<ScaleB::PerColumn>(
-      args, [&]<int kFlags>() { return launch_wgrad<BN, kSched, kFlags>(spec, a, b, args, stream); });
+      args, [&]<bool kBulkScales>() { return launch_wgrad<BN, kSched, kBulkScales>(spec, a, b, args, stream); });
 }
 
 template <int BN>
