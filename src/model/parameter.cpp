@@ -1,7 +1,9 @@
 // ParameterSet (see parameter.h).
 #include "model/parameter.h"
 
+#include <map>
 #include <random>
+#include <set>
 
 #include "common/error.h"
 
@@ -20,6 +22,7 @@ uint64_t fnv1a(const std::string& s) {
 
 Parameter& ParameterSet::insert(Parameter p) {
   FP8T_CHECK(find(p.name) == nullptr, "parameter '{}' registered twice", p.name);
+  FP8T_CHECK(!p.trainable || !finalized(), "parameter '{}' added after the parameters moved into their arenas", p.name);
   params_.push_back(std::make_unique<Parameter>(std::move(p)));
   return *params_.back();
 }
@@ -91,6 +94,10 @@ int64_t ParameterSet::trainable_count() const {
 }
 
 void ParameterSet::zero_grad() {
+  if (finalized()) {
+    grads_.flat().zero_();
+    return;
+  }
   for (auto& p : params_)
     if (p->trainable) p->grad.zero_();
 }
@@ -109,12 +116,97 @@ void ParameterSet::initialize(uint64_t seed, double std) {
     if (p->value.dtype() == DType::F64) {
       p->value.copy_from(Tensor::from_vector(v, p->value.shape(), MemCategory::Workspace, p->value.device()));
     } else {
-      FP8T_CHECK(p->value.dtype() == DType::F32, "parameter '{}' has dtype {}", p->name,
-                 dtype_name(p->value.dtype()));
+      FP8T_CHECK(p->value.dtype() == DType::F32, "parameter '{}' has dtype {}", p->name, dtype_name(p->value.dtype()));
       std::vector<float> f(v.begin(), v.end());
       p->value.copy_from(Tensor::from_vector(f, p->value.shape(), MemCategory::Workspace, p->value.device()));
     }
   }
+}
+
+namespace {
+// Element offset of a view from the start of its Storage.
+int64_t offset_in_storage(const Tensor& t) {
+  return static_cast<int64_t>(static_cast<const char*>(t.raw()) - static_cast<const char*>(t.storage().data())) /
+         static_cast<int64_t>(dtype_size(t.dtype()));
+}
+}  // namespace
+
+void ParameterSet::finalize() {
+  if (finalized()) return;
+  const std::vector<Parameter*> params = trainable();
+  FP8T_CHECK(!params.empty(), "finalize: the model has no trainable parameters");
+  const DType dtype = params.front()->value.dtype();
+  const Device device = params.front()->value.device();
+  // One region per value Storage, in the order of its first parameter; its gradient Storage alongside.
+  struct Region {
+    std::shared_ptr<Storage> value, grad;
+    int index = 0;
+    bool weight_decay = true;
+  };
+  std::vector<Region> regions;
+  std::map<const Storage*, size_t> region_of;
+  std::set<const Storage*> grad_storages;
+  auto layout = std::make_shared<ArenaLayout>();
+  for (Parameter* p : params) {
+    FP8T_CHECK(p->value.dtype() == dtype && p->value.device() == device,
+               "finalize: parameter '{}' is {} on {}, the others {} on {} (one arena per dtype and device)", p->name,
+               dtype_name(p->value.dtype()), p->value.device().str(), dtype_name(dtype), device.str());
+    FP8T_CHECK(p->grad.defined() && p->grad.dtype() == dtype && p->grad.device() == device &&
+                   p->value.is_contiguous() && p->grad.is_contiguous() && p->grad.shape() == p->value.shape(),
+               "finalize: parameter '{}' needs a contiguous gradient of its value's shape, dtype and device", p->name);
+    const Storage* key = &p->value.storage();
+    auto [it, fresh] = region_of.emplace(key, regions.size());
+    if (fresh) {
+      FP8T_CHECK(!grad_storages.count(key), "finalize: the value of '{}' lives in another parameter's gradient buffer",
+                 p->name);
+      Region r;
+      r.value = p->value.storage_ptr();
+      r.grad = p->grad.storage_ptr();
+      r.weight_decay = p->weight_decay;
+      FP8T_CHECK(r.value->bytes() % dtype_size(dtype) == 0 && r.grad->bytes() == r.value->bytes(),
+                 "finalize: the gradient buffer of '{}' ({} bytes) does not mirror its value buffer ({} bytes)",
+                 p->name, r.grad->bytes(), r.value->bytes());
+      FP8T_CHECK(r.value != r.grad && grad_storages.insert(r.grad.get()).second && !region_of.count(r.grad.get()),
+                 "finalize: the gradient buffer of '{}' is shared with another parameter buffer", p->name);
+      const int group = p->weight_decay ? kDecayGroup : kNoDecayGroup;
+      r.index = layout->add_region(static_cast<int64_t>(r.value->bytes() / dtype_size(dtype)), group);
+      regions.push_back(r);
+    }
+    const Region& r = regions[it->second];
+    FP8T_CHECK(p->weight_decay == r.weight_decay,
+               "finalize: parameter '{}' shares a buffer with parameters of the other weight-decay kind", p->name);
+    FP8T_CHECK(p->grad.storage_ptr() == r.grad && offset_in_storage(p->grad) == offset_in_storage(p->value),
+               "finalize: the gradient of '{}' does not sit beside its value in a mirrored buffer", p->name);
+    layout->add_view(p->name, p->value.shape(), r.index, offset_in_storage(p->value));
+  }
+  layout->finish();  // also refuses overlapping parameters
+  // Every element of a moved buffer must belong to a parameter: the optimizer updates whole regions.
+  std::vector<int64_t> covered(regions.size(), 0);
+  for (const ArenaLayout::View& v : layout->views()) covered[static_cast<size_t>(v.region)] += v.numel;
+  for (const Region& r : regions) {
+    const int64_t elements = layout->regions()[static_cast<size_t>(r.index)].elements;
+    FP8T_CHECK(covered[static_cast<size_t>(r.index)] == elements,
+               "finalize: a parameter buffer of {} elements holds only {} elements of named parameters", elements,
+               covered[static_cast<size_t>(r.index)]);
+  }
+  Arena values(layout, dtype, MemCategory::Weights, device);
+  Arena grads(layout, dtype, MemCategory::Gradients, device);
+  for (const Region& r : regions) {
+    values.adopt(r.index, r.value);
+    grads.adopt(r.index, r.grad);
+  }
+  values_ = std::move(values);
+  grads_ = std::move(grads);
+}
+
+const Arena& ParameterSet::value_arena() const {
+  FP8T_CHECK(finalized(), "the parameters are not in arenas yet (call ParameterSet::finalize)");
+  return values_;
+}
+
+const Arena& ParameterSet::grad_arena() const {
+  FP8T_CHECK(finalized(), "the parameters are not in arenas yet (call ParameterSet::finalize)");
+  return grads_;
 }
 
 }  // namespace fp8train::model

@@ -7,12 +7,20 @@
 //   Non-trainable state (the routers' biases b_i) is registered as a buffer: a value without a gradient.
 // Initialization is per name (seeded by the model seed and a hash of the name), so it does not depend on the
 // order in which layers are built.
+// Flat arenas (finalize): once the model is built, every trainable parameter moves into two arenas of one layout
+// (tensor/arena.h) — values (MemCategory::Weights) and gradients (MemCategory::Gradients) — with one region per
+// Storage (a fused buffer moves as one region, its named views inside it), the regions of parameters with weight
+// decay first (kDecayGroup) and those without (1-D gains, kNoDecayGroup) after them, and the views in
+// registration order. The layers' Tensors keep pointing at the same Storage objects, which now live in the arenas.
+// Buffers (router biases) stay outside: they are not trained, not reduced across ranks, and are updated by the
+// model itself between steps.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "tensor/arena.h"
 #include "tensor/tensor.h"
 
 namespace fp8train::model {
@@ -30,6 +38,10 @@ struct Parameter {
 
 class ParameterSet {
  public:
+  // The arena groups of finalize(): weight decay applies to the first, not to the second.
+  static constexpr int kDecayGroup = 0;
+  static constexpr int kNoDecayGroup = 1;
+
   // A parameter with its own storage; grad zero-filled.
   Parameter& add(const std::string& name, const Shape& shape, DType dtype, Init init);
   // A parameter whose value and grad are views into buffers owned by a layer (must be contiguous).
@@ -51,11 +63,25 @@ class ParameterSet {
   // Linears refresh their compute copies of the weights when it moves.
   uint64_t version() const { return version_; }
   void mark_updated() { ++version_; }
+  // Moves every trainable parameter's value and gradient into the two arenas (see above); values are kept.
+  // Checks that all trainable parameters share one dtype and device, that each value Storage holds nothing but
+  // named parameters of one weight-decay kind, and that the gradients mirror the values (one gradient Storage
+  // per value Storage, each gradient at its value's offset). No trainable parameter may be added afterwards.
+  // Calling it again does nothing.
+  void finalize();
+  bool finalized() const { return values_.defined(); }
+  // The arenas (finalize() first): views named and shaped like the parameters, in registration order.
+  const Arena& value_arena() const;
+  const Arena& grad_arena() const;
+  // The arena elements of the parameters with / without weight decay (contiguous, padding included).
+  ArenaRange decay_range() const { return value_arena().layout().group_range(kDecayGroup); }
+  ArenaRange no_decay_range() const { return value_arena().layout().group_range(kNoDecayGroup); }
 
  private:
   Parameter& insert(Parameter p);
   std::vector<std::unique_ptr<Parameter>> params_;
   uint64_t version_ = 0;
+  Arena values_, grads_;
 };
 
 }  // namespace fp8train::model

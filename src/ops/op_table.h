@@ -42,6 +42,8 @@ struct AmaxHistoryProblem;   // ops/quantize.h
 struct DequantizeProblem;    // ops/quantize.h
 struct ColwiseProblem;       // ops/quantize.h
 struct ScaledGemmProblem;    // ops/scaled_gemm.h
+struct AdamWProblem;         // ops/adamw.h
+struct SumSquaresProblem;    // ops/sum_squares.h
 
 // ---- launcher types (tier 2) -------------------------------------------------------------------------
 using GemmFn = void(const ExecCtx&, const GemmProblem&, const void* a, const void* b, void* c);
@@ -96,6 +98,10 @@ using WithColwiseFn = void(const ExecCtx&, const ColwiseProblem&, const void* co
 // The operands' pointers travel in the problem (ScaledOperand); offsets: I32 [num_groups + 1] on the device.
 using ScaledGemmFn = void(const ExecCtx&, const ScaledGemmProblem&, void* d);
 using ScaledGemmGroupedFn = void(const ExecCtx&, const ScaledGemmProblem&, const int32_t* offsets, void* d);
+// Optimizer and reductions over parameter arenas.
+using AdamWFn = void(const ExecCtx&, const AdamWProblem&, float* param, const float* grad, void* exp_avg,
+                     void* exp_avg_sq);
+using SumSquaresFn = void(const ExecCtx&, const SumSquaresProblem&, const void* x, const int64_t* bounds, double* out);
 
 struct OpTable {
   std::string_view backend;  // "cpu", "cuda"
@@ -131,6 +137,9 @@ struct OpTable {
   ScaledGemmFn* scaled_gemm = nullptr;
   ScaledGemmGroupedFn* scaled_gemm_grouped = nullptr;    // over M (expert rows)
   ScaledGemmGroupedFn* scaled_gemm_grouped_k = nullptr;  // over K (expert Wgrad)
+  // Optimizer and reductions over parameter arenas.
+  AdamWFn* adamw = nullptr;
+  SumSquaresFn* sum_squares = nullptr;
 };
 
 // The table of a device type: the CPU's is built in; another backend's exists once registered.

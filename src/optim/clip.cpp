@@ -1,55 +1,43 @@
-// Global-norm clipping (see clip.h). The sum of squares of each parameter is accumulated in chunks of
-// kChunk elements, each chunk in FP64 sequentially, and the chunk sums are added in index order: the same
-// bits whatever OpenMP's thread count.
+// Global-norm clipping over the gradient arena (see clip.h).
 #include "optim/clip.h"
 
 #include <cmath>
 #include <vector>
 
+#include "ops/elementwise.h"
+#include "ops/sum_squares.h"
+
 namespace fp8train::optim {
-namespace {
-constexpr long kChunk = 16384;
 
-double sum_of_squares(const float* g, long n) {
-  const long chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
-#pragma omp parallel for schedule(static) if (chunks > 4)
-  for (long c = 0; c < chunks; ++c) {
-    const long begin = c * kChunk, end = std::min(n, begin + kChunk);
-    double s = 0.0;
-    for (long i = begin; i < end; ++i) s += static_cast<double>(g[i]) * static_cast<double>(g[i]);
-    partial[static_cast<size_t>(c)] = s;
+double global_grad_norm(const ExecCtx& ctx, const ParamArenas& params) {
+  const ArenaLayout& layout = params.layout();
+  const int64_t n = static_cast<int64_t>(layout.views().size());
+  std::vector<int64_t> bounds;
+  bounds.reserve(static_cast<size_t>(2 * n));
+  for (const ArenaLayout::View& v : layout.views()) {
+    bounds.push_back(v.offset);
+    bounds.push_back(v.offset + v.numel);
   }
+  const Tensor sums = ctx.scratch({n}, DType::F64);
+  ops::sum_squares_segments(ctx, params.grads.flat(),
+                            Tensor::from_vector(bounds, {n, 2}, MemCategory::Workspace, ctx.device), sums);
   double total = 0.0;
-  for (double s : partial) total += s;
-  return total;
-}
-}  // namespace
-
-double global_grad_norm(const ParamList& params) {
-  double total = 0.0;
-  for (const ParamBuffer& p : params) total += sum_of_squares(p.grad, static_cast<long>(p.size));
+  for (double s : sums.to_vector<double>()) total += s;
   return std::sqrt(total);
 }
 
-double clip_grad_norm(const ParamList& params, double max_norm) {
-  const double norm = global_grad_norm(params);
+double clip_grad_norm(const ExecCtx& ctx, const ParamArenas& params, double max_norm) {
+  const double norm = global_grad_norm(ctx, params);
   if (max_norm > 0.0 && std::isfinite(norm) && norm > max_norm)
-    scale_grads(params, static_cast<float>(max_norm / (norm + 1e-6)));
+    scale_grads(ctx, params, static_cast<float>(max_norm / (norm + 1e-6)));
   return norm;
 }
 
-void scale_grads(const ParamList& params, float factor) {
-  for (const ParamBuffer& p : params) {
-    const long n = static_cast<long>(p.size);
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (long i = 0; i < n; ++i) p.grad[i] *= factor;
-  }
+void scale_grads(const ExecCtx& ctx, const ParamArenas& params, float factor) {
+  // Rows of kAlignElements, so the row-parallel elementwise kernel splits the arena across threads.
+  ops::scale(ctx, params.grads.flat().view({-1, ArenaLayout::kAlignElements}), factor);
 }
 
-void zero_grads(const ParamList& params) {
-  for (const ParamBuffer& p : params)
-    for (size_t i = 0; i < p.size; ++i) p.grad[i] = 0.0f;
-}
+void zero_grads(const ParamArenas& params) { params.grads.flat().zero_(); }
 
 }  // namespace fp8train::optim

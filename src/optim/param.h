@@ -1,22 +1,25 @@
-// ParamBuffer: the optimizer's view of one named trainable parameter — its FP32 master values and FP32
-// gradient, both contiguous with `size` elements (the model owns the memory; any shape, flattened).
-// Names are the model's stable parameter names (e.g. "layers.3.attn.wq_a.weight"); the optimizer keys its
-// state by them so a checkpoint can be matched back to the parameters.
+// ParamArenas: the optimizer's view of a model's trainable parameters — FP32 master values and FP32 gradients in
+// two arenas of one layout (tensor/arena.h). The layout's named views (name, shape, offset) list the parameters in
+// registration order (the order checkpoints and the gradient norm walk them); the parameters with weight decay
+// occupy one contiguous range of elements and those without (norm gains and other 1-D parameters) another. The
+// model owns the arenas; the optimizer keeps moment arenas of the same layout, so one element offset addresses a
+// parameter's value, gradient and moments alike. Arena padding is zero in every arena and stays zero under
+// AdamW, clipping and zeroing.
 #pragma once
-#include <cstddef>
-#include <string>
-#include <vector>
+#include "tensor/arena.h"
 
 namespace fp8train::optim {
 
-struct ParamBuffer {
-  std::string name;
-  float* value = nullptr;  // FP32 master weights: [size]
-  float* grad = nullptr;   // FP32 gradient:       [size]
-  size_t size = 0;
-  bool weight_decay = true;  // false for norms' gains and other 1-D parameters
-};
+struct ParamArenas {
+  Arena values;         // F32 master weights (MemCategory::Weights)
+  Arena grads;          // F32 gradients (MemCategory::Gradients), same layout
+  ArenaRange decay;     // elements of the parameters with weight decay
+  ArenaRange no_decay;  // elements of the parameters without
 
-using ParamList = std::vector<ParamBuffer>;
+  const ArenaLayout& layout() const { return values.layout(); }
+  // Throws naming the problem unless: both arenas are defined, F32, on one device, share one layout; the two
+  // ranges lie inside the arena without overlapping, and each view lies inside one of them.
+  void validate() const;
+};
 
 }  // namespace fp8train::optim

@@ -24,12 +24,30 @@ std::string shape_str(const Shape& shape) {
 Storage::Storage(Backend& backend, size_t bytes, MemCategory category)
     : backend_(&backend), data_(backend.allocator().allocate(bytes, category)), bytes_(bytes), category_(category) {}
 
-Storage::~Storage() { backend_->allocator().deallocate(data_, bytes_, category_); }
+Storage::~Storage() {
+  if (!parent_) backend_->allocator().deallocate(data_, bytes_, category_);
+}
 
 void Storage::set_category(MemCategory category) {
   if (category == category_) return;
+  FP8T_CHECK(!parent_, "set_category: this storage lives inside a parent storage, whose category it shares");
   backend_->allocator().move_bytes(bytes_, category_, category);
   category_ = category;
+}
+
+void Storage::move_into(const std::shared_ptr<Storage>& parent, size_t byte_offset) {
+  FP8T_CHECK(parent != nullptr && parent.get() != this, "move_into: no parent storage");
+  FP8T_CHECK(!parent_, "move_into: this storage already lives inside a parent");
+  FP8T_CHECK(parent->device() == device(), "move_into: a {} storage cannot move into a {} parent", device().str(),
+             parent->device().str());
+  FP8T_CHECK(byte_offset <= parent->bytes() && bytes_ <= parent->bytes() - byte_offset,
+             "move_into: {} bytes at offset {} leave the parent's {} bytes", bytes_, byte_offset, parent->bytes());
+  void* target = static_cast<char*>(parent->data()) + byte_offset;
+  backend_->copy(target, device(), data_, device(), bytes_);
+  backend_->allocator().deallocate(data_, bytes_, category_);
+  data_ = target;
+  category_ = parent->category();
+  parent_ = parent;
 }
 
 Tensor Tensor::empty(Shape shape, DType dtype, MemCategory category, Device device) {

@@ -24,7 +24,10 @@ namespace fp8train {
 
 using Shape = std::vector<int64_t>;
 
-// One allocation on one device, booked under a memory category.
+// One allocation on one device, booked under a memory category. A storage may later move into a region of a
+// larger parent storage (move_into: a flat parameter arena, tensor/arena.h): its bytes are copied there, its own
+// block is freed, and data() points into the parent from then on, so every Tensor of this storage — e.g. the
+// weight views a layer keeps — reads and writes the parent's memory without being told.
 class Storage {
  public:
   Storage(Backend& backend, size_t bytes, MemCategory category);
@@ -38,13 +41,22 @@ class Storage {
   Backend& backend() const { return *backend_; }
   MemCategory category() const { return category_; }
   // Re-books this storage's bytes under another category (used by the activation cache for what it keeps).
+  // Not for a storage that lives inside a parent (its bytes are the parent's).
   void set_category(MemCategory category);
+
+  // Copies this storage's bytes to `parent` at `byte_offset`, frees its own block and points data() there; the
+  // parent then lives at least as long as this storage, and the bytes count under the parent's category. Same
+  // device; the region must lie inside the parent, and a storage moves at most once.
+  void move_into(const std::shared_ptr<Storage>& parent, size_t byte_offset);
+  // The storage this one lives inside since move_into (null while it owns its block).
+  const Storage* parent() const { return parent_.get(); }
 
  private:
   Backend* backend_;
   void* data_;
   size_t bytes_;
   MemCategory category_;
+  std::shared_ptr<Storage> parent_;  // set by move_into; data_ then points into it and nothing is freed here
 };
 
 class Tensor {

@@ -58,6 +58,42 @@ TrainerState state_from_json(const nlohmann::json& j) {
 
 void write_durable(const fs::path& path, std::string_view bytes) { write_file_atomic(path.string(), bytes); }
 
+// A contiguous host copy of a tensor (the tensor itself when it already is one).
+Tensor on_host(const Tensor& t) { return t.device().is_cpu() && t.is_contiguous() ? t : t.to(Device::cpu()); }
+
+// A safetensors entry holding a host tensor's elements in its own dtype (F32, or BF16 codes).
+StTensor st_from_tensor(const std::string& name, const Tensor& t) {
+  if (t.dtype() == DType::BF16) {
+    std::vector<uint16_t> codes;
+    codes.reserve(static_cast<size_t>(t.numel()));
+    const bf16* x = t.data<bf16>();
+    for (int64_t i = 0; i < t.numel(); ++i) codes.push_back(x[i].bits);
+    return st_from_bf16_codes(name, t.shape(), codes.data());
+  }
+  FP8T_CHECK(t.dtype() == DType::F32, "checkpoint: '{}' is {}, expected f32 or bf16", name, dtype_name(t.dtype()));
+  return st_from_f32(name, t.shape(), t.data<float>());
+}
+
+// An F32 host tensor written as BF16 (round to nearest even): the compute weights of the `bf16` recipe.
+StTensor st_bf16_from_f32(const std::string& name, const Tensor& t) {
+  std::vector<uint16_t> codes;
+  codes.reserve(static_cast<size_t>(t.numel()));
+  const float* x = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) codes.push_back(num::bf16_encode(x[i]));
+  return st_from_bf16_codes(name, t.shape(), codes.data());
+}
+
+// A host tensor of a safetensors entry's shape and dtype (F32, or BF16 codes); other dtypes throw.
+Tensor host_tensor(const StTensor& t) {
+  if (t.dtype == StDtype::BF16) {
+    std::vector<bf16> v;
+    for (uint16_t code : st_to_bf16_codes(t)) v.push_back(bf16::from_bits(code));
+    return Tensor::from_vector(v, t.shape, MemCategory::Workspace, Device::cpu());
+  }
+  FP8T_CHECK(t.dtype == StDtype::F32, "checkpoint: '{}' is {}, expected F32 or BF16", t.name, st_dtype_name(t.dtype));
+  return Tensor::from_vector(st_to_f32(t), t.shape, MemCategory::Workspace, Device::cpu());
+}
+
 }  // namespace
 
 std::string fnv1a64_hex(std::string_view bytes) {
@@ -81,43 +117,36 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointWrite& w
   const fs::path tmp = checkpoints / (name + ".tmp-" + std::to_string(::getpid()));
   fs::create_directories(tmp);
 
+  // Every tensor is copied to the host through its named view (Tensor::to), wherever the arenas live.
   TrainableModel& model = *what.model;
-  const optim::ParamList params = model.parameters();
-  const std::vector<NamedShape> shapes = model.parameter_shapes();
-  FP8T_CHECK(shapes.size() == params.size(), "model lists {} parameters but {} shapes", params.size(), shapes.size());
-  const std::vector<StateBuffer> buffers = model.state();
+  const optim::ParamArenas& params = model.parameters();
+  const ArenaLayout& layout = params.layout();
+  const std::vector<NamedTensor> buffers = model.state();
 
   StFile weights, master, optimizer;
   const std::string step_text = std::to_string(what.state.step);
   weights.metadata = {{"format", "pt"}, {"fp8train_step", step_text}, {"fp8train_config", what.config->dump()}};
   master.metadata = {{"format", "pt"}, {"fp8train_step", step_text}};
-  for (size_t i = 0; i < params.size(); ++i) {
-    const optim::ParamBuffer& p = params[i];
-    master.tensors.push_back(st_from_f32(p.name, shapes[i].shape, p.value));
-    if (what.bf16_weights) {
-      std::vector<uint16_t> codes(p.size);
-      for (size_t e = 0; e < p.size; ++e) codes[e] = num::bf16_encode(p.value[e]);
-      weights.tensors.push_back(st_from_bf16_codes(p.name, shapes[i].shape, codes.data()));
-    } else {
-      weights.tensors.push_back(st_from_f32(p.name, shapes[i].shape, p.value));
-    }
+  for (size_t i = 0; i < layout.views().size(); ++i) {
+    const ArenaLayout::View& v = layout.view(i);
+    const Tensor value = on_host(params.values.view(i));
+    master.tensors.push_back(st_from_tensor(v.name, value));
+    weights.tensors.push_back(what.bf16_weights ? st_bf16_from_f32(v.name, value) : st_from_tensor(v.name, value));
   }
-  for (const StateBuffer& b : buffers) {
-    weights.tensors.push_back(st_from_f32(b.name, b.shape, b.data));
-    master.tensors.push_back(st_from_f32(b.name, b.shape, b.data));
+  for (const NamedTensor& b : buffers) {
+    const Tensor value = on_host(b.value);
+    weights.tensors.push_back(st_from_tensor(b.name, value));
+    master.tensors.push_back(st_from_tensor(b.name, value));
   }
   const optim::AdamW& opt = *what.optimizer;
+  FP8T_CHECK(opt.exp_avg().layout_ptr() == params.values.layout_ptr(),
+             "save_checkpoint: the optimizer was built for other parameters than the model's");
   optimizer.metadata = {{"step_count", std::to_string(opt.step_count())},
                         {"moment_dtype", optim::moment_dtype_name(opt.config().moment_dtype)}};
-  for (size_t i = 0; i < opt.state().size(); ++i) {
-    const optim::MomentState& s = opt.state()[i];
-    if (opt.config().moment_dtype == optim::MomentDtype::BF16) {
-      optimizer.tensors.push_back(st_from_bf16_codes("exp_avg." + s.name, shapes[i].shape, s.m_bf16.data()));
-      optimizer.tensors.push_back(st_from_bf16_codes("exp_avg_sq." + s.name, shapes[i].shape, s.v_bf16.data()));
-    } else {
-      optimizer.tensors.push_back(st_from_f32("exp_avg." + s.name, shapes[i].shape, s.m_f32.data()));
-      optimizer.tensors.push_back(st_from_f32("exp_avg_sq." + s.name, shapes[i].shape, s.v_f32.data()));
-    }
+  for (size_t i = 0; i < layout.views().size(); ++i) {
+    const std::string& name = layout.view(i).name;
+    optimizer.tensors.push_back(st_from_tensor("exp_avg." + name, on_host(opt.exp_avg().view(i))));
+    optimizer.tensors.push_back(st_from_tensor("exp_avg_sq." + name, on_host(opt.exp_avg_sq().view(i))));
   }
 
   nlohmann::json files = nlohmann::json::object();
@@ -253,26 +282,26 @@ void load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::A
   const fs::path dir(meta.dir);
   const std::string where = fmt::format("checkpoint '{}'", meta.dir);
   const StFile master = read_safetensors((dir / "master.safetensors").string());
-  const optim::ParamList params = model.parameters();
-  const std::vector<NamedShape> shapes = model.parameter_shapes();
-  const auto load_into = [&](const StTensor& t, const std::vector<int64_t>& shape, float* dst, size_t size) {
+  const optim::ParamArenas& params = model.parameters();
+  const ArenaLayout& layout = params.layout();
+  const std::vector<NamedTensor> buffers = model.state();
+  // Each tensor is checked against its destination and built on the host; only when all are good are they copied
+  // into the model (copy_from), so a bad file leaves the model as it was.
+  std::vector<std::pair<Tensor, Tensor>> copies;  // (destination, host source)
+  const auto stage = [&](const StTensor& t, const Tensor& dst) {
     FP8T_CHECK(t.dtype == StDtype::F32, "{}: '{}' is {} in master.safetensors, expected F32", where, t.name,
                st_dtype_name(t.dtype));
-    FP8T_CHECK(t.shape == shape, "{}: '{}' has shape [{}], the model's is [{}] (a different model config?)", where,
-               t.name, fmt::join(t.shape, ", "), fmt::join(shape, ", "));
-    const std::vector<float> v = st_to_f32(t);
-    std::copy(v.begin(), v.end(), dst);
-    (void)size;
+    FP8T_CHECK(t.shape == dst.shape(), "{}: '{}' has shape [{}], the model's is [{}] (a different model config?)",
+               where, t.name, fmt::join(t.shape, ", "), fmt::join(dst.shape(), ", "));
+    copies.emplace_back(dst, host_tensor(t));
   };
-  const std::vector<StateBuffer> buffers = model.state();
-  FP8T_CHECK(master.tensors.size() == params.size() + buffers.size(),
+  FP8T_CHECK(master.tensors.size() == layout.views().size() + buffers.size(),
              "{}: master.safetensors holds {} tensors, the model has {} parameters and {} state buffers", where,
-             master.tensors.size(), params.size(), buffers.size());
-  for (size_t i = 0; i < params.size(); ++i)
-    load_into(master.get(params[i].name, where + " master.safetensors"), shapes[i].shape, params[i].value,
-              params[i].size);
-  for (const StateBuffer& b : buffers)
-    load_into(master.get(b.name, where + " master.safetensors"), b.shape, b.data, b.size);
+             master.tensors.size(), layout.views().size(), buffers.size());
+  for (size_t i = 0; i < layout.views().size(); ++i)
+    stage(master.get(layout.view(i).name, where + " master.safetensors"), params.values.view(i));
+  for (const NamedTensor& b : buffers) stage(master.get(b.name, where + " master.safetensors"), b.value);
+  for (auto& [dst, src] : copies) dst.copy_from(src);
   model.parameters_changed();  // the compute copies of the weights follow the loaded masters
   if (optimizer == nullptr) return;
 
@@ -283,32 +312,34 @@ void load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::A
   FP8T_CHECK(dtype_name == optim::moment_dtype_name(optimizer->config().moment_dtype),
              "{}: optimizer moments are '{}', the config asks for '{}'", where, dtype_name,
              optim::moment_dtype_name(optimizer->config().moment_dtype));
-  std::vector<optim::MomentState> states;
-  for (size_t i = 0; i < params.size(); ++i) {
-    optim::MomentState s;
-    s.name = params[i].name;
-    s.size = params[i].size;
-    const StTensor& m = opt.get("exp_avg." + s.name, where + " optimizer.safetensors");
-    const StTensor& v = opt.get("exp_avg_sq." + s.name, where + " optimizer.safetensors");
-    FP8T_CHECK(m.shape == shapes[i].shape && v.shape == shapes[i].shape,
-               "{}: optimizer moments of '{}' have the wrong shape", where, s.name);
-    if (optimizer->config().moment_dtype == optim::MomentDtype::BF16) {
-      s.m_bf16 = st_to_bf16_codes(m);
-      s.v_bf16 = st_to_bf16_codes(v);
-    } else {
-      FP8T_CHECK(m.dtype == StDtype::F32 && v.dtype == StDtype::F32, "{}: moments of '{}' are not F32", where, s.name);
-      s.m_f32 = st_to_f32(m);
-      s.v_f32 = st_to_f32(v);
-    }
-    states.push_back(std::move(s));
-  }
+  FP8T_CHECK(optimizer->exp_avg().layout_ptr() == params.values.layout_ptr(),
+             "load_checkpoint: the optimizer was built for other parameters than the model's");
   int64_t step_count = 0;
   try {
     step_count = std::stoll(meta_it->second);
   } catch (const std::exception&) {
     FP8T_FAIL("{}: optimizer step_count '{}' is not a number", where, meta_it->second);
   }
-  optimizer->load_state(std::move(states), step_count);
+  FP8T_CHECK(step_count >= 0, "{}: optimizer step_count {} is negative", where, step_count);
+  // Read and check every moment before writing any, so a bad file leaves the optimizer as it was.
+  const DType moment_dtype = optimizer->exp_avg().dtype();
+  const StDtype expected = moment_dtype == DType::BF16 ? StDtype::BF16 : StDtype::F32;
+  std::vector<std::pair<Tensor, Tensor>> moments;
+  for (size_t i = 0; i < layout.views().size(); ++i) {
+    const ArenaLayout::View& view = layout.view(i);
+    const StTensor& m = opt.get("exp_avg." + view.name, where + " optimizer.safetensors");
+    const StTensor& v = opt.get("exp_avg_sq." + view.name, where + " optimizer.safetensors");
+    FP8T_CHECK(m.shape == view.shape && v.shape == view.shape, "{}: optimizer moments of '{}' have the wrong shape",
+               where, view.name);
+    FP8T_CHECK(m.dtype == expected && v.dtype == expected, "{}: moments of '{}' are not {}", where, view.name,
+               st_dtype_name(expected));
+    moments.emplace_back(host_tensor(m), host_tensor(v));
+  }
+  for (size_t i = 0; i < moments.size(); ++i) {
+    optimizer->exp_avg().view(i).copy_from(moments[i].first);
+    optimizer->exp_avg_sq().view(i).copy_from(moments[i].second);
+  }
+  optimizer->set_step_count(step_count);
 }
 
 }  // namespace fp8train::train

@@ -17,6 +17,9 @@
 // the parent is fsync'ed, and only then is "latest" replaced atomically (atomic_file.h). A writer killed at
 // any point leaves "latest" naming a complete checkpoint. Reading verifies sizes and checksums before parsing,
 // so a truncated or corrupted file is refused with a message naming it.
+// Tensors travel through the named views of the parameter and moment arenas and the model's state tensors:
+// copied to the host with Tensor::to on saving and back with Tensor::copy_from on loading, so a run on any device
+// saves and resumes the same way.
 // Retention (prune_checkpoints): after each save the trainer deletes the checkpoints its settings do not keep.
 #pragma once
 #include <cstdint>
@@ -80,7 +83,8 @@ CheckpointMeta read_checkpoint_meta(const std::string& step_dir, CheckpointUse u
 std::vector<std::string> prune_checkpoints(const std::string& run_dir, int64_t keep_last, int64_t keep_every);
 
 // Loads master weights (exact FP32) and router biases into the model, and the moments and step count into the
-// optimizer when `optimizer` is not null. Names, shapes and dtypes must match the model (checked).
+// optimizer when `optimizer` is not null. Names, shapes and dtypes must match the model (checked); the model's
+// tensors are written only once the whole master file checked out, the moments once the whole optimizer file did.
 void load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::AdamW* optimizer);
 
 // FNV-1a 64 of bytes, as 16 lower-case hex digits.

@@ -30,28 +30,18 @@ DeepSeekTrainable::DeepSeekTrainable(const model::ModelConfig& config, uint64_t 
   options.seed = seed;
   options.recipe = recipe;
   model_ = std::make_unique<model::DeepSeekV3Model>(config, options);
+  // Parameters and gradients into their arenas before anything looks at them.
+  model::ParameterSet& ps = model_->parameters();
+  ps.finalize();
+  params_ = {ps.value_arena(), ps.grad_arena(), ps.decay_range(), ps.no_decay_range()};
+  params_.validate();
 }
 
 DeepSeekTrainable::~DeepSeekTrainable() = default;
 
-optim::ParamList DeepSeekTrainable::parameters() {
-  optim::ParamList out;
-  for (model::Parameter* p : model_->parameters().trainable())
-    out.push_back({p->name, p->value.data<float>(), p->grad.data<float>(), static_cast<size_t>(p->value.numel()),
-                   p->weight_decay});
-  return out;
-}
-
-std::vector<NamedShape> DeepSeekTrainable::parameter_shapes() {
-  std::vector<NamedShape> out;
-  for (model::Parameter* p : model_->parameters().trainable()) out.push_back({p->name, p->value.shape()});
-  return out;
-}
-
-std::vector<StateBuffer> DeepSeekTrainable::state() {
-  std::vector<StateBuffer> out;
-  for (model::Parameter* p : model_->parameters().buffers())
-    out.push_back({p->name, p->value.shape(), p->value.data<float>(), static_cast<size_t>(p->value.numel())});
+std::vector<NamedTensor> DeepSeekTrainable::state() {
+  std::vector<NamedTensor> out;
+  for (model::Parameter* p : model_->parameters().buffers()) out.push_back({p->name, p->value});
   return out;
 }
 

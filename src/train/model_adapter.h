@@ -2,7 +2,8 @@
 // TrainableModel interface, built with the precision recipe (src/recipe: fp32, bf16, fp8-deepseek,
 // fp8-tensorwise, int8-blockwise, plus ":key=value" overrides). Master weights, gradients and the optimizer stay
 // FP32 (moments FP32/BF16) whatever the recipe.
-// Parameters and state are host FP32 arrays (CPU backend); the router biases are the model's buffers.
+// The model's trainable parameters are moved into flat arenas (ParameterSet::finalize) when it is built; the
+// router biases stay the model's own buffers.
 #pragma once
 #include <memory>
 #include <string>
@@ -21,9 +22,8 @@ class DeepSeekTrainable : public TrainableModel {
   DeepSeekTrainable(const model::ModelConfig& config, uint64_t seed, const std::string& recipe);
   ~DeepSeekTrainable() override;
 
-  optim::ParamList parameters() override;
-  std::vector<NamedShape> parameter_shapes() override;
-  std::vector<StateBuffer> state() override;
+  const optim::ParamArenas& parameters() override { return params_; }
+  std::vector<NamedTensor> state() override;
   int64_t vocab_size() const override;
   MicroBatchResult forward_backward(const Token* inputs, const Token* targets, int64_t batch, int64_t seq_len,
                                     double grad_scale) override;
@@ -42,6 +42,7 @@ class DeepSeekTrainable : public TrainableModel {
 
  private:
   std::unique_ptr<model::DeepSeekV3Model> model_;
+  optim::ParamArenas params_;
 };
 
 }  // namespace fp8train::train

@@ -1,8 +1,10 @@
 // TrainableModel: what the trainer needs from a model, and nothing more. The DeepSeek-V3 model is adapted
 // to it in model_adapter.cpp; tests drive the trainer with small models of their own through it.
 //   inputs, targets: [batch, seq_len] tokens, row-major (targets = inputs shifted by one)
-//   parameters():    named FP32 master weights + FP32 gradients (optim::ParamBuffer) and their shapes
-//   state():         named non-trainable FP32 buffers saved with a checkpoint (router biases)
+//   parameters():    FP32 master weights and FP32 gradients in flat arenas with named views (optim/param.h)
+//   state():         named non-trainable FP32 tensors saved with a checkpoint (router biases)
+// Everything is a Tensor on the model's device; the trainer and checkpoints copy through Tensors, never through
+// host pointers.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -11,21 +13,15 @@
 #include <nlohmann/json.hpp>
 
 #include "optim/param.h"
+#include "tensor/tensor.h"
 #include "train/tokenizer.h"
 
 namespace fp8train::train {
 
-struct NamedShape {
+// A non-trainable tensor the model keeps across steps (e.g. a MoE layer's router bias): F32, contiguous.
+struct NamedTensor {
   std::string name;
-  std::vector<int64_t> shape;
-};
-
-// A non-trainable buffer the model keeps across steps (e.g. a MoE layer's router bias).
-struct StateBuffer {
-  std::string name;
-  std::vector<int64_t> shape;
-  float* data = nullptr;
-  size_t size = 0;
+  Tensor value;
 };
 
 struct LossBreakdown {
@@ -45,9 +41,9 @@ class TrainableModel {
  public:
   virtual ~TrainableModel() = default;
 
-  virtual optim::ParamList parameters() = 0;
-  virtual std::vector<NamedShape> parameter_shapes() = 0;  // same order as parameters()
-  virtual std::vector<StateBuffer> state() = 0;
+  // The trainable parameters; the same arenas for the model's whole life.
+  virtual const optim::ParamArenas& parameters() = 0;
+  virtual std::vector<NamedTensor> state() = 0;
   virtual int64_t vocab_size() const = 0;
 
   // Forward + backward of one micro-batch. Gradients ACCUMULATE into the parameters' grad buffers, as the

@@ -30,28 +30,15 @@ volatile std::sig_atomic_t g_stop = 0;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Weight decay applies to matrices only (norm gains and other 1-D parameters are excluded, as is usual).
-optim::ParamList decay_marked(TrainableModel& model) {
-  optim::ParamList params = model.parameters();
-  const std::vector<NamedShape> shapes = model.parameter_shapes();
-  FP8T_CHECK(shapes.size() == params.size(), "model lists {} parameters but {} shapes", params.size(), shapes.size());
-  for (size_t i = 0; i < params.size(); ++i) params[i].weight_decay = shapes[i].shape.size() >= 2;
-  return params;
-}
-
 // Memory accounting, measured from the allocations: the allocator's bytes per category (master
-// weights, gradients, and this step's peak of cached activations and workspace) and AdamW's moment buffers.
+// weights, gradients, and this step's peak of cached activations and workspace) and AdamW's moment arenas.
 nlohmann::ordered_json memory_json(TrainableModel& model, const optim::AdamW& optimizer) {
   const MemoryStats s = backend(default_device()).allocator().stats();
-  int64_t moments = 0;
-  for (const optim::MomentState& st : optimizer.state())
-    moments += static_cast<int64_t>((st.m_f32.size() + st.v_f32.size()) * sizeof(float) +
-                                    (st.m_bf16.size() + st.v_bf16.size()) * sizeof(uint16_t));
   nlohmann::ordered_json j;
   j["master_weights_bytes"] = s.current_of(MemCategory::Weights);
   j["compute_weights_bytes"] = model.compute_weight_bytes();
   j["gradient_bytes"] = s.current_of(MemCategory::Gradients);
-  j["optimizer_state_bytes"] = moments;
+  j["optimizer_state_bytes"] = optimizer.state_bytes();
   j["activation_cache_peak_bytes"] = s.peak_of(MemCategory::ActivationCache);
   j["workspace_peak_bytes"] = s.peak_of(MemCategory::Workspace);
   return j;
@@ -223,7 +210,9 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
                                     : eval_starts;
   FP8T_CHECK(!eval_starts.empty(), "the held-out split ({} tokens) is shorter than one window of seq_len + 1 = {}",
              split.eval.size(), config.seq_len + 1);
-  const optim::ParamList params = decay_marked(model);
+  // Parameters, gradients and moments live in arenas on the model's device; the optimizer ops run there.
+  const optim::ParamArenas& params = model.parameters();
+  const ExecCtx ctx = ExecCtx::on(params.values.device());
   optim::AdamW optimizer(config.adamw(), params);
   const optim::LrSchedule lr_schedule = config.lr_schedule();
   const optim::BatchSizeSchedule batch_schedule = config.batch_schedule();
@@ -354,12 +343,12 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         add_into(expert_tokens, r.expert_tokens);
         done += rows;
       }
-      const double grad_norm = optim::clip_grad_norm(params, config.grad_clip);
+      const double grad_norm = optim::clip_grad_norm(ctx, params, config.grad_clip);
       const bool finite = std::isfinite(loss.total) && std::isfinite(grad_norm);
       state.tokens_seen += batch * config.seq_len;
       state.step = step + 1;
       if (finite) {
-        optimizer.step(params, lr);
+        optimizer.step(ctx, params, lr);
         model.after_step();
         state.bad_in_row = 0;
         recent_losses.push_back(loss.total);
@@ -471,11 +460,7 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         finite_or_null(result.final_eval_bits);
     summary["wall time (s)"] = std::round(result.seconds * 100) / 100;
     summary["wall time this session (s)"] = std::round(result.session_seconds * 100) / 100;
-    summary["parameters"] = [&] {
-      size_t n = 0;
-      for (const auto& p : params) n += p.size;
-      return n;
-    }();
+    summary["parameters"] = params.layout().view_elements();
     summary["memory (bytes, max over steps)"] = result.memory;
     progress.message(fmt::format(
         "memory (max over steps): master weights {} B, compute weights {} B, gradients {} B, optimizer state {} B, "

@@ -1,5 +1,6 @@
-// LR schedule phases (warmup, constant, cosine, final), batch-size warmup, and global-norm clipping
-// (value against an FP64 reference, clipping rule, thread-count independence).
+// LR schedule phases (warmup, constant, cosine, final), batch-size warmup, and global-norm clipping over a gradient
+// arena (value against an FP64 reference and, bit for bit, against the per-parameter chunked sum; clipping rule;
+// thread-count independence).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -9,14 +10,17 @@
 #include "common/error.h"
 #include "optim/clip.h"
 #include "optim/schedule.h"
+#include "param_arenas.h"
 
 using namespace fp8train;
 using namespace fp8train::optim;
+using fp8train::optim::testing::make_arenas;
+using fp8train::optim::testing::TestParam;
 
 TEST(LrSchedule, FollowsTheFourPhases) {
   LrSchedule s{1e-3, 1e-4, 10, 50, 150};
   s.validate();
-  EXPECT_DOUBLE_EQ(s.at(0), 1e-4);        // (0+1)/10 of peak
+  EXPECT_DOUBLE_EQ(s.at(0), 1e-4);  // (0+1)/10 of peak
   EXPECT_DOUBLE_EQ(s.at(4), 5e-4);
   EXPECT_DOUBLE_EQ(s.at(9), 1e-3);
   EXPECT_DOUBLE_EQ(s.at(10), 1e-3);
@@ -58,43 +62,85 @@ std::vector<float> pattern(size_t n, float scale) {
 }
 }  // namespace
 
+// The gradient norm's summation before it became an op over the arena: per parameter in registration order,
+// chunks of 16384 summed in FP64 from 0, the chunk sums added in order, the parameter sums added in order.
+double per_parameter_norm(const std::vector<std::vector<float>>& grads) {
+  double total = 0.0;
+  for (const std::vector<float>& g : grads) {
+    const long n = static_cast<long>(g.size());
+    double sum = 0.0;
+    for (long begin = 0; begin < n; begin += 16384) {
+      double s = 0.0;
+      for (long i = begin; i < std::min(n, begin + 16384); ++i)
+        s += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+      sum += s;
+    }
+    total += sum;
+  }
+  return std::sqrt(total);
+}
+
+const ExecCtx& cpu() { return ExecCtx::cpu(); }
+
 TEST(ClipGradNorm, NormMatchesFp64AndClipsToMax) {
-  std::vector<float> a = pattern(100000, 0.01f), b = pattern(77, 3.0f), va(a.size()), vb(b.size());
-  ParamList params{{"a", va.data(), a.data(), a.size(), true}, {"b", vb.data(), b.data(), b.size(), true}};
+  const std::vector<float> a = pattern(100000, 0.01f), b = pattern(77, 3.0f);
+  const ParamArenas params =
+      make_arenas({{"a", std::vector<float>(a.size()), a, true}, {"b", std::vector<float>(b.size()), b, false}});
   double ref = 0.0;
   for (float x : a) ref += static_cast<double>(x) * x;
   for (float x : b) ref += static_cast<double>(x) * x;
   ref = std::sqrt(ref);
-  EXPECT_NEAR(global_grad_norm(params), ref, 1e-12 * ref);
-  const double before = clip_grad_norm(params, 1.0);
+  EXPECT_NEAR(global_grad_norm(cpu(), params), ref, 1e-12 * ref);
+  const double before = clip_grad_norm(cpu(), params, 1.0);
   EXPECT_NEAR(before, ref, 1e-12 * ref);
   EXPECT_GT(before, 1.0);
-  EXPECT_NEAR(global_grad_norm(params), 1.0, 1e-5);
+  EXPECT_NEAR(global_grad_norm(cpu(), params), 1.0, 1e-5);
+  // clipping multiplied each gradient by one FP32 factor
+  const float factor = static_cast<float>(1.0 / (before + 1e-6));
+  const std::vector<float> clipped = params.grads.view("a").to_vector<float>();
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(clipped[i], a[i] * factor) << i;
   // Under the threshold nothing changes.
-  const std::vector<float> a_copy = a;
-  clip_grad_norm(params, 10.0);
-  EXPECT_EQ(a, a_copy);
+  const std::vector<float> all = params.grads.flat().to_vector<float>();
+  clip_grad_norm(cpu(), params, 10.0);
+  EXPECT_EQ(params.grads.flat().to_vector<float>(), all);
   zero_grads(params);
-  EXPECT_EQ(global_grad_norm(params), 0.0);
+  EXPECT_EQ(global_grad_norm(cpu(), params), 0.0);
+  for (float g : params.grads.flat().to_vector<float>()) ASSERT_EQ(g, 0.0f);
+}
+
+// The arena layout (decay regions first, padding between regions) must not change a bit of the norm: it equals the
+// per-parameter sum in registration order.
+TEST(ClipGradNorm, EqualsThePerParameterSumInRegistrationOrderBitForBit) {
+  std::vector<TestParam> ps;
+  std::vector<std::vector<float>> grads;
+  const size_t sizes[] = {16384, 5, 40000, 1, 16385, 300, 70001};
+  for (size_t i = 0; i < std::size(sizes); ++i) {
+    std::vector<float> g = pattern(sizes[i], 0.001f * static_cast<float>(i + 1));
+    grads.push_back(g);
+    std::string name = "p";
+    name += std::to_string(i);  // (not "p" + ...: GCC 12 warns falsely about that overload)
+    ps.push_back({name, std::vector<float>(sizes[i]), g, i % 3 != 1});
+  }
+  const ParamArenas params = make_arenas(ps);
+  EXPECT_EQ(global_grad_norm(cpu(), params), per_parameter_norm(grads));
 }
 
 TEST(ClipGradNorm, SameBitsForAnyThreadCount) {
-  std::vector<float> g = pattern(300001, 0.02f), v(g.size());
-  ParamList params{{"g", v.data(), g.data(), g.size(), true}};
+  const std::vector<float> g = pattern(300001, 0.02f);
+  const ParamArenas params = make_arenas(
+      {{"g", std::vector<float>(g.size()), g, true}, {"h", std::vector<float>(70000), pattern(70000, 1.0f), true}});
   const int saved = omp_get_max_threads();
   omp_set_num_threads(1);
-  const double one = global_grad_norm(params);
+  const double one = global_grad_norm(cpu(), params);
   omp_set_num_threads(2);
-  const double two = global_grad_norm(params);
+  const double two = global_grad_norm(cpu(), params);
   omp_set_num_threads(saved);
   EXPECT_EQ(one, two);
 }
 
 TEST(ClipGradNorm, NonFiniteGradientGivesNonFiniteNorm) {
-  std::vector<float> g{1.0f, std::nanf(""), 2.0f}, v(3);
-  ParamList params{{"g", v.data(), g.data(), g.size(), true}};
-  EXPECT_FALSE(std::isfinite(global_grad_norm(params)));
-  const std::vector<float> before = {1.0f, 2.0f};
-  clip_grad_norm(params, 1.0);  // not clipped (and not made worse) when the norm is not finite
-  EXPECT_EQ(g[0], 1.0f);
+  const ParamArenas params = make_arenas({{"g", std::vector<float>(3), {1.0f, std::nanf(""), 2.0f}, true}});
+  EXPECT_FALSE(std::isfinite(global_grad_norm(cpu(), params)));
+  clip_grad_norm(cpu(), params, 1.0);  // not clipped (and not made worse) when the norm is not finite
+  EXPECT_EQ(params.grads.view("g").to_vector<float>()[0], 1.0f);
 }

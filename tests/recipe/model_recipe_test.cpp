@@ -104,19 +104,16 @@ TEST(ModelRecipe, ActivationAndOptimizerMemoryRatios) {
   EXPECT_GT(ratio, 0.2);  // it still caches what backward needs
   EXPECT_LT(bf16.peak_cache, fp32.peak_cache);
 
-  // Optimizer state: AdamW with each recipe's moment dtype, bytes of the moment buffers actually held.
+  // Optimizer state: AdamW with each recipe's moment dtype, bytes of the moment arenas actually held.
   DeepSeekV3Model m(config(), {.seed = 3});
-  optim::ParamList params;
-  for (Parameter* p : m.parameters().trainable())
-    params.push_back({p->name, p->value.data<float>(), p->grad.data<float>(), static_cast<size_t>(p->value.numel()), true});
+  ParameterSet& ps = m.parameters();
+  ps.finalize();
+  const optim::ParamArenas params{ps.value_arena(), ps.grad_arena(), ps.decay_range(), ps.no_decay_range()};
   auto state_bytes = [&](const std::string& spec) {
     optim::AdamWConfig c;
     c.moment_dtype = optim::parse_moment_dtype(recipe::parse_recipe(spec).moment_dtype);
     const optim::AdamW opt(c, params);
-    size_t bytes = 0;
-    for (const auto& s : opt.state())
-      bytes += (s.m_f32.size() + s.v_f32.size()) * 4 + (s.m_bf16.size() + s.v_bf16.size()) * 2;
-    return double(bytes);
+    return double(opt.state_bytes());
   };
   EXPECT_LE(state_bytes("fp8-deepseek") / state_bytes("bf16"), 0.75);
 }

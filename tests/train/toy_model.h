@@ -2,12 +2,15 @@
 // machinery (accumulation, skipping, checkpoints, resume, reports) in milliseconds:
 //   logits[t] = W[input_t, :] + b                      W: [vocab, vocab], b: [vocab] (1-D: no weight decay)
 //   loss = mean_t CE(logits[t], target_t)
-// plus a fake 4-expert "router" (expert = input_t mod 4) whose per-expert bias, a non-trainable state buffer,
+// plus a fake 4-expert "router" (expert = input_t mod 4) whose per-expert bias, a non-trainable state tensor,
 // moves by ±0.01 toward balance after every applied step, like DeepSeek-V3's bias update.
+// W and b live in a value arena and their gradients in a gradient arena (W in the decay range, b in the no-decay
+// range), as a real model's parameters do; the arithmetic below works on host pointers into them.
 // nan_at_steps: forward_backward returns a NaN loss and NaN gradients while the step counter is in the set.
 #pragma once
 #include <array>
 #include <cmath>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -19,27 +22,37 @@ namespace fp8train::train::testing {
 class BigramModel : public TrainableModel {
  public:
   explicit BigramModel(int64_t vocab, uint64_t seed = 1) : vocab_(vocab) {
-    w_.assign(static_cast<size_t>(vocab * vocab), 0.0f);
-    gw_.assign(w_.size(), 0.0f);
-    b_.assign(static_cast<size_t>(vocab), 0.0f);
-    gb_.assign(b_.size(), 0.0f);
-    bias_.assign(4, 0.0f);
+    auto layout = std::make_shared<ArenaLayout>();
+    const int weight_region = layout->add_region(vocab * vocab, 0);
+    const int bias_region = layout->add_region(vocab, 1);
+    layout->add_view("bigram.weight", {vocab, vocab}, weight_region, 0);
+    layout->add_view("bigram.bias", {vocab}, bias_region, 0);
+    layout->finish();
+    params_.values = Arena(layout, DType::F32, MemCategory::Weights, Device::cpu());
+    params_.grads = Arena(layout, DType::F32, MemCategory::Gradients, Device::cpu());
+    params_.decay = layout->group_range(0);
+    params_.no_decay = layout->group_range(1);
+    router_bias_ = Tensor::zeros({4}, DType::F32, MemCategory::Weights, Device::cpu());
+    w_ = params_.values.view(0).data<float>();
+    gw_ = params_.grads.view(0).data<float>();
+    b_ = params_.values.view(1).data<float>();
+    gb_ = params_.grads.view(1).data<float>();
+    bias_ = router_bias_.data<float>();
     uint64_t s = seed;
-    for (float& x : w_) {
+    for (int64_t i = 0; i < vocab * vocab; ++i) {
       s = s * 6364136223846793005ull + 1442695040888963407ull;
-      x = 0.02f * (static_cast<float>(s >> 40) / static_cast<float>(1 << 24) - 0.5f);
+      w_[i] = 0.02f * (static_cast<float>(s >> 40) / static_cast<float>(1 << 24) - 0.5f);
     }
   }
 
-  optim::ParamList parameters() override {
-    return {{"bigram.weight", w_.data(), gw_.data(), w_.size(), true},
-            {"bigram.bias", b_.data(), gb_.data(), b_.size(), true}};
-  }
-  std::vector<NamedShape> parameter_shapes() override {
-    return {{"bigram.weight", {vocab_, vocab_}}, {"bigram.bias", {vocab_}}};
-  }
-  std::vector<StateBuffer> state() override { return {{"router.bias", {4}, bias_.data(), bias_.size()}}; }
+  const optim::ParamArenas& parameters() override { return params_; }
+  std::vector<NamedTensor> state() override { return {{"router.bias", router_bias_}}; }
   int64_t vocab_size() const override { return vocab_; }
+
+  // Copies of the weights, bias and router bias, for comparisons.
+  std::vector<float> weights() const { return params_.values.view(0).to_vector<float>(); }
+  std::vector<float> bias() const { return params_.values.view(1).to_vector<float>(); }
+  std::vector<float> router_bias() const { return router_bias_.to_vector<float>(); }
 
   MicroBatchResult forward_backward(const Token* inputs, const Token* targets, int64_t batch, int64_t seq_len,
                                     double grad_scale) override {
@@ -116,11 +129,13 @@ class BigramModel : public TrainableModel {
   void set_step(int64_t s) { step_ = s; }
 
   std::set<int64_t> nan_at_steps;  // 0-based optimizer steps whose forward is poisoned
-  std::vector<float> w_, gw_, b_, gb_, bias_;
   int64_t applied_ = 0;
 
  private:
   int64_t vocab_;
+  optim::ParamArenas params_;
+  Tensor router_bias_;
+  float *w_, *gw_, *b_, *gb_, *bias_;  // host pointers into the arenas and the router bias
   int64_t step_ = 0;
   std::array<double, 4> step_loads_{};
 };

@@ -165,9 +165,9 @@ TEST(Trainer, ResumeReproducesTheUninterruptedRunBitForBit) {
   ASSERT_EQ(rows_full.size(), 12u);
   ASSERT_EQ(rows_resumed.size(), 7u);  // steps 6..12
   for (size_t i = 0; i < rows_resumed.size(); ++i) EXPECT_EQ(rows_resumed[i].dump(), rows_full[i + 5].dump());
-  EXPECT_EQ(a.w_, b.w_);
-  EXPECT_EQ(a.b_, b.b_);
-  EXPECT_EQ(a.bias_, b.bias_);
+  EXPECT_EQ(a.weights(), b.weights());
+  EXPECT_EQ(a.bias(), b.bias());
+  EXPECT_EQ(a.router_bias(), b.router_bias());
   // The resumed run's evaluation at step 8 and 12 equals the uninterrupted one's too.
   const auto ev_full = read_jsonl((full.path / "eval.jsonl").string());
   const auto ev_res = read_jsonl((resumed.path / "eval.jsonl").string());
@@ -206,7 +206,8 @@ TEST(Trainer, GradientAccumulationMatchesTheFullBatch) {
     EXPECT_NEAR(ra[i]["loss"].get<double>(), rb[i]["loss"].get<double>(), 1e-6);
     EXPECT_NEAR(ra[i]["grad_norm"].get<double>(), rb[i]["grad_norm"].get<double>(), 1e-5);
   }
-  for (size_t i = 0; i < a.w_.size(); ++i) ASSERT_NEAR(a.w_[i], b.w_[i], 1e-5) << i;
+  const std::vector<float> wa = a.weights(), wb = b.weights();
+  for (size_t i = 0; i < wa.size(); ++i) ASSERT_NEAR(wa[i], wb[i], 1e-5) << i;
 }
 
 TEST(Trainer, BatchSizeWarmupChangesTokensPerStep) {
@@ -232,7 +233,7 @@ TEST(Trainer, NonFiniteStepsAreSkippedCountedAndStopTheRun) {
   const TrainResult r = run_toy(c, a, dir.path);
   EXPECT_EQ(r.skipped_steps, 2);
   EXPECT_EQ(a.applied_, 6);
-  for (float w : a.w_) ASSERT_TRUE(std::isfinite(w));  // the poisoned gradients never reached the weights
+  for (float w : a.weights()) ASSERT_TRUE(std::isfinite(w));  // the poisoned gradients never reached the weights
   const auto rows = read_jsonl((dir.path / "metrics.jsonl").string());
   ASSERT_EQ(rows.size(), 8u);
   EXPECT_TRUE(rows[2]["loss"].is_null());

@@ -44,6 +44,9 @@ WithColwiseFn with_colwise;
 ScaledGemmFn scaled_gemm;
 ScaledGemmGroupedFn scaled_gemm_grouped;
 ScaledGemmGroupedFn scaled_gemm_grouped_k;
+// Optimizer and reductions over parameter arenas.
+AdamWFn adamw;
+SumSquaresFn sum_squares;
 
 // The CPU table (built on first use; pins OpenBLAS to one thread).
 const OpTable& cpu_op_table();

@@ -51,6 +51,10 @@ OpTable make_table() {
   t.scaled_gemm = scaled_gemm;
   t.scaled_gemm_grouped = scaled_gemm_grouped;
   t.scaled_gemm_grouped_k = scaled_gemm_grouped_k;
+
+  // Optimizer and reductions over parameter arenas.
+  t.adamw = adamw;
+  t.sum_squares = sum_squares;
   return t;
 }
 }  // namespace
