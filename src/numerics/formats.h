@@ -129,6 +129,40 @@ FP8T_HD float e5m2_decode(uint8_t code) {
   return bits_float(sign | ((exp - 15 + 127) << 23) | (man << 21));
 }
 
+// ---- branch-free host encoders for the CPU quantizers ---------------------------------------------
+// e4m3_encode(x) / e5m2_encode(x) with their defaults (SatFinite, canonical NaN), written so a compiler can
+// vectorize a loop of them with baseline SSE2: no variable shifts, one select per range. Normal range of the
+// target: the float's mantissa rounded to nearest even by an integer add of (half − 1 + the kept LSB), the
+// carry moving into the exponent; below the smallest normal: |x| scaled to units of the smallest subnormal
+// (exact, a power of two) and added to 2^23, where the float adder rounds it to an integer (RNE, the default
+// rounding mode) that the sum's low mantissa bits then hold.
+// Equal to the reference encoders for every float32 (tests/numerics/formats_reference_test.cpp).
+inline uint8_t e4m3_encode_fast(float x) {
+  const uint32_t bits = float_bits(x);
+  const uint32_t sign = (bits >> 24) & 0x80u;
+  const uint32_t abs = bits & 0x7FFFFFFFu;
+  const uint32_t r = abs + 0x7FFFFu + ((abs >> 20) & 1u);
+  const int32_t normal = static_cast<int32_t>(r >> 20) - (120 << 3);               // re-biased 127 → 7
+  const float small = bits_float(abs < 0x3C800000u ? abs : 0x3C800000u) * 512.0f;  // |x| < 2^-6 in units of 2^-9
+  const int32_t sub = static_cast<int32_t>(float_bits(small + 8388608.0f) - 0x4B000000u);  // RNE: 2^23 + (0..8)
+  int32_t mag = abs < 0x3C800000u ? sub : normal;
+  mag = mag > kE4M3MaxCode ? kE4M3MaxCode : mag;  // finite overflow and ±Inf saturate
+  return abs > 0x7F800000u ? uint8_t{0x7F} : static_cast<uint8_t>(sign | static_cast<uint32_t>(mag));
+}
+
+inline uint8_t e5m2_encode_fast(float x) {
+  const uint32_t bits = float_bits(x);
+  const uint32_t sign = (bits >> 24) & 0x80u;
+  const uint32_t abs = bits & 0x7FFFFFFFu;
+  const uint32_t r = abs + 0xFFFFFu + ((abs >> 21) & 1u);
+  const int32_t normal = static_cast<int32_t>(r >> 21) - (112 << 2);                 // re-biased 127 → 15
+  const float small = bits_float(abs < 0x38800000u ? abs : 0x38800000u) * 65536.0f;  // |x| < 2^-14, units of 2^-16
+  const int32_t sub = static_cast<int32_t>(float_bits(small + 8388608.0f) - 0x4B000000u);  // RNE: 2^23 + (0..4)
+  int32_t mag = abs < 0x38800000u ? sub : normal;
+  mag = mag > kE5M2MaxCode ? kE5M2MaxCode : mag;
+  return abs > 0x7F800000u ? uint8_t{0x7F} : static_cast<uint8_t>(sign | static_cast<uint32_t>(mag));
+}
+
 // ---- generic FP8 by format -------------------------------------------------------------------------
 FP8T_HD uint8_t fp8_encode(Fp8Format f, float x, Saturation sat = Saturation::SatFinite,
                            NanMode nan = NanMode::Nvidia) {

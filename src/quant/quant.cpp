@@ -31,10 +31,10 @@ void encode_row_span(const float* x, int64_t r, int64_t c0, int64_t c1, int64_t 
   const int64_t base = r * cols;
   switch (format) {
     case Format::E4M3:
-      for (int64_t c = c0; c < c1; ++c) codes[base + c] = num::e4m3_encode(xr[c] * inverse);
+      for (int64_t c = c0; c < c1; ++c) codes[base + c] = num::e4m3_encode_fast(xr[c] * inverse);
       return;
     case Format::E5M2:
-      for (int64_t c = c0; c < c1; ++c) codes[base + c] = num::e5m2_encode(xr[c] * inverse);
+      for (int64_t c = c0; c < c1; ++c) codes[base + c] = num::e5m2_encode_fast(xr[c] * inverse);
       return;
     case Format::INT8:
       if (rounding == Rounding::Stochastic) {

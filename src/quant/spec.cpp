@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "common/error.h"
@@ -142,13 +143,23 @@ BlockScale block_scale(float amax, Format format, ScaleMode mode) {
 }
 
 float amax_of(const float* x, int64_t n) {
-  float m = 0.0f;
+  // |x| as bits: for non-negative floats the integer order is the float order, and every NaN is above +Inf, so
+  // one integer max (which vectorizes) finds the amax or tells that a NaN is present.
+  uint32_t m = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const float a = std::fabs(x[i]);
-    if (a > m || a != a) m = a;
-    if (m != m) break;  // NaN is sticky
+    uint32_t b;
+    std::memcpy(&b, x + i, 4);
+    b &= 0x7FFFFFFFu;
+    m = b > m ? b : m;
   }
-  return m;
+  if (m <= 0x7F800000u) {
+    float out;
+    std::memcpy(&out, &m, 4);
+    return out;
+  }
+  for (int64_t i = 0; i < n; ++i)  // the first NaN, as the scalar definition returns it
+    if (std::isnan(x[i])) return std::fabs(x[i]);
+  return std::numeric_limits<float>::quiet_NaN();
 }
 
 // ---- specs -------------------------------------------------------------------------------------------------

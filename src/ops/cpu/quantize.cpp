@@ -62,6 +62,18 @@ std::vector<float> load_scales(const quant::ScaleGrid& grid, int64_t g, const fl
   return out;
 }
 
+// [rows, cols] → [cols, rows], in 32×32 tiles so both sides stay in cache.
+std::vector<float> transpose_f32(const float* v, int64_t rows, int64_t cols) {
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  constexpr int64_t kTile = 32;
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+  for (int64_t c0 = 0; c0 < cols; c0 += kTile)
+    for (int64_t r0 = 0; r0 < rows; r0 += kTile)
+      for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
+        for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r) out[c * rows + r] = v[r * cols + c];
+  return out;
+}
+
 int64_t scale_count(const quant::Granularity& g, int64_t rows, int64_t cols) {
   return g.scale_rows(rows) * g.scale_cols(cols);
 }
@@ -83,7 +95,19 @@ void write_group(const QuantizeProblem& p, int64_t g, const std::vector<float>& 
     if (rg * cols > 0 || gr.per_tensor) store_scales(grid, g, rm.data(), row.scales);
   }
   if (col.codes != nullptr) {
-    // x_g quantized under the transposed blocks, then transposed: the blocks of x_gᵀ under spec.
+    const quant::ScaleGrid grid{gr, p.groups * cols, rg, p.groups, p.layout};
+    if (p.spec.rounding != quant::Rounding::Stochastic) {
+      // x_gᵀ in FP32, quantized under spec straight into the payload: the same blocks, amaxes and codes as the
+      // general path below (an amax does not depend on the order it is taken in), at row-wise speed.
+      const std::vector<float> vt = transpose_f32(v.data(), rg, cols);
+      std::vector<float> rm(static_cast<size_t>(std::max<int64_t>(1, scale_count(gr, cols, rg))), 1.0f);
+      encode(vt.data(), cols, rg, gr, static_cast<uint8_t*>(col.codes) + quant::code_bytes(f, g * cols * rg), rm.data(),
+             counter_base);
+      if (rg * cols > 0 || gr.per_tensor) store_scales(grid, g, rm.data(), col.scales);
+      return;
+    }
+    // Stochastic rounding draws element x(r, c)'s random bits from its position in x, so x_g is quantized under
+    // the transposed blocks and the codes transposed: the blocks of x_gᵀ under spec.
     const quant::Granularity gt = gr.transposed();
     std::vector<uint8_t> codes(quant::code_bytes(f, rg * cols));
     std::vector<float> rm(static_cast<size_t>(std::max<int64_t>(1, scale_count(gt, rg, cols))), 1.0f);
@@ -91,7 +115,6 @@ void write_group(const QuantizeProblem& p, int64_t g, const std::vector<float>& 
     std::vector<float> rm_t(rm.size(), 1.0f);
     quant::transpose_into(codes.data(), rm.data(), rg, cols, f, gt,
                           static_cast<uint8_t*>(col.codes) + quant::code_bytes(f, g * cols * rg), rm_t.data());
-    const quant::ScaleGrid grid{gr, p.groups * cols, rg, p.groups, p.layout};
     if (rg * cols > 0 || gr.per_tensor) store_scales(grid, g, rm_t.data(), col.scales);
   }
 }
@@ -195,9 +218,17 @@ void with_colwise(const ExecCtx&, const ColwiseProblem& p, const void* codes, co
       if (rg * cols > 0 || gr.per_tensor) store_scales(col_grid, g, rm_t.data(), colwise.scales);
       continue;
     }
-    // dequantize, then the blocks of x_gᵀ under spec (quantized on x_g with the transposed blocks, transposed)
+    // dequantize, then the blocks of x_gᵀ under spec
     std::vector<float> v(static_cast<size_t>(rg * cols));
     quant::dequantize_into(gc, rm.data(), rg, cols, f, gr, v.data());
+    if (p.spec.rounding != quant::Rounding::Stochastic) {  // x_gᵀ quantized straight into the payload (see quantize)
+      const std::vector<float> vt = transpose_f32(v.data(), rg, cols);
+      std::vector<float> st(static_cast<size_t>(std::max<int64_t>(1, scale_count(gr, cols, rg))), 1.0f);
+      quant::quantize_into(vt.data(), cols, rg, p.spec, out_codes, st.data(), 0);
+      if (rg * cols > 0) store_scales(col_grid, g, st.data(), colwise.scales);
+      continue;
+    }
+    // stochastic rounding: quantized on x_g with the transposed blocks (the random bits of x's positions), transposed
     const quant::Granularity gt = gr.transposed();
     quant::QuantSpec s = p.spec;
     s.granularity = gt;
