@@ -158,7 +158,8 @@ int main(int argc, char** argv) {
     if (profile) {  // each op's share of the mean step, largest first
       std::vector<std::pair<std::string, OpProfile::Entry>> rows;
       for (const auto& e : ops_profile.entries()) rows.push_back(e);
-      std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });
+      std::sort(rows.begin(), rows.end(),
+                [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });
       double total = 0;
       for (const auto& [name, e] : rows) total += e.seconds;
       const double mean_step = std::accumulate(step_s.begin(), step_s.end(), 0.0) / static_cast<double>(steps);
@@ -170,12 +171,19 @@ int main(int argc, char** argv) {
         by_op[name] = e.seconds / steps * 1e3;
       }
     }
-    nlohmann::json j = {{"bench", "model_step"},      {"recipe", recipe},        {"batch", batch},
+    nlohmann::json j = {{"bench", "model_step"},
+                        {"recipe", recipe},
+                        {"batch", batch},
                         {"seq", seq},
-                        {"threads", threads},          {"steps", steps},          {"step_ms", step * 1e3},
-                        {"model_gflop", model_flops / 1e9}, {"model_gflops", model_rate},
-                        {"sgemm_1024_gflops", sgemm_rate}, {"ratio", model_rate / sgemm_rate},
-                        {"best_step_ms", best_step * 1e3}, {"best_sgemm_1024_gflops", best_sgemm_rate},
+                        {"threads", threads},
+                        {"steps", steps},
+                        {"step_ms", step * 1e3},
+                        {"model_gflop", model_flops / 1e9},
+                        {"model_gflops", model_rate},
+                        {"sgemm_1024_gflops", sgemm_rate},
+                        {"ratio", model_rate / sgemm_rate},
+                        {"best_step_ms", best_step * 1e3},
+                        {"best_sgemm_1024_gflops", best_sgemm_rate},
                         {"best_ratio", best_model_rate / best_sgemm_rate}};
     if (profile) j["op_ms_per_step"] = by_op;
     std::printf("%s\n", j.dump().c_str());

@@ -8,16 +8,26 @@ namespace fp8train::model {
 
 std::string_view cache_kind_name(CacheKind kind) {
   switch (kind) {
-    case CacheKind::NormInput: return "norm_input";
-    case CacheKind::NormRstd: return "norm_rstd";
-    case CacheKind::NormOutput: return "norm_output";
-    case CacheKind::MlaUpProjection: return "mla_up_projection";
-    case CacheKind::AttentionInput: return "attention_input";
-    case CacheKind::AttentionOutput: return "attention_output";
-    case CacheKind::SwigluInput: return "swiglu_input";
-    case CacheKind::SwigluOutput: return "swiglu_output";
-    case CacheKind::RouterState: return "router_state";
-    case CacheKind::ExpertIO: return "expert_io";
+    case CacheKind::NormInput:
+      return "norm_input";
+    case CacheKind::NormRstd:
+      return "norm_rstd";
+    case CacheKind::NormOutput:
+      return "norm_output";
+    case CacheKind::MlaUpProjection:
+      return "mla_up_projection";
+    case CacheKind::AttentionInput:
+      return "attention_input";
+    case CacheKind::AttentionOutput:
+      return "attention_output";
+    case CacheKind::SwigluInput:
+      return "swiglu_input";
+    case CacheKind::SwigluOutput:
+      return "swiglu_output";
+    case CacheKind::RouterState:
+      return "router_state";
+    case CacheKind::ExpertIO:
+      return "expert_io";
   }
   return "?";
 }
@@ -28,10 +38,14 @@ bool is_recomputable(CacheKind kind) {
 
 bool ActivationStore::keeps(CacheKind kind) const {
   switch (kind) {
-    case CacheKind::NormOutput: return !recipe_->recompute_norm;
-    case CacheKind::MlaUpProjection: return !recipe_->recompute_mla_up;
-    case CacheKind::SwigluOutput: return !recipe_->recompute_swiglu;
-    default: return true;
+    case CacheKind::NormOutput:
+      return !recipe_->recompute_norm;
+    case CacheKind::MlaUpProjection:
+      return !recipe_->recompute_mla_up;
+    case CacheKind::SwigluOutput:
+      return !recipe_->recompute_swiglu;
+    default:
+      return true;
   }
 }
 

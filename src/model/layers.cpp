@@ -18,8 +18,7 @@ Tensor RMSNorm::forward(const StepContext& ctx, const Tensor& x, State* state, b
   return y;
 }
 
-void RMSNorm::forward(const StepContext& ctx, const Tensor& x, const Tensor& y, State* state,
-                      bool keep_output) const {
+void RMSNorm::forward(const StepContext& ctx, const Tensor& x, const Tensor& y, State* state, bool keep_output) const {
   Tensor rstd = Tensor::empty({x.size(0)}, compute_dtype(x.dtype()), MemCategory::Workspace, ctx.exec.device);
   ops::rmsnorm_forward(ctx.exec, x, weight_, eps_, y, rstd);
   if (ctx.training && state) {

@@ -45,9 +45,9 @@ class RMSNorm {
 class SwigluFFN {
  public:
   struct State {
-    LinearInput x13;       // W1|W3's input as its Linear keeps it (undefined when the caller recomputes x)
-    SavedTensor gate_up;   // [tokens, 2F] = x·W13ᵀ (the SwiGLU input; FP8 with swiglu_fp8)
-    LinearInput x2;        // W2's input silu(gate)∘up (undefined when recomputed from gate_up)
+    LinearInput x13;      // W1|W3's input as its Linear keeps it (undefined when the caller recomputes x)
+    SavedTensor gate_up;  // [tokens, 2F] = x·W13ᵀ (the SwiGLU input; FP8 with swiglu_fp8)
+    LinearInput x2;       // W2's input silu(gate)∘up (undefined when recomputed from gate_up)
   };
   SwigluFFN() = default;
   SwigluFFN(ParameterSet& params, const std::string& name, int64_t hidden, int64_t ffn_dim, DType dtype, int layer,

@@ -83,8 +83,8 @@ struct Linear::State {
   recipe::LinearRecipe plan;
   // The compute copy of the weight and the parameter version it was made from.
   uint64_t weight_version = ~uint64_t{0};
-  Tensor weight_plain;     // bf16: the BF16 copy (fp32: the master itself)
-  quant::QTensor weight_q; // quantized recipes: W (row-wise) and Wᵀ (column-wise)
+  Tensor weight_plain;      // bf16: the BF16 copy (fp32: the master itself)
+  quant::QTensor weight_q;  // quantized recipes: W (row-wise) and Wᵀ (column-wise)
   // fp8-tensorwise delayed scaling, one history per operand (TE keeps one per tensor; the weight's gets one
   // entry per refresh, i.e. per optimizer step).
   std::unique_ptr<ops::AmaxHistoryState> history_x, history_w, history_dy;
@@ -133,9 +133,12 @@ Linear::State& Linear::state(const StepContext& ctx) const {
     if (ctx.recipe->per_tensor()) {
       const int len = ctx.recipe->amax_history;
       const quant::AmaxAlgorithm algo = ctx.recipe->amax_algorithm;
-      s->history_x = std::make_unique<ops::AmaxHistoryState>(ops::AmaxHistoryState::make(ctx.exec, len, algo, 0, MemCategory::ComputeWeights));
-      s->history_w = std::make_unique<ops::AmaxHistoryState>(ops::AmaxHistoryState::make(ctx.exec, len, algo, 0, MemCategory::ComputeWeights));
-      s->history_dy = std::make_unique<ops::AmaxHistoryState>(ops::AmaxHistoryState::make(ctx.exec, len, algo, 0, MemCategory::ComputeWeights));
+      s->history_x = std::make_unique<ops::AmaxHistoryState>(
+          ops::AmaxHistoryState::make(ctx.exec, len, algo, 0, MemCategory::ComputeWeights));
+      s->history_w = std::make_unique<ops::AmaxHistoryState>(
+          ops::AmaxHistoryState::make(ctx.exec, len, algo, 0, MemCategory::ComputeWeights));
+      s->history_dy = std::make_unique<ops::AmaxHistoryState>(
+          ops::AmaxHistoryState::make(ctx.exec, len, algo, 0, MemCategory::ComputeWeights));
     }
     self.state_ = std::move(s);
   }
@@ -151,8 +154,8 @@ Linear::State& Linear::state(const StepContext& ctx) const {
         s.weight_q = ops::quantize_delayed(ctx.exec, weight_, spec, *s.history_w,
                                            groups_ > 1 ? ops::QuantizeOutputs::Rowwise : ops::QuantizeOutputs::Both,
                                            layout, MemCategory::ComputeWeights);
-        if (groups_ > 1) s.weight_q = ops::with_colwise(ctx.exec, per_group(ctx, s.weight_q, groups_),
-                                                        MemCategory::ComputeWeights);
+        if (groups_ > 1)
+          s.weight_q = ops::with_colwise(ctx.exec, per_group(ctx, s.weight_q, groups_), MemCategory::ComputeWeights);
       } else {
         s.weight_q = ops::quantize(ctx.exec, weight_, spec, ops::QuantizeOutputs::Both, layout, groups_,
                                    MemCategory::ComputeWeights);
@@ -169,8 +172,8 @@ Linear::State& Linear::state(const StepContext& ctx) const {
 }
 
 void Linear::check_offsets(const Tensor& offsets) const {
-  FP8T_CHECK((groups_ > 1) == offsets.defined(),
-             "linear {}: {} weights {} expert offsets", site_, groups_, offsets.defined() ? "take no" : "need");
+  FP8T_CHECK((groups_ > 1) == offsets.defined(), "linear {}: {} weights {} expert offsets", site_, groups_,
+             offsets.defined() ? "take no" : "need");
   if (offsets.defined())
     FP8T_CHECK(offsets.numel() == groups_ + 1, "linear {}: {} experts need {} offsets, got {}", site_, groups_,
                groups_ + 1, offsets.str());
@@ -199,8 +202,8 @@ LinearInput Linear::quantize_input(const StepContext& ctx, const Tensor& x, bool
   } else {
     in.q = ops::quantize(ctx.exec, x, plan.fprop.a, outputs, layout);
   }
-  if (keep && plan.has_input_storage) in.stored = ops::quantize(ctx.exec, x, plan.input_storage,
-                                                                ops::QuantizeOutputs::Rowwise, layout);
+  if (keep && plan.has_input_storage)
+    in.stored = ops::quantize(ctx.exec, x, plan.input_storage, ops::QuantizeOutputs::Rowwise, layout);
   return in;
 }
 
@@ -222,8 +225,10 @@ LinearInput Linear::prepare(const StepContext& ctx, const Tensor& x, bool keep) 
 LinearInput Linear::dispatched(const StepContext& ctx, const quant::QTensor& xq, const Tensor& plain, bool keep) const {
   State& s = state(ctx);
   FP8T_CHECK(s.plan.dispatched_input, "linear {}: this recipe does not dispatch its input quantized", site_);
-  FP8T_CHECK(xq.cols == in_features() && xq.rowwise.defined(), "linear {}: the dispatched input is [{}, {}], not "
-             "[tokens, {}]", site_, xq.rows, xq.cols, in_features());
+  FP8T_CHECK(xq.cols == in_features() && xq.rowwise.defined(),
+             "linear {}: the dispatched input is [{}, {}], not "
+             "[tokens, {}]",
+             site_, xq.rows, xq.cols, in_features());
   LinearInput in;
   in.x = plain;
   // Wgrad reads the dispatched values themselves, re-tiled into 128×1 tiles (exact: power-of-two scales).
@@ -297,8 +302,8 @@ Tensor Linear::forward(const StepContext& ctx, const Tensor& x, LinearInput* kee
 }
 
 // ---- backward ---------------------------------------------------------------------------------------------------
-void Linear::backward(const StepContext& ctx, const Tensor& dy, const LinearInput& x, const Tensor& dx,
-                      bool accumulate, const Tensor& offsets) const {
+void Linear::backward(const StepContext& ctx, const Tensor& dy, const LinearInput& x, const Tensor& dx, bool accumulate,
+                      const Tensor& offsets) const {
   check_offsets(offsets);
   State& s = state(ctx);
   const recipe::LinearRecipe& plan = s.plan;
@@ -382,8 +387,7 @@ void Linear::backward(const StepContext& ctx, const Tensor& dy, const LinearInpu
 }
 
 // ---- numerics health (sampled steps) ------------------------------------------------------------------------------
-void Linear::observe_fprop(const StepContext& ctx, const LinearInput& x, const Tensor& y,
-                           const Tensor& offsets) const {
+void Linear::observe_fprop(const StepContext& ctx, const LinearInput& x, const Tensor& y, const Tensor& offsets) const {
   const State& s = *state_;
   FP8T_CHECK(x.x.defined(), "linear {}: a sampled step needs the unquantized input", site_);
   const int64_t tokens = x.x.size(0);
@@ -425,9 +429,8 @@ void Linear::observe_backward(const StepContext& ctx, const Tensor& dy, const qu
       }
       ctx.health->record(site_, GemmKind::Dgrad, recipe::measure_accuracy(y, ref));
     } else {
-      const quant::QTensor a = dyq->spec.granularity.block_rows > 1 && !dyq->spec.granularity.per_tensor
-                                   ? blocks_as_row_tiles(*dyq)
-                                   : *dyq;
+      const quant::QTensor a =
+          dyq->spec.granularity.block_rows > 1 && !dyq->spec.granularity.per_tensor ? blocks_as_row_tiles(*dyq) : *dyq;
       const ops::ScaledGemmOptions o{s.plan.dgrad.gemm, false};
       if (grouped) {
         ops::scaled_gemm_grouped(ctx.exec, a, s.weight_q.transposed(), offsets, y, o);

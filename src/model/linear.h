@@ -75,8 +75,8 @@ class Linear {
  public:
   Linear();
   // A Linear with its own parameter "<name>.weight" [out, in].
-  Linear(ParameterSet& params, const std::string& name, int64_t in, int64_t out, recipe::LinearRole role,
-         DType dtype, int layer);
+  Linear(ParameterSet& params, const std::string& name, int64_t in, int64_t out, recipe::LinearRole role, DType dtype,
+         int layer);
   // A Linear over a weight owned by its layer (fused or stacked weights): weight [groups·out, in] and its
   // gradient, contiguous; `site` names it in health records ("layers.3.moe.experts.w13").
   Linear(const ParameterSet& params, const Tensor& weight, const Tensor& grad, const std::string& site,
@@ -127,9 +127,8 @@ class Linear {
   LinearInput quantize_input(const StepContext& ctx, const Tensor& x, bool keep, bool delayed) const;
   // Sampled steps: the GEMMs again, against their FP32 references (recipe/health.h).
   void observe_fprop(const StepContext& ctx, const LinearInput& x, const Tensor& y, const Tensor& offsets) const;
-  void observe_backward(const StepContext& ctx, const Tensor& dy, const quant::QTensor* dyq,
-                        const quant::QTensor* dyt, const LinearInput& x, const quant::QTensor* xt,
-                        const Tensor& offsets) const;
+  void observe_backward(const StepContext& ctx, const Tensor& dy, const quant::QTensor* dyq, const quant::QTensor* dyt,
+                        const LinearInput& x, const quant::QTensor* xt, const Tensor& offsets) const;
 
   const ParameterSet* params_ = nullptr;
   Tensor weight_, grad_;

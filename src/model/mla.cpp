@@ -29,7 +29,7 @@ MLA::MLA(ParameterSet& params, const std::string& name, const ModelConfig& c, DT
                   layer);  // [W_DKV; W_KR]
   kv_norm_ = RMSNorm(params, name + ".kv_norm", kv_rank_, c.rms_norm_eps, dtype);
   wkv_b_ = Linear(params, name + ".wkv_b", kv_rank_, heads_ * (nope_ + vdim_), LinearRole::AttnKvUp, dtype,
-                  layer);                                                                             // [W_UK; W_UV]
+                  layer);                                                                    // [W_UK; W_UV]
   wo_ = Linear(params, name + ".wo", heads_ * vdim_, d, LinearRole::AttnOut, dtype, layer);  // W_O
 }
 
@@ -80,8 +80,7 @@ Tensor MLA::forward(const StepContext& ctx, const Tensor& h, State* st, bool kee
   wkv_a_.forward(ctx, h_in, kva);
   const Tensor c_kv_normed = kv_norm_.forward(ctx, kva.cols(0, kv_rank_), keep ? &st->kv_norm : nullptr);
   const Tensor k_rope = kva.cols(kv_rank_, kv_rank_ + rope_);
-  ops::rope_(ctx.exec, kva.as_strided({n, 1, rope_}, {kv_rank_ + rope_, rope_, 1}, kv_rank_), ctx.seq, theta_,
-             false);
+  ops::rope_(ctx.exec, kva.as_strided({n, 1, rope_}, {kv_rank_ + rope_, rope_, 1}, kv_rank_), ctx.seq, theta_, false);
   const LinearInput ckv_in = wkv_b_.prepare(ctx, c_kv_normed, keep_norm_out);
   const Tensor kv = Tensor::empty({n, heads_ * (nope_ + vdim_)}, ctx.dtype, MemCategory::Workspace, dev);
   wkv_b_.forward(ctx, ckv_in, kv);  // [k^C_i | v_i] per head = [W_UK; W_UV]·c_KV
@@ -152,15 +151,13 @@ void MLA::backward(const StepContext& ctx, const State& st, const Tensor& dy, co
   ops::attention_backward(ctx.exec, q, k, value_view(kv), o2.view({n, heads_, vdim_}), lse,
                           d_o.view({n, heads_, vdim_}), dq, dk, value_view(dkv), ctx.batch, scale_);
   // k_i = [k^C_i; k^R]: dk^C_i goes to the W_UK rows of dkv, dk^R = Σ_i dk^R_i
-  ops::copy(ctx.exec, dk.as_strided({n * heads_, nope_}, {dqk, 1}),
-            dkv.as_strided({n * heads_, nope_}, {kv_width, 1}));
+  ops::copy(ctx.exec, dk.as_strided({n * heads_, nope_}, {dqk, 1}), dkv.as_strided({n * heads_, nope_}, {kv_width, 1}));
   const Tensor dkva = Tensor::empty({n, kv_rank_ + rope_}, dt, MemCategory::Workspace, dev);
   const Tensor dk_rope = dkva.cols(kv_rank_, kv_rank_ + rope_);
   ops::copy(ctx.exec, dk.as_strided({n, rope_}, {heads_ * dqk, 1}, nope_), dk_rope);
   for (int64_t i = 1; i < heads_; ++i)
     ops::axpy(ctx.exec, 1.0, dk.as_strided({n, rope_}, {heads_ * dqk, 1}, i * dqk + nope_), dk_rope);
-  ops::rope_(ctx.exec, dkva.as_strided({n, 1, rope_}, {kv_rank_ + rope_, rope_, 1}, kv_rank_), ctx.seq, theta_,
-             true);
+  ops::rope_(ctx.exec, dkva.as_strided({n, 1, rope_}, {kv_rank_ + rope_, rope_, 1}, kv_rank_), ctx.seq, theta_, true);
   ops::rope_(ctx.exec, dq.narrow(2, nope_, rope_), ctx.seq, theta_, true);
   // kv = [W_UK; W_UV]·c_KV;  c_KV = RMSNorm(c_KV pre-norm)
   const Tensor dc_kv = Tensor::empty({n, kv_rank_}, dt, MemCategory::Workspace, dev);

@@ -8,10 +8,10 @@
 //   o_i = causal softmax(q_i·k_iᵀ / sqrt(d_nope + d_rope))·v_i
 //   u   = W_O·[o_1; ...; o_nh]                   wo: [d, n_h·d_v]
 // Fused weights follow the released DeepSeek-V3 checkpoints (wq_b, wkv_a, wkv_b); the report's matrices are
-// their row blocks as written above. Every GEMM with a weight is a role-aware Linear (model/linear.h); the norms, RoPE and
-// the attention core are ops (high precision: BF16 inputs, FP32 softmax statistics).
-// Buffers: q [tokens, n_h, d_nope + d_rope]; kva [tokens, kv_lora_rank + d_rope] (c_KV | k^R); kv [tokens, n_h,
-// d_nope + d_v] (k^C_i | v_i); k [tokens, n_h, d_nope + d_rope]; o [tokens, n_h, d_v]; lse [batch, n_h, seq].
+// their row blocks as written above. Every GEMM with a weight is a role-aware Linear (model/linear.h); the norms, RoPE
+// and the attention core are ops (high precision: BF16 inputs, FP32 softmax statistics). Buffers: q [tokens, n_h,
+// d_nope + d_rope]; kva [tokens, kv_lora_rank + d_rope] (c_KV | k^R); kv [tokens, n_h, d_nope + d_v] (k^C_i | v_i); k
+// [tokens, n_h, d_nope + d_rope]; o [tokens, n_h, d_v]; lse [batch, n_h, seq].
 #pragma once
 #include "model/config.h"
 #include "model/layers.h"

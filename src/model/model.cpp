@@ -93,8 +93,7 @@ int64_t DeepSeekV3Model::compute_weight_bytes() const {
   return total;
 }
 
-StepContext DeepSeekV3Model::make_context(Device device, int64_t batch, int64_t seq, bool training,
-                                          double grad_scale) {
+StepContext DeepSeekV3Model::make_context(Device device, int64_t batch, int64_t seq, bool training, double grad_scale) {
   StepContext ctx;
   ctx.exec = ExecCtx::on(device);
   ctx.exec.profile = profile_;
@@ -182,8 +181,8 @@ std::pair<double, int64_t> DeepSeekV3Model::head_loss(const StepContext& ctx, co
     const int64_t r1 = std::min(n, r0 + chunk);
     const Tensor hc = h.rows(r0, r1);
     // [rows, vocab] FP32 logits (the head and the loss stay high precision)
-    const Tensor logits = ops::matmul(ctx.exec, hc, false, head, true, MemCategory::Workspace, {},
-                                      fp8train::compute_dtype(ctx.dtype));
+    const Tensor logits =
+        ops::matmul(ctx.exec, hc, false, head, true, MemCategory::Workspace, {}, fp8train::compute_dtype(ctx.dtype));
     const ops::CrossEntropyResult ce =
         ops::cross_entropy_fused(ctx.exec, logits, targets.narrow(0, r0, r1 - r0), dh.defined(), scale);
     loss += ce.loss_sum;
@@ -323,7 +322,8 @@ Tensor DeepSeekV3Model::last_logits(const Tensor& inputs, int64_t batch) {
   for (int64_t b = 0; b < batch; ++b)
     ops::copy(ctx.exec, x.rows((b + 1) * seq - 1, (b + 1) * seq), last.rows(b, b + 1));
   const Tensor hn = norm_.forward(ctx, last, nullptr);
-  return ops::matmul(ctx.exec, hn, false, head_compute(ctx), true, MemCategory::Workspace, {}, fp8train::compute_dtype(dt));
+  return ops::matmul(ctx.exec, hn, false, head_compute(ctx), true, MemCategory::Workspace, {},
+                     fp8train::compute_dtype(dt));
 }
 
 }  // namespace fp8train::model

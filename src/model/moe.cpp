@@ -77,8 +77,8 @@ Tensor MoE::forward(const StepContext& ctx, const Tensor& u, State* st, double* 
   LinearInput x13;
   if (up.dispatched_input) {
     // DeepSeek-V3 quantizes tokens to FP8 (power-of-two 1×128 tiles) before the dispatch moves them
-    const quant::QTensor uq = ops::quantize(ctx.exec, u, up.fprop.a, ops::QuantizeOutputs::Rowwise,
-                                            quant::ScaleLayout::RowMajor);
+    const quant::QTensor uq =
+        ops::quantize(ctx.exec, u, up.fprop.a, ops::QuantizeOutputs::Rowwise, quant::ScaleLayout::RowMajor);
     const quant::QTensor xq = ops::moe_permute(ctx.exec, uq, plan);
     Tensor plain;  // the same tokens unquantized, for a sampled step's health records
     if (ctx.health) {

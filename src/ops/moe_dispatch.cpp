@@ -94,8 +94,7 @@ quant::QTensor moe_permute(const ExecCtx& ctx, const quant::QTensor& xq, const M
     p.rows = plan.rows;
     p.dim = src.size(1);
     p.ld_x = p.ld_xp = p.dim;
-    launcher(ctx, &OpTable::moe_permute, "moe_permute")(ctx, p, src.raw(), plan.slot_token.data<int32_t>(),
-                                                         dst.raw());
+    launcher(ctx, &OpTable::moe_permute, "moe_permute")(ctx, p, src.raw(), plan.slot_token.data<int32_t>(), dst.raw());
   }
   return out;
 }

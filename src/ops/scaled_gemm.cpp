@@ -111,11 +111,11 @@ void scaled_gemm_grouped_k(const ExecCtx& ctx, const quant::QTensor& a, const qu
   FP8T_CHECK(a.cols == b.cols, "{}: a is [{}, {}] and b is [{}, {}]; d = a·bᵀ needs the same K", op, a.rows, a.cols,
              b.rows, b.cols);
   const bool per_tensor = a.granularity().per_tensor && b.granularity().per_tensor;
-  FP8T_CHECK(per_tensor || (!a.granularity().per_tensor && !b.granularity().per_tensor &&
-                            a.granularity().block_rows == 1 && b.granularity().block_rows == 1 &&
-                            a.granularity().block_cols == b.granularity().block_cols),
-             "{}: both operands must be tiled 1xG along K with the same G, or both per tensor; got {} and {}", op,
-             a.granularity().name(), b.granularity().name());
+  FP8T_CHECK(
+      per_tensor || (!a.granularity().per_tensor && !b.granularity().per_tensor && a.granularity().block_rows == 1 &&
+                     b.granularity().block_rows == 1 && a.granularity().block_cols == b.granularity().block_cols),
+      "{}: both operands must be tiled 1xG along K with the same G, or both per tensor; got {} and {}", op,
+      a.granularity().name(), b.granularity().name());
   FP8T_CHECK(k_offsets.defined() && k_offsets.dim() == 1 && k_offsets.size(0) >= 2,
              "{}: k_offsets must be an I32 [E + 1] vector with E >= 1", op);
   const int64_t experts = k_offsets.size(0) - 1;

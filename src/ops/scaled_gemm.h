@@ -74,8 +74,8 @@ void scaled_gemm_grouped(const ExecCtx& ctx, const quant::QTensor& a, const quan
 // MoE expert Wgrad over K: d [E, M, N] F32 (contiguous) (+)= a[:, K_e] · b[:, K_e]ᵀ with K_e =
 // [k_offsets[e], k_offsets[e+1]) (I32 [E+1] on ctx's device, non-decreasing multiples of the operands' K block
 // from 0, k_offsets[E] <= K: columns past it are not read); a [M, K] and b [N, K] tiled 1×G along K, or both per
-// tensor (each expert's K range is then a GEMM of its own with the tensors' scales: fp8-tensorwise's experts). An expert with an empty range gets d[e] unchanged
-// when accumulating, zeros otherwise.
+// tensor (each expert's K range is then a GEMM of its own with the tensors' scales: fp8-tensorwise's experts). An
+// expert with an empty range gets d[e] unchanged when accumulating, zeros otherwise.
 void scaled_gemm_grouped_k(const ExecCtx& ctx, const quant::QTensor& a, const quant::QTensor& b,
                            const Tensor& k_offsets, const Tensor& d, const ScaledGemmOptions& options = {});
 

@@ -34,8 +34,8 @@ void OperandHealth::merge(const OperandHealth& o) {
 OperandHealth measure_health(const Tensor& x_in, const quant::QTensor& q_in, bool transposed) {
   const int64_t xr = transposed ? q_in.cols : q_in.rows, xc = transposed ? q_in.rows : q_in.cols;
   FP8T_CHECK(x_in.dim() == 2 && x_in.size(0) == xr && x_in.size(1) == xc && q_in.rowwise.defined(),
-             "numerics health: operand {} does not match its quantization [{}, {}]{}", x_in.str(), q_in.rows,
-             q_in.cols, transposed ? " (transposed)" : "");
+             "numerics health: operand {} does not match its quantization [{}, {}]{}", x_in.str(), q_in.rows, q_in.cols,
+             transposed ? " (transposed)" : "");
   const std::vector<float> x = host_values(x_in);
   const quant::QTensor q = q_in.device().is_cpu() ? q_in : q_in.to(Device::cpu());
   OperandHealth h;
@@ -49,11 +49,20 @@ OperandHealth measure_health(const Tensor& x_in, const quant::QTensor& q_in, boo
   // (a scale one float ulp off its ideal value must not count).
   float limit = quant::format_max(q.spec.format);
   switch (q.spec.format) {
-    case quant::Format::E4M3: limit = 464.0f; break;     // 448 + 32 / 2
-    case quant::Format::E5M2: limit = 61440.0f; break;   // 57344 + 8192 / 2
-    case quant::Format::E5M6: limit = 65280.0f; break;   // 65024 + 512 / 2
-    case quant::Format::INT8: limit = 127.5f; break;
-    case quant::Format::BF16: break;
+    case quant::Format::E4M3:
+      limit = 464.0f;
+      break;  // 448 + 32 / 2
+    case quant::Format::E5M2:
+      limit = 61440.0f;
+      break;  // 57344 + 8192 / 2
+    case quant::Format::E5M6:
+      limit = 65280.0f;
+      break;  // 65024 + 512 / 2
+    case quant::Format::INT8:
+      limit = 127.5f;
+      break;
+    case quant::Format::BF16:
+      break;
   }
   int64_t nonzero = 0, saturated = 0, underflow = 0;
 #pragma omp parallel for schedule(static) reduction(+ : nonzero, saturated, underflow)
@@ -99,8 +108,8 @@ GemmAccuracy measure_accuracy(const float* y, const float* y_ref, int64_t rows, 
 }
 
 GemmAccuracy measure_accuracy(const Tensor& y, const Tensor& y_ref) {
-  FP8T_CHECK(y.dim() == 2 && y.shape() == y_ref.shape(), "gemm accuracy: product {} and reference {} differ",
-             y.str(), y_ref.str());
+  FP8T_CHECK(y.dim() == 2 && y.shape() == y_ref.shape(), "gemm accuracy: product {} and reference {} differ", y.str(),
+             y_ref.str());
   const std::vector<float> a = host_values(y), b = host_values(y_ref);
   return measure_accuracy(a.data(), b.data(), y.size(0), y.size(1));
 }

@@ -22,27 +22,42 @@ std::string_view gemm_kind_name(GemmKind k) {
 
 std::string_view linear_role_name(LinearRole r) {
   switch (r) {
-    case LinearRole::AttnQDown: return "attn_q_down";
-    case LinearRole::AttnQUp: return "attn_q_up";
-    case LinearRole::AttnKvDown: return "attn_kv_down";
-    case LinearRole::AttnKvUp: return "attn_kv_up";
-    case LinearRole::AttnOut: return "attn_out";
-    case LinearRole::DenseUp: return "dense_up";
-    case LinearRole::DenseDown: return "dense_down";
-    case LinearRole::SharedExpertUp: return "shared_expert_up";
-    case LinearRole::SharedExpertDown: return "shared_expert_down";
-    case LinearRole::ExpertUp: return "expert_up";
-    case LinearRole::ExpertDown: return "expert_down";
-    case LinearRole::MtpProj: return "mtp_proj";
+    case LinearRole::AttnQDown:
+      return "attn_q_down";
+    case LinearRole::AttnQUp:
+      return "attn_q_up";
+    case LinearRole::AttnKvDown:
+      return "attn_kv_down";
+    case LinearRole::AttnKvUp:
+      return "attn_kv_up";
+    case LinearRole::AttnOut:
+      return "attn_out";
+    case LinearRole::DenseUp:
+      return "dense_up";
+    case LinearRole::DenseDown:
+      return "dense_down";
+    case LinearRole::SharedExpertUp:
+      return "shared_expert_up";
+    case LinearRole::SharedExpertDown:
+      return "shared_expert_down";
+    case LinearRole::ExpertUp:
+      return "expert_up";
+    case LinearRole::ExpertDown:
+      return "expert_down";
+    case LinearRole::MtpProj:
+      return "mtp_proj";
   }
   return "?";
 }
 
 std::string_view wgrad_input_name(WgradInput w) {
   switch (w) {
-    case WgradInput::Plain: return "plain";
-    case WgradInput::Colwise: return "colwise";
-    case WgradInput::Retile: return "retile";
+    case WgradInput::Plain:
+      return "plain";
+    case WgradInput::Colwise:
+      return "colwise";
+    case WgradInput::Retile:
+      return "retile";
   }
   return "?";
 }
@@ -309,8 +324,9 @@ std::string describe_recipe(const RecipeConfig& c) {
       out += fmt::format("  delayed scaling: amax history {} ({})\n", c.amax_history,
                          c.amax_algorithm == quant::AmaxAlgorithm::Max ? "max" : "most_recent");
   }
-  out += fmt::format("  activations, their gradients and compute weights: {}; master weights and weight gradients: f32\n",
-                     dtype_name(c.compute_dtype()));
+  out +=
+      fmt::format("  activations, their gradients and compute weights: {}; master weights and weight gradients: f32\n",
+                  dtype_name(c.compute_dtype()));
   if (c.quantized_gemms())
     out += fmt::format("  wgrad input: {}{}\n", wgrad_input_name(c.wgrad_input),
                        c.attn_out_e5m6 ? "; attention output (W_O input) kept as e5m6 pow2 1x128" : "");

@@ -84,14 +84,14 @@ struct RecipeConfig {
 
   // ---- activation storage (activations are kept in the compute dtype unless said otherwise) ----
   WgradInput wgrad_input = WgradInput::Plain;  // how a Linear keeps x for Wgrad (quantized recipes: not Plain)
-  bool attn_out_e5m6 = false;       // W_O's input kept as E5M6 with power-of-two 1×128 scales (re-quantized into
-                                    // its 128×1 FP8 tiles in backward)
-  bool swiglu_fp8 = false;          // the MoE SwiGLU input (the experts' W1|W3 output) kept in FP8 E4M3 1×128
-  bool recompute_swiglu = false;    // SwiGLU outputs recomputed in backward from the kept input, not kept
-  bool moe_dispatch_fp8 = false;    // tokens dispatched to experts as FP8 with power-of-two 1×128 scales (and dy
-                                    // before the down-projection in backward); combine stays in the compute dtype
-  bool recompute_norm = false;      // RMSNorm outputs recomputed in backward instead of kept
-  bool recompute_mla_up = false;    // MLA up-projections (q/k/v from the latent) recomputed, not kept
+  bool attn_out_e5m6 = false;     // W_O's input kept as E5M6 with power-of-two 1×128 scales (re-quantized into
+                                  // its 128×1 FP8 tiles in backward)
+  bool swiglu_fp8 = false;        // the MoE SwiGLU input (the experts' W1|W3 output) kept in FP8 E4M3 1×128
+  bool recompute_swiglu = false;  // SwiGLU outputs recomputed in backward from the kept input, not kept
+  bool moe_dispatch_fp8 = false;  // tokens dispatched to experts as FP8 with power-of-two 1×128 scales (and dy
+                                  // before the down-projection in backward); combine stays in the compute dtype
+  bool recompute_norm = false;    // RMSNorm outputs recomputed in backward instead of kept
+  bool recompute_mla_up = false;  // MLA up-projections (q/k/v from the latent) recomputed, not kept
 
   // ---- optimizer ----
   std::string moment_dtype = "fp32";  // AdamW moments: "fp32" or "bf16" (train/config.h resolved_moment_dtype)

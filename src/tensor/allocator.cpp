@@ -11,7 +11,8 @@ namespace fp8train {
 std::string_view mem_category_name(MemCategory c) {
   switch (c) {
     case MemCategory::Weights: return "weights";
-    case MemCategory::ComputeWeights: return "compute_weights";
+    case MemCategory::ComputeWeights:
+      return "compute_weights";
     case MemCategory::Gradients: return "gradients";
     case MemCategory::OptimizerState: return "optimizer_state";
     case MemCategory::ActivationCache: return "activation_cache";

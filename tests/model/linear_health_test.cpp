@@ -21,10 +21,10 @@
 using namespace fp8train;
 using namespace fp8train::model;
 using namespace fp8train::model::testing;
+using fp8train::recipe::gemm_kind_name;
 using fp8train::recipe::GemmAccuracy;
 using fp8train::recipe::GemmHealth;
 using fp8train::recipe::GemmKind;
-using fp8train::recipe::gemm_kind_name;
 using fp8train::test_data::randn;
 
 namespace {
@@ -177,10 +177,11 @@ TEST(LinearHealth, BlockwiseDgradIsWorseWithAnOutlierToken) {
   };
   const GemmAccuracy& at = find(tiles.health, GemmKind::Dgrad).accuracy;
   const GemmAccuracy& ab = find(blocks.health, GemmKind::Dgrad).accuracy;
-  std::printf("dgrad with an outlier token: Frobenius 1x128 %.4e, 128x128 %.4e; row-wise %.4e, %.4e; without the "
-              "outlier row %.4e, %.4e\n",
-              at.relative_error(), ab.relative_error(), at.row_relative_error(), ab.row_relative_error(),
-              dgrad_rel_without_outlier(tiles), dgrad_rel_without_outlier(blocks));
+  std::printf(
+      "dgrad with an outlier token: Frobenius 1x128 %.4e, 128x128 %.4e; row-wise %.4e, %.4e; without the "
+      "outlier row %.4e, %.4e\n",
+      at.relative_error(), ab.relative_error(), at.row_relative_error(), ab.row_relative_error(),
+      dgrad_rel_without_outlier(tiles), dgrad_rel_without_outlier(blocks));
   // Half the tokens share the outlier's block; their values land in the coarse subnormals or flush to zero.
   EXPECT_GT(ab.row_relative_error(), 0.1);
   EXPECT_GT(ab.row_relative_error(), 3 * at.row_relative_error());
@@ -210,7 +211,6 @@ TEST(LinearHealth, TensorwiseIsWorseThanDeepSeekOnAnOutlierChannel) {
   EXPECT_LT(ed, 0.06);
 }
 
-
 TEST(LinearHealth, CountsSaturationUnderflowAndScaleRange) {
   const int64_t tokens = 32, in = 128, out = 128;
   auto xv = randn(tokens * in, 7);
@@ -219,8 +219,8 @@ TEST(LinearHealth, CountsSaturationUnderflowAndScaleRange) {
   h.set_weight(wv);
   const DType dt = h.recipe.compute_dtype();
   h.lin.forward(h.ctx(dt, 0, false), as(xv, tokens, in, dt));  // the history now holds amax(x)
-  EXPECT_TRUE(h.health.take().empty());                         // not sampled
-  for (auto& v : xv) v *= 16.0f;  // the activations jump: the stale scale saturates them
+  EXPECT_TRUE(h.health.take().empty());                        // not sampled
+  for (auto& v : xv) v *= 16.0f;                               // the activations jump: the stale scale saturates them
   const StepContext sampled = h.ctx(dt, 1, true);
   h.lin.forward(sampled, as(xv, tokens, in, dt));
   const auto records = h.health.take();
@@ -254,12 +254,12 @@ TEST(LinearHealth, OutlierChannelContainedByTiles) {
   const int64_t tokens = 64, hidden = 512, outlier = 5;
   auto xv = randn(tokens * hidden, 12);
   for (int64_t t = 0; t < tokens; ++t) xv[t * hidden + outlier] = 1e5f * (t % 2 ? 1.0f : -1.0f);
-  const auto tensor_q = quant::quantize(xv.data(), tokens, hidden,
-                                        {quant::Format::E4M3, quant::Granularity::tensor(), quant::ScaleMode::Amax,
-                                         quant::Rounding::Nearest, 0});
-  const auto tile_q = quant::quantize(xv.data(), tokens, hidden,
-                                      {quant::Format::E4M3, quant::Granularity::tile_1x128(), quant::ScaleMode::Amax,
-                                       quant::Rounding::Nearest, 0});
+  const auto tensor_q = quant::quantize(
+      xv.data(), tokens, hidden,
+      {quant::Format::E4M3, quant::Granularity::tensor(), quant::ScaleMode::Amax, quant::Rounding::Nearest, 0});
+  const auto tile_q = quant::quantize(
+      xv.data(), tokens, hidden,
+      {quant::Format::E4M3, quant::Granularity::tile_1x128(), quant::ScaleMode::Amax, quant::Rounding::Nearest, 0});
   const auto tv = quant::dequantize(tensor_q), lv = quant::dequantize(tile_q);
   // Error over the channels outside the outlier's tile (128..511).
   double err_tensor = 0, err_tile = 0, norm = 0;

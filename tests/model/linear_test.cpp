@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "../common/random_data.h"
-#include "linear_harness.h"
 #include "common/error.h"
+#include "linear_harness.h"
 #include "model/activation_store.h"
 #include "model/linear.h"
 #include "numerics/formats.h"
@@ -87,7 +87,11 @@ struct Problem {
 };
 
 Problem make_problem(int64_t tokens, int64_t in, int64_t out, uint64_t seed) {
-  Problem p{tokens, in, out, randn(tokens * in, seed), randn(out * in, seed + 1, 0.05f),
+  Problem p{tokens,
+            in,
+            out,
+            randn(tokens * in, seed),
+            randn(out * in, seed + 1, 0.05f),
             randn(tokens * out, seed + 2, 1e-3f)};
   // Per-row magnitudes spread over 2^-6..2^6 so tiles get distinct scales.
   for (int64_t r = 0; r < tokens; ++r) {
@@ -132,8 +136,7 @@ TEST(Linear, DeepSeekMatchesNumericsCoreBitForBit) {
     const quant::QTensor xq = quant::quantize(p.x, p.tokens, p.in, qs(Format::E4M3, Granularity::tile_1x128()));
     const quant::QTensor wq = quant::quantize(p.w, p.out, p.in, qs(Format::E4M3, Granularity::block_128x128()));
     const quant::QTensor dyq = quant::quantize(p.dy, p.tokens, p.out, qs(Format::E4M3, Granularity::tile_1x128()));
-    const quant::QTensor dyq_t =
-        quant::quantize(p.dy, p.tokens, p.out, qs(Format::E4M3, Granularity::tile_128x1()));
+    const quant::QTensor dyq_t = quant::quantize(p.dy, p.tokens, p.out, qs(Format::E4M3, Granularity::tile_128x1()));
     // Wgrad's x: the 128×1 tiles of the unrounded x (colwise), or Fprop's 1×128 operand re-tiled (retile)
     const quant::QuantSpec col = qs(Format::E4M3, Granularity::tile_128x1());
     const quant::QTensor xq_t = retile ? quant::retile(xq, col) : quant::quantize(p.x, p.tokens, p.in, col);
@@ -194,7 +197,8 @@ void check_against_ref_gemm(const std::string& spec, const quant::QuantSpec& fa,
   const Problem p = make_problem(96, 256, 130, 5);
   Harness h(spec, p.in, p.out);
   const Outputs o = run(h, p, h.ctx());
-  EXPECT_EQ(o.y, quant::ref_gemm(quant::quantize(p.x, p.tokens, p.in, fa), quant::quantize(p.w, p.out, p.in, fb), gemm));
+  EXPECT_EQ(o.y,
+            quant::ref_gemm(quant::quantize(p.x, p.tokens, p.in, fa), quant::quantize(p.w, p.out, p.in, fb), gemm));
   quant::QTensor dq = quant::quantize(p.dy, p.tokens, p.out, da);
   if (dgrad_blocks) {  // the same values with the block scale repeated on each row of the block
     const std::vector<float> block = dq.row_major_scales();
@@ -207,8 +211,8 @@ void check_against_ref_gemm(const std::string& spec, const quant::QuantSpec& fa,
   }
   EXPECT_EQ(o.dx, quant::ref_gemm(dq, quant::transpose(quant::quantize(p.w, p.out, p.in, fb)), gemm));
   const quant::QTensor xq = quant::quantize(p.x, p.tokens, p.in, wb);
-  EXPECT_EQ(o.dw, quant::ref_gemm(quant::transpose(quant::quantize(p.dy, p.tokens, p.out, wa)), quant::transpose(xq),
-                                  gemm));
+  EXPECT_EQ(o.dw,
+            quant::ref_gemm(quant::transpose(quant::quantize(p.dy, p.tokens, p.out, wa)), quant::transpose(xq), gemm));
 }
 }  // namespace
 
@@ -216,9 +220,8 @@ TEST(Linear, AblationsAndInt8MatchRefGemm) {
   const auto t1 = Granularity::tile_1x128(), t128 = Granularity::tile_128x1(), b = Granularity::block_128x128();
   check_against_ref_gemm("fp8-deepseek", qs(Format::E4M3, t1), qs(Format::E4M3, b), qs(Format::E4M3, t1),
                          qs(Format::E4M3, t128), qs(Format::E4M3, t128), hopper());
-  check_against_ref_gemm("fp8-deepseek:promote=never", qs(Format::E4M3, t1), qs(Format::E4M3, b),
-                         qs(Format::E4M3, t1), qs(Format::E4M3, t128), qs(Format::E4M3, t128),
-                         hopper(num::kNeverPromote));
+  check_against_ref_gemm("fp8-deepseek:promote=never", qs(Format::E4M3, t1), qs(Format::E4M3, b), qs(Format::E4M3, t1),
+                         qs(Format::E4M3, t128), qs(Format::E4M3, t128), hopper(num::kNeverPromote));
   check_against_ref_gemm("fp8-deepseek:promote=32", qs(Format::E4M3, t1), qs(Format::E4M3, b), qs(Format::E4M3, t1),
                          qs(Format::E4M3, t128), qs(Format::E4M3, t128), hopper(32));
   const ScaleMode p2 = ScaleMode::PowerOfTwo;
@@ -226,8 +229,8 @@ TEST(Linear, AblationsAndInt8MatchRefGemm) {
                          qs(Format::E4M3, t1, p2), qs(Format::E4M3, t128, p2), qs(Format::E4M3, t128, p2), hopper());
   check_against_ref_gemm("fp8-deepseek:grad=e5m2", qs(Format::E4M3, t1), qs(Format::E4M3, b), qs(Format::E5M2, t1),
                          qs(Format::E5M2, t128), qs(Format::E4M3, t128), hopper());
-  check_against_ref_gemm("fp8-deepseek:dgrad_block=on", qs(Format::E4M3, t1), qs(Format::E4M3, b),
-                         qs(Format::E4M3, b), qs(Format::E4M3, t128), qs(Format::E4M3, t128), hopper(),
+  check_against_ref_gemm("fp8-deepseek:dgrad_block=on", qs(Format::E4M3, t1), qs(Format::E4M3, b), qs(Format::E4M3, b),
+                         qs(Format::E4M3, t128), qs(Format::E4M3, t128), hopper(),
                          /*dgrad_blocks=*/true);
   quant::GemmConfig exact;
   exact.mode = quant::AccumMode::Exact;
@@ -392,7 +395,7 @@ TEST(Linear, StridedViewsAndBadShapes) {
   EXPECT_EQ(h.lin.forward(ctx, x).to_vector<float>(), h.lin.forward(ctx, xw).to_vector<float>());
   const Tensor bad = Tensor::empty({p.tokens, p.out + 1}, DType::F32);
   EXPECT_THROW(h.lin.forward(ctx, h.lin.prepare(ctx, x, false), bad), Error);
-  EXPECT_THROW(h.lin.prepare(ctx, as(p.x, p.tokens * 2, p.in / 2), false), Error);      // wrong width
+  EXPECT_THROW(h.lin.prepare(ctx, as(p.x, p.tokens * 2, p.in / 2), false), Error);       // wrong width
   EXPECT_THROW(h.lin.prepare(ctx, as(p.x, p.tokens, p.in, DType::BF16), false), Error);  // not the compute dtype
   EXPECT_THROW(h.lin.backward(ctx, as(p.dy, p.tokens, p.out), LinearInput(), Tensor(), false), Error);
   EXPECT_THROW(h.lin.forward(ctx, x, nullptr, Tensor::from_vector(std::vector<int32_t>{0, 32}, {2})), Error);
@@ -498,8 +501,8 @@ TEST(Linear, GroupedEqualsOneLinearPerExpert) {
         continue;
       }
       ParameterSet pe;
-      const Tensor we = Tensor::from_vector(std::vector<float>(wv.begin() + e * out * in, wv.begin() + (e + 1) * out * in),
-                                            {out, in});
+      const Tensor we = Tensor::from_vector(
+          std::vector<float>(wv.begin() + e * out * in, wv.begin() + (e + 1) * out * in), {out, in});
       const Tensor ge = Tensor::zeros({out, in}, DType::F32);
       Linear single(pe, we, ge, "expert", recipe::LinearRole::DenseUp, 0);
       const int64_t n = off[e + 1] - off[e];

@@ -213,8 +213,11 @@ TEST(ScaledGemmOp, BadInputsGiveClearErrors) {
   expect_error([&] { ops::scaled_gemm_grouped(cpu, a, experts, offsets({0, 64, 128}), d, o); }, {"multiple of 128"});
   ops::scaled_gemm_grouped(cpu, a, experts, offsets({0, 0, 0}), d, o);  // rows past the last expert: zeros
   for (float v : d.to_vector<float>()) ASSERT_EQ(v, 0.0f);
-  expect_error([&] { ops::scaled_gemm_grouped(cpu, a, experts, offsets({0, 128, 256}), d, o); },
-               {"beyond the 128 rows"});
+  expect_error(
+      [&] {
+        ops::scaled_gemm_grouped(cpu, a, experts, offsets({0, 128, 256}), d, o);
+      },
+      {"beyond the 128 rows"});
   expect_error([&] { ops::scaled_gemm_grouped(cpu, a, experts, offsets({0, 128}), d, o); }, {"offsets"});
   // Grouped over K: 1xG operands, d [E, M, N].
   const quant::QTensor b1 = ops::quantize(cpu, matrix(64, 256, 7), spec(Format::E4M3, Granularity::tile_1x128()));

@@ -187,8 +187,8 @@ TEST(ModelRecipe, StorageChoicesKeepWhatTheyClaim) {
     EXPECT_TRUE(kept.qt.defined() && !kept.x.defined());
     // W_O's input: E5M6 (12 bits per value, power-of-two 1×128 scales); its column-wise FP8 copy without E5M6.
     Linear wo(params, "wo", cols, 64, recipe::LinearRole::AttnOut, DType::F32, 0);
-    EXPECT_EQ(booked([&] { wo.forward(ctx, bf16_copy(), &kept_wo); }), fp8_choices ? n * 3 / 2 + row_scales
-                                                                                    : n + col_scales);
+    EXPECT_EQ(booked([&] { wo.forward(ctx, bf16_copy(), &kept_wo); }),
+              fp8_choices ? n * 3 / 2 + row_scales : n + col_scales);
     EXPECT_EQ(kept_wo.stored.defined(), fp8_choices);
     // The routed experts' input: the dispatched FP8 tokens (power-of-two), kept re-tiled for Wgrad.
     Linear up(params, Tensor::zeros({2 * 64, cols}, DType::F32), Tensor::zeros({2 * 64, cols}, DType::F32), "up",
@@ -210,7 +210,8 @@ TEST(ModelRecipe, StorageChoicesKeepWhatTheyClaim) {
     EXPECT_EQ(kept_up.qt.pow2_scales, fp8_choices);
   };
   check("fp8-deepseek", true);
-  check("fp8-deepseek:attn_out_e5m6=off:swiglu_fp8=off:recompute_swiglu=off:dispatch_fp8=off:recompute_norm=off:"
-        "recompute_mla_up=off",
-        false);
+  check(
+      "fp8-deepseek:attn_out_e5m6=off:swiglu_fp8=off:recompute_swiglu=off:dispatch_fp8=off:recompute_norm=off:"
+      "recompute_mla_up=off",
+      false);
 }

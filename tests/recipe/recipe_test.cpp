@@ -45,8 +45,8 @@ TEST(RecipeConfigTest, NamesOverridesAndErrors) {
   EXPECT_THROW(parse_recipe("fp8-deepseek:nope=1"), Error);
   EXPECT_THROW(parse_recipe("fp8-deepseek:pow2"), Error);
   EXPECT_THROW(parse_recipe("bf16:promote=never"), Error);
-  EXPECT_THROW(parse_recipe("bf16:wgrad_x=colwise"), Error);         // plain GEMMs keep x itself
-  EXPECT_THROW(parse_recipe("fp8-deepseek:wgrad_x=plain"), Error);   // a quantized Wgrad quantizes x
+  EXPECT_THROW(parse_recipe("bf16:wgrad_x=colwise"), Error);        // plain GEMMs keep x itself
+  EXPECT_THROW(parse_recipe("fp8-deepseek:wgrad_x=plain"), Error);  // a quantized Wgrad quantizes x
   EXPECT_THROW(parse_recipe("fp8-deepseek:wgrad_x=sideways"), Error);
   EXPECT_THROW(parse_recipe("fp8-tensorwise:dgrad_block=on"), Error);
   EXPECT_THROW(parse_recipe("int8-blockwise:grad=e5m2"), Error);
@@ -75,9 +75,9 @@ TEST(RecipeConfigTest, LinearRecipesByRole) {
   EXPECT_TRUE(down.dispatched_grad && !down.dispatched_input);
   EXPECT_EQ(down.dgrad.a.scale_mode, quant::ScaleMode::PowerOfTwo);
   EXPECT_EQ(down.dgrad.a.granularity, quant::Granularity::tile_1x128());
-  for (LinearRole r : {LinearRole::AttnQDown, LinearRole::AttnQUp, LinearRole::AttnKvDown, LinearRole::AttnKvUp,
-                       LinearRole::DenseUp, LinearRole::DenseDown, LinearRole::SharedExpertUp,
-                       LinearRole::SharedExpertDown, LinearRole::MtpProj}) {
+  for (LinearRole r :
+       {LinearRole::AttnQDown, LinearRole::AttnQUp, LinearRole::AttnKvDown, LinearRole::AttnKvUp, LinearRole::DenseUp,
+        LinearRole::DenseDown, LinearRole::SharedExpertUp, LinearRole::SharedExpertDown, LinearRole::MtpProj}) {
     const LinearRecipe l = linear_recipe(d, r);
     EXPECT_TRUE(l.quantized && !l.has_input_storage && !l.dispatched_input && !l.dispatched_grad)
         << linear_role_name(r);
@@ -113,7 +113,8 @@ TEST(GemmErrorSummary, PerKindPoolsAndAverages) {
   EXPECT_EQ(s["wgrad"]["pooled"].get<double>(), 0.0);
   EXPECT_TRUE(train::gemm_error_summary(nlohmann::json::array()).is_null());
 
-  std::vector<nlohmann::json> rows = {{{"step", 1}, {"loss", 2.0}}, {{"step", 2}, {"health", health}},
+  std::vector<nlohmann::json> rows = {{{"step", 1}, {"loss", 2.0}},
+                                      {{"step", 2}, {"health", health}},
                                       {{"step", 4}, {"health", nlohmann::json::parse(R"([
     {"linear": "a", "gemm": "fprop", "calls": 1, "rel_error": 0.5, "err_sq": 25.0, "ref_sq": 100.0}])")}}};
   const nlohmann::ordered_json run = train::gemm_error_over_run(rows);
