@@ -17,7 +17,10 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "common/error.h"
+#include "ops/gemm.h"
 #include "ops/quantize.h"
 #include "ops/scaled_gemm.h"
 #include "quant/quant.h"
@@ -682,6 +685,56 @@ inline void grouped_k_cases(std::vector<BackendOpCase>& out) {
     }
 }
 
+// ---- BF16 GEMM (the non-quantized recipes' GEMMs and the FP32 references' form) ---------------------------
+// c = a·bᵀ (+ c) with BF16 a [m, k] and b [n, k], F32 c; against the FP64 product of the same BF16 values.
+inline void add_gemm_case(std::vector<BackendOpCase>& out, int64_t m, int64_t n, int64_t k, bool accumulate,
+                          bool trans_a, bool on_cuda) {
+  BackendOpCase c;
+  c.op = "gemm";
+  c.name = fmt::format("bf16 {}·bᵀ{} -> f32 m={} n={} k={}", trans_a ? "aᵀ" : "a", accumulate ? " + c" : "", m, n, k);
+  c.cpu = Compare::normalized(1e-10);   // FP32 accumulation against FP64
+  c.cuda = Compare::normalized(1e-10);  // cuBLASLt's accumulation order against the CPU's
+  c.on_cuda = on_cuda;
+  const int64_t ar = trans_a ? k : m, ac = trans_a ? m : k;
+  c.run = [=](const ExecCtx& ctx, uint64_t seed) {
+    std::vector<float> a = random_values(ar, ac, seed), b = random_values(n, k, seed + 1);
+    std::vector<float> c0 = random_values(m, n, seed + 2);
+    const Tensor ta = input_on(ctx, a, ar, ac, DType::BF16), tb = input_on(ctx, b, n, k, DType::BF16);
+    Tensor tc = input_on(ctx, c0, m, n, DType::F32);
+    if (!accumulate) {
+      poison_next(ctx.device, {static_cast<size_t>(m * n) * sizeof(float)});
+      tc = Tensor::empty({m, n}, DType::F32, MemCategory::Workspace, ctx.device);
+    }
+    ops::GemmOptions o;
+    o.beta = accumulate ? 1.0 : 0.0;
+    ops::gemm(ctx, ta, trans_a, tb, true, tc, o);
+    return std::vector<OpResult>{floats_of("c", tc)};
+  };
+  c.reference = [=](uint64_t seed) {
+    std::vector<float> a = random_values(ar, ac, seed), b = random_values(n, k, seed + 1);
+    const std::vector<float> c0 = random_values(m, n, seed + 2);
+    for (float& v : a) v = static_cast<float>(bf16(v));
+    for (float& v : b) v = static_cast<float>(bf16(v));
+    std::vector<float> r(static_cast<size_t>(m * n));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = accumulate ? c0[static_cast<size_t>(i * n + j)] : 0.0;
+        for (int64_t l = 0; l < k; ++l)
+          acc += static_cast<double>(a[static_cast<size_t>(trans_a ? l * m + i : i * k + l)]) *
+                 b[static_cast<size_t>(j * k + l)];
+        r[static_cast<size_t>(i * n + j)] = static_cast<float>(acc);
+      }
+    return std::vector<OpResult>{OpResult{"c", {}, r}};
+  };
+  out.push_back(std::move(c));
+}
+
+inline void gemm_cases(std::vector<BackendOpCase>& out) {
+  add_gemm_case(out, 128, 256, 512, false, false, true);
+  add_gemm_case(out, 96, 200, 384, true, false, true);
+  add_gemm_case(out, 64, 128, 256, false, /*trans_a=*/true, /*on_cuda=*/false);  // cuBLASLt entry: a·bᵀ only
+}
+
 // Every row of the table.
 inline std::vector<BackendOpCase> backend_cases() {
   std::vector<BackendOpCase> out;
@@ -692,6 +745,7 @@ inline std::vector<BackendOpCase> backend_cases() {
   scaled_gemm_cases(out);
   grouped_cases(out);
   grouped_k_cases(out);
+  gemm_cases(out);
   return out;
 }
 
