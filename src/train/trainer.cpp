@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
+#include "recipe/recipe.h"
 #include "tensor/backend.h"
 #include "train/atomic_file.h"
 #include "train/metrics.h"
@@ -106,6 +107,10 @@ std::vector<std::string> resume_warnings(const CheckpointMeta& checkpoint, const
     out.push_back(fmt::format("resuming with '{}' = {} (the checkpoint's run used {}): {}", key,
                               config_value_text(config, key), config_value_text(checkpoint.config, key), why));
   }
+  if (recipe::parse_recipe(c.recipe).kind == recipe::RecipeKind::Fp8Tensorwise)
+    out.push_back(
+        "fp8-tensorwise's delayed-scaling amax histories are not saved in checkpoints: they restart empty, so the "
+        "steps after this resume quantize with other scales than an uninterrupted run would (not bit-exact)");
   const std::string& before = checkpoint.state.data_fingerprint;
   if (!before.empty() && before != fingerprint)
     out.push_back(fmt::format("resuming on different data: the tokens' fingerprint is {}, the checkpoint's run "

@@ -403,6 +403,14 @@ TEST_F(TrainCli, ResumingWithChangedSettingsWarns) {
                           (work_ / "text.txt").string() + "'");
   ASSERT_EQ(d.exit_code, 0) << d.err;
   EXPECT_NE(d.out.find("warning: resuming on different data"), std::string::npos) << d.out;
+  // fp8-tensorwise's amax histories are not in checkpoints: a resume with the same settings says so.
+  EXPECT_EQ(same.out.find("amax histories"), std::string::npos) << same.out;
+  ASSERT_EQ(run(train_args("tw") + " --save-every 3 --recipe fp8-tensorwise").exit_code, 0);
+  const CliResult tw = run("train --resume '" + (work_ / "tw" / "checkpoints" / "step-00000003").string() +
+                           "' --out '" + (work_ / "tw2").string() + "'");
+  ASSERT_EQ(tw.exit_code, 0) << tw.err;
+  EXPECT_NE(tw.out.find("warning: fp8-tensorwise's delayed-scaling amax histories are not saved"), std::string::npos)
+      << tw.out;
 }
 
 TEST_F(TrainCli, LateErrorsLeaveNoRunFolderBehind) {
