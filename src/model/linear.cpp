@@ -122,7 +122,7 @@ Linear::Linear(Linear&&) noexcept = default;
 Linear& Linear::operator=(Linear&&) noexcept = default;
 Linear::~Linear() = default;
 
-Linear::State& Linear::state(const StepContext& ctx) const {
+Linear::State& Linear::created_state(const StepContext& ctx) const {
   FP8T_CHECK(ctx.recipe != nullptr, "linear {}: no recipe in the step context", site_);
   auto& self = const_cast<Linear&>(*this);
   if (!self.state_ || self.state_->recipe != ctx.recipe) {
@@ -142,7 +142,11 @@ Linear::State& Linear::state(const StepContext& ctx) const {
     }
     self.state_ = std::move(s);
   }
-  State& s = *self.state_;
+  return *self.state_;
+}
+
+Linear::State& Linear::state(const StepContext& ctx) const {
+  State& s = created_state(ctx);
   // The compute copy of the weight, once per parameter update.
   const uint64_t version = params_ ? params_->version() : 0;
   if (s.weight_version != version) {
@@ -177,6 +181,18 @@ void Linear::check_offsets(const Tensor& offsets) const {
   if (offsets.defined())
     FP8T_CHECK(offsets.numel() == groups_ + 1, "linear {}: {} experts need {} offsets, got {}", site_, groups_,
                groups_ + 1, offsets.str());
+}
+
+void Linear::delayed_scaling_state(const StepContext& ctx, std::vector<std::pair<std::string, Tensor>>& out) const {
+  // created_state, not state: the compute copy (and the weight history's push) stays with the next forward.
+  State& s = created_state(ctx);
+  const std::pair<const char*, const ops::AmaxHistoryState*> histories[] = {
+      {"x", s.history_x.get()}, {"w", s.history_w.get()}, {"dy", s.history_dy.get()}};
+  for (const auto& [operand, h] : histories) {
+    if (h == nullptr) continue;
+    out.emplace_back(site_ + ".amax_history." + operand + ".entries", h->entries);
+    out.emplace_back(site_ + ".amax_history." + operand + ".meta", h->meta);
+  }
 }
 
 int64_t Linear::compute_weight_bytes() const {

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "model/parameter.h"
 #include "ops/quantize.h"
@@ -120,9 +121,16 @@ class Linear {
   // FP32 master itself).
   int64_t compute_weight_bytes() const;
 
+  // fp8-tensorwise's delayed-scaling amax histories, the one piece of recipe state a resume needs besides the
+  // parameters: named tensors "<site>.amax_history.{x,w,dy}.{entries,meta}" (F32 [length], I32 [3]), created
+  // empty if the Linear has not run yet; nothing for other recipes. They are the live state: a checkpoint load
+  // copies into them. The compute copy of the weight is left for the next forward to refresh.
+  void delayed_scaling_state(const StepContext& ctx, std::vector<std::pair<std::string, Tensor>>& out) const;
+
  private:
   struct State;  // compute copy, delayed-scaling histories, stochastic-rounding counters (mutable per step)
-  State& state(const StepContext& ctx) const;
+  State& created_state(const StepContext& ctx) const;  // built for ctx's recipe if it is not yet
+  State& state(const StepContext& ctx) const;          // created_state, the compute copy refreshed if stale
   void check_offsets(const Tensor& offsets) const;
   LinearInput quantize_input(const StepContext& ctx, const Tensor& x, bool keep, bool delayed) const;
   // Sampled steps: the GEMMs again, against their FP32 references (recipe/health.h).

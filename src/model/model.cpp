@@ -93,6 +93,14 @@ int64_t DeepSeekV3Model::compute_weight_bytes() const {
   return total;
 }
 
+std::vector<std::pair<std::string, Tensor>> DeepSeekV3Model::recipe_state() {
+  std::vector<std::pair<std::string, Tensor>> out;
+  if (!recipe_.per_tensor()) return out;
+  const StepContext ctx = make_context(params_.trainable().front()->value.device(), 1, 1, true, 1.0);
+  for (const Linear* l : linears_) l->delayed_scaling_state(ctx, out);
+  return out;
+}
+
 StepContext DeepSeekV3Model::make_context(Device device, int64_t batch, int64_t seq, bool training, double grad_scale) {
   StepContext ctx;
   ctx.exec = ExecCtx::on(device);

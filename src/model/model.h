@@ -31,6 +31,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/block.h"
@@ -92,6 +93,9 @@ class DeepSeekV3Model {
   // Bytes of the GEMMs' compute copies of the weights (FP8 W + Wᵀ, BF16, or the FP32 masters), as of the last
   // forward.
   int64_t compute_weight_bytes() const;
+  // The precision recipe's state a resume needs (fp8-tensorwise's amax histories; Linear::delayed_scaling_state),
+  // as live tensors on the parameters' device; empty for the other recipes.
+  std::vector<std::pair<std::string, Tensor>> recipe_state();
   // Every op of the following passes adds its wall time to `profile` (null: none; ExecCtx::profile).
   void set_op_profile(OpProfile* profile) { profile_ = profile; }
   void set_mtp_lambda(double lambda);

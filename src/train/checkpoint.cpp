@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "common/error.h"
@@ -94,6 +95,20 @@ Tensor host_tensor(const StTensor& t) {
   return Tensor::from_vector(st_to_f32(t), t.shape, MemCategory::Workspace, Device::cpu());
 }
 
+// The recipe's state (amax histories): F32 or I32 tensors stored as they are.
+StTensor st_exact(const std::string& name, const Tensor& host) {
+  FP8T_CHECK(host.dtype() == DType::F32 || host.dtype() == DType::I32, "checkpoint: recipe state '{}' is {}", name,
+             dtype_name(host.dtype()));
+  StTensor t;
+  t.name = name;
+  t.dtype = host.dtype() == DType::F32 ? StDtype::F32 : StDtype::I32;
+  t.shape = host.shape();
+  t.data.assign(static_cast<const char*>(host.raw()), host.nbytes());
+  return t;
+}
+
+constexpr const char* kRecipeStateFile = "recipe_state.safetensors";  // only when the recipe has state
+
 }  // namespace
 
 std::string fnv1a64_hex(std::string_view bytes) {
@@ -157,6 +172,13 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointWrite& w
   put("model.safetensors", encode_safetensors(weights));
   put("master.safetensors", encode_safetensors(master));
   put("optimizer.safetensors", encode_safetensors(optimizer));
+  const std::vector<NamedTensor> recipe_state = model.recipe_state();
+  if (!recipe_state.empty()) {
+    StFile rs;
+    rs.metadata = {{"fp8train_step", step_text}};
+    for (const NamedTensor& t : recipe_state) rs.tensors.push_back(st_exact(t.name, on_host(t.value)));
+    put(kRecipeStateFile, encode_safetensors(rs));
+  }
   put("config.json", what.config->dump(2) + "\n");
   nlohmann::json state = {{"format", kFormat}, {"files", files}};
   state.update(state_to_json(what.state));
@@ -223,7 +245,9 @@ CheckpointMeta read_checkpoint_meta(const std::string& step_dir, CheckpointUse u
   } catch (const Error& e) {
     FP8T_FAIL("{} is corrupted: state.json has a {}", where, e.what());
   }
-  for (const char* file : kDataFiles) {
+  std::vector<const char*> files(std::begin(kDataFiles), std::end(kDataFiles));
+  if (meta.files.is_object() && meta.files.contains(kRecipeStateFile)) files.push_back(kRecipeStateFile);
+  for (const char* file : files) {
     if (use == CheckpointUse::Inference && std::string(file) == "optimizer.safetensors") continue;
     FP8T_CHECK(meta.files.contains(file), "{} is corrupted: state.json does not list {}", where, file);
     const fs::path path = dir / file;
@@ -278,7 +302,7 @@ std::vector<std::string> prune_checkpoints(const std::string& run_dir, int64_t k
   return removed;
 }
 
-void load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::AdamW* optimizer) {
+bool load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::AdamW* optimizer) {
   const fs::path dir(meta.dir);
   const std::string where = fmt::format("checkpoint '{}'", meta.dir);
   const StFile master = read_safetensors((dir / "master.safetensors").string());
@@ -301,9 +325,32 @@ void load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::A
   for (size_t i = 0; i < layout.views().size(); ++i)
     stage(master.get(layout.view(i).name, where + " master.safetensors"), params.values.view(i));
   for (const NamedTensor& b : buffers) stage(master.get(b.name, where + " master.safetensors"), b.value);
+  // The recipe's state, when the checkpoint has it for exactly this recipe's tensors (another recipe's, or an
+  // amax history of another length, is left out: the state then starts fresh, which the caller is told).
+  const std::vector<NamedTensor> recipe_state = model.recipe_state();
+  bool recipe_state_restored = recipe_state.empty();
+  if (!recipe_state.empty() && meta.files.contains(kRecipeStateFile)) {
+    const StFile rs = read_safetensors((dir / kRecipeStateFile).string());
+    std::vector<std::pair<Tensor, Tensor>> state_copies;
+    for (const NamedTensor& t : recipe_state) {
+      const auto it =
+          std::find_if(rs.tensors.begin(), rs.tensors.end(), [&](const StTensor& e) { return e.name == t.name; });
+      const StDtype want = t.value.dtype() == DType::F32 ? StDtype::F32 : StDtype::I32;
+      if (it == rs.tensors.end() || it->shape != t.value.shape() || it->dtype != want ||
+          it->data.size() != t.value.nbytes())
+        break;
+      Tensor host = Tensor::empty(t.value.shape(), t.value.dtype(), MemCategory::Workspace, Device::cpu());
+      std::memcpy(host.raw(), it->data.data(), it->data.size());
+      state_copies.emplace_back(t.value, std::move(host));
+    }
+    if (state_copies.size() == recipe_state.size() && rs.tensors.size() == recipe_state.size()) {
+      for (auto& c : state_copies) copies.push_back(std::move(c));
+      recipe_state_restored = true;
+    }
+  }
   for (auto& [dst, src] : copies) dst.copy_from(src);
   model.parameters_changed();  // the compute copies of the weights follow the loaded masters
-  if (optimizer == nullptr) return;
+  if (optimizer == nullptr) return recipe_state_restored;
 
   const StFile opt = read_safetensors((dir / "optimizer.safetensors").string());
   const auto meta_it = opt.metadata.find("step_count");
@@ -340,6 +387,7 @@ void load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::A
     optimizer->exp_avg_sq().view(i).copy_from(moments[i].second);
   }
   optimizer->set_step_count(step_count);
+  return recipe_state_restored;
 }
 
 }  // namespace fp8train::train

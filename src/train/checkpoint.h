@@ -85,7 +85,10 @@ std::vector<std::string> prune_checkpoints(const std::string& run_dir, int64_t k
 // Loads master weights (exact FP32) and router biases into the model, and the moments and step count into the
 // optimizer when `optimizer` is not null. Names, shapes and dtypes must match the model (checked); the model's
 // tensors are written only once the whole master file checked out, the moments once the whole optimizer file did.
-void load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::AdamW* optimizer);
+// The recipe's state (TrainableModel::recipe_state, saved as recipe_state.safetensors) is restored when the
+// checkpoint holds exactly the model's recipe-state tensors. Returns false when the model has recipe state that
+// was not restored (another recipe's checkpoint, an older one, another amax-history length): it starts fresh.
+bool load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::AdamW* optimizer);
 
 // FNV-1a 64 of bytes, as 16 lower-case hex digits.
 std::string fnv1a64_hex(std::string_view bytes);

@@ -45,6 +45,12 @@ std::vector<NamedTensor> DeepSeekTrainable::state() {
   return out;
 }
 
+std::vector<NamedTensor> DeepSeekTrainable::recipe_state() {
+  std::vector<NamedTensor> out;
+  for (auto& [name, t] : model_->recipe_state()) out.push_back({name, t});
+  return out;
+}
+
 int64_t DeepSeekTrainable::vocab_size() const { return model_->config().vocab_size; }
 
 int64_t DeepSeekTrainable::parameter_count() const { return model_->parameters().trainable_count(); }

@@ -24,6 +24,7 @@ class DeepSeekTrainable : public TrainableModel {
 
   const optim::ParamArenas& parameters() override { return params_; }
   std::vector<NamedTensor> state() override;
+  std::vector<NamedTensor> recipe_state() override;
   int64_t vocab_size() const override;
   MicroBatchResult forward_backward(const Token* inputs, const Token* targets, int64_t batch, int64_t seq_len,
                                     double grad_scale) override;

@@ -44,6 +44,9 @@ class TrainableModel {
   // The trainable parameters; the same arenas for the model's whole life.
   virtual const optim::ParamArenas& parameters() = 0;
   virtual std::vector<NamedTensor> state() = 0;
+  // The precision recipe's own state that a resume needs to continue bit for bit (fp8-tensorwise's delayed-scaling
+  // amax histories), as live tensors a checkpoint load copies into; empty when the recipe has none.
+  virtual std::vector<NamedTensor> recipe_state() { return {}; }
   virtual int64_t vocab_size() const = 0;
 
   // Forward + backward of one micro-batch. Gradients ACCUMULATE into the parameters' grad buffers, as the

@@ -13,7 +13,6 @@
 #include "common/error.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
-#include "recipe/recipe.h"
 #include "tensor/backend.h"
 #include "train/atomic_file.h"
 #include "train/metrics.h"
@@ -90,7 +89,8 @@ bool same_directory(const fs::path& a, const fs::path& b) {
 // Why a resume will not simply continue the checkpoint's run: settings that decide the computation and differ
 // from the checkpoint's (the model's shape is checked when the weights load), and different data.
 std::vector<std::string> resume_warnings(const CheckpointMeta& checkpoint, const nlohmann::json& config,
-                                         const TrainConfig& c, const std::string& fingerprint) {
+                                         const TrainConfig& c, const std::string& fingerprint,
+                                         bool recipe_state_restored) {
   std::vector<std::string> out;
   for (const std::string& key : config_differences(checkpoint.config, config)) {
     if (!config_key_changes_training(key)) continue;
@@ -107,10 +107,11 @@ std::vector<std::string> resume_warnings(const CheckpointMeta& checkpoint, const
     out.push_back(fmt::format("resuming with '{}' = {} (the checkpoint's run used {}): {}", key,
                               config_value_text(config, key), config_value_text(checkpoint.config, key), why));
   }
-  if (recipe::parse_recipe(c.recipe).kind == recipe::RecipeKind::Fp8Tensorwise)
-    out.push_back(
-        "fp8-tensorwise's delayed-scaling amax histories are not saved in checkpoints: they restart empty, so the "
-        "steps after this resume quantize with other scales than an uninterrupted run would (not bit-exact)");
+  if (!recipe_state_restored)
+    out.push_back(fmt::format(
+        "the checkpoint holds no recipe state for '{}' (fp8-tensorwise's delayed-scaling amax histories): they "
+        "restart empty, so the steps after this resume quantize with other scales than an uninterrupted run would",
+        c.recipe));
   const std::string& before = checkpoint.state.data_fingerprint;
   if (!before.empty() && before != fingerprint)
     out.push_back(fmt::format("resuming on different data: the tokens' fingerprint is {}, the checkpoint's run "
@@ -230,9 +231,11 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
     const CheckpointMeta& checkpoint = *options.resume;
     state = checkpoint.state;
     finishing = check_resumable(config, checkpoint, options.run_dir);
-    load_checkpoint(checkpoint, model, &optimizer);  // names, shapes and dtypes checked against the model
+    // names, shapes and dtypes checked against the model
+    const bool recipe_state_restored = load_checkpoint(checkpoint, model, &optimizer);
     sampler.set_state(state.sampler);
-    for (std::string& w : resume_warnings(checkpoint, config_json, config, fingerprint)) warnings.push_back(std::move(w));
+    for (std::string& w : resume_warnings(checkpoint, config_json, config, fingerprint, recipe_state_restored))
+      warnings.push_back(std::move(w));
   }
 
   // ---- from here on the run directory is written ----------------------------------------------------------
@@ -306,7 +309,16 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
                                                       static_cast<double>(total - done))));
         };
       }
+      // Evaluation must not change training: the recipe's state (fp8-tensorwise's amax histories, which an eval
+      // forward pushes into) is put back afterwards, and the compute copies of the weights marked stale so the next
+      // training forward makes them, and pushes the weights' amaxes, as it would have without the evaluation.
+      std::vector<std::pair<Tensor, Tensor>> recipe_state;  // (live tensor, copy)
+      for (const NamedTensor& t : model.recipe_state()) recipe_state.emplace_back(t.value, t.value.clone());
       const double loss = evaluate_loss(model, split.eval, starts, config.seq_len, config.micro_batch(), on_batch);
+      if (!recipe_state.empty()) {
+        for (auto& [live, copy] : recipe_state) live.copy_from(copy);
+        model.parameters_changed();
+      }
       const double bits = loss / std::numbers::ln2;
       nlohmann::ordered_json j;
       j["step"] = state.step;

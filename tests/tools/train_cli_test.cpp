@@ -403,14 +403,39 @@ TEST_F(TrainCli, ResumingWithChangedSettingsWarns) {
                           (work_ / "text.txt").string() + "'");
   ASSERT_EQ(d.exit_code, 0) << d.err;
   EXPECT_NE(d.out.find("warning: resuming on different data"), std::string::npos) << d.out;
-  // fp8-tensorwise's amax histories are not in checkpoints: a resume with the same settings says so.
+  // fp8-tensorwise's amax histories travel in the checkpoint (recipe_state.safetensors): a resume continues the run
+  // bit for bit and says nothing; resuming another recipe's checkpoint as fp8-tensorwise says they restart.
   EXPECT_EQ(same.out.find("amax histories"), std::string::npos) << same.out;
   ASSERT_EQ(run(train_args("tw") + " --save-every 3 --recipe fp8-tensorwise").exit_code, 0);
-  const CliResult tw = run("train --resume '" + (work_ / "tw" / "checkpoints" / "step-00000003").string() +
-                           "' --out '" + (work_ / "tw2").string() + "'");
+  const std::string tw3 = (work_ / "tw" / "checkpoints" / "step-00000003").string();
+  EXPECT_TRUE(fs::exists(fs::path(tw3) / "recipe_state.safetensors"));
+  const CliResult tw = run("train --resume '" + tw3 + "' --out '" + (work_ / "tw2").string() + "'");
   ASSERT_EQ(tw.exit_code, 0) << tw.err;
-  EXPECT_NE(tw.out.find("warning: fp8-tensorwise's delayed-scaling amax histories are not saved"), std::string::npos)
-      << tw.out;
+  EXPECT_EQ(tw.out.find("amax histories"), std::string::npos) << tw.out;
+  std::vector<double> straight, resumed;
+  for (const auto& m : jsonl(work_ / "tw" / "metrics.jsonl")) straight.push_back(m["loss"].get<double>());
+  for (const auto& m : jsonl(work_ / "tw2" / "metrics.jsonl")) resumed.push_back(m["loss"].get<double>());
+  ASSERT_EQ(straight.size(), 6u);
+  // the resumed run's own log starts at step 4; the periodic evaluation at step 3 (before the checkpoint) left the
+  // histories as training had them
+  EXPECT_EQ(resumed, std::vector<double>(straight.begin() + 3, straight.end())) << "fp8-tensorwise resumes exactly";
+  const CliResult cross =
+      run("train --resume '" + step3 + "' --out '" + (work_ / "cross").string() + "' --recipe fp8-tensorwise");
+  ASSERT_EQ(cross.exit_code, 0) << cross.err;
+  EXPECT_NE(cross.out.find("warning: the checkpoint holds no recipe state for 'fp8-tensorwise'"), std::string::npos)
+      << cross.out;
+}
+
+TEST_F(TrainCli, EvaluationDoesNotChangeTrainingUnderDelayedScaling) {
+  // An evaluation's forward passes push into fp8-tensorwise's amax histories; the trainer puts them back, so how
+  // often a run evaluates does not change its training losses.
+  ASSERT_EQ(run(train_args("eval3") + " --recipe fp8-tensorwise").exit_code, 0);
+  ASSERT_EQ(run(train_args("eval0") + " --recipe fp8-tensorwise --eval-every 0").exit_code, 0);
+  std::vector<double> a, b;
+  for (const auto& m : jsonl(work_ / "eval3" / "metrics.jsonl")) a.push_back(m["loss"].get<double>());
+  for (const auto& m : jsonl(work_ / "eval0" / "metrics.jsonl")) b.push_back(m["loss"].get<double>());
+  ASSERT_EQ(a.size(), 6u);
+  EXPECT_EQ(a, b);
 }
 
 TEST_F(TrainCli, LateErrorsLeaveNoRunFolderBehind) {
