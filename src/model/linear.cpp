@@ -77,6 +77,17 @@ quant::QTensor per_group(const StepContext& ctx, const quant::QTensor& q, int64_
 
 }  // namespace
 
+// A pass that does not train (evaluation, generation) reads a delayed-scaling history without pushing into it:
+// it quantizes against a copy, so how often a run evaluates never changes its training.
+namespace {
+ops::AmaxHistoryState scratch_copy(const ops::AmaxHistoryState& h) {
+  ops::AmaxHistoryState c = h;
+  c.entries = h.entries.clone();
+  c.meta = h.meta.clone();
+  return c;
+}
+}  // namespace
+
 // ---- per-Linear state -----------------------------------------------------------------------------------------
 struct Linear::State {
   const recipe::RecipeConfig* recipe = nullptr;  // the recipe this state was built for
@@ -154,8 +165,12 @@ Linear::State& Linear::state(const StepContext& ctx) const {
     if (s.plan.quantized) {
       const quant::QuantSpec& spec = s.plan.fprop.b;
       if (ctx.recipe->per_tensor()) {
-        // One delayed scale for the weight tensor; stacked expert weights take it for every expert.
-        s.weight_q = ops::quantize_delayed(ctx.exec, weight_, spec, *s.history_w,
+        // One delayed scale for the weight tensor; stacked expert weights take it for every expert. A pass that
+        // does not train quantizes against a copy of the history and leaves the copy stale, so the next training
+        // forward still makes it and pushes the weight's amax once.
+        ops::AmaxHistoryState scratch;
+        if (!ctx.training) scratch = scratch_copy(*s.history_w);
+        s.weight_q = ops::quantize_delayed(ctx.exec, weight_, spec, ctx.training ? *s.history_w : scratch,
                                            groups_ > 1 ? ops::QuantizeOutputs::Rowwise : ops::QuantizeOutputs::Both,
                                            layout, MemCategory::ComputeWeights);
         if (groups_ > 1)
@@ -170,7 +185,7 @@ Linear::State& Linear::state(const StepContext& ctx) const {
     } else {
       s.weight_plain = weight_;
     }
-    s.weight_version = version;
+    if (ctx.training || !ctx.recipe->per_tensor()) s.weight_version = version;
   }
   return s;
 }
@@ -214,7 +229,9 @@ LinearInput Linear::quantize_input(const StepContext& ctx, const Tensor& x, bool
   const bool colwise = keep && plan.wgrad_input == WgradInput::Colwise && !plan.has_input_storage;
   const ops::QuantizeOutputs outputs = colwise ? ops::QuantizeOutputs::Both : ops::QuantizeOutputs::Rowwise;
   if (delayed) {
-    in.q = ops::quantize_delayed(ctx.exec, x, plan.fprop.a, *s.history_x, outputs, layout);
+    ops::AmaxHistoryState scratch;
+    if (!ctx.training) scratch = scratch_copy(*s.history_x);
+    in.q = ops::quantize_delayed(ctx.exec, x, plan.fprop.a, ctx.training ? *s.history_x : scratch, outputs, layout);
   } else {
     in.q = ops::quantize(ctx.exec, x, plan.fprop.a, outputs, layout);
   }

@@ -309,16 +309,7 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
                                                       static_cast<double>(total - done))));
         };
       }
-      // Evaluation must not change training: the recipe's state (fp8-tensorwise's amax histories, which an eval
-      // forward pushes into) is put back afterwards, and the compute copies of the weights marked stale so the next
-      // training forward makes them, and pushes the weights' amaxes, as it would have without the evaluation.
-      std::vector<std::pair<Tensor, Tensor>> recipe_state;  // (live tensor, copy)
-      for (const NamedTensor& t : model.recipe_state()) recipe_state.emplace_back(t.value, t.value.clone());
       const double loss = evaluate_loss(model, split.eval, starts, config.seq_len, config.micro_batch(), on_batch);
-      if (!recipe_state.empty()) {
-        for (auto& [live, copy] : recipe_state) live.copy_from(copy);
-        model.parameters_changed();
-      }
       const double bits = loss / std::numbers::ln2;
       nlohmann::ordered_json j;
       j["step"] = state.step;
