@@ -735,6 +735,16 @@ inline void gemm_cases(std::vector<BackendOpCase>& out) {
   add_gemm_case(out, 64, 128, 256, false, /*trans_a=*/true, /*on_cuda=*/false);  // cuBLASLt entry: a·bᵀ only
 }
 
+}  // namespace fp8train::backend_test
+
+// The op families' rows, one header each (they use the helpers above).
+#include "backend_rows_attention.h"
+#include "backend_rows_elementwise.h"
+#include "backend_rows_moe.h"
+#include "backend_rows_train.h"
+
+namespace fp8train::backend_test {
+
 // Every row of the table.
 inline std::vector<BackendOpCase> backend_cases() {
   std::vector<BackendOpCase> out;
@@ -746,6 +756,10 @@ inline std::vector<BackendOpCase> backend_cases() {
   grouped_cases(out);
   grouped_k_cases(out);
   gemm_cases(out);
+  elementwise_op_cases(out);
+  attention_op_cases(out);
+  moe_op_cases(out);
+  train_op_cases(out);
   return out;
 }
 

@@ -18,6 +18,16 @@ const OpTable& cuda_op_table();
 
 [[noreturn]] void throw_not_implemented(const char* op, const std::string& what);
 
+// The op families' launchers, each file filling its members of the table (one install function per file):
+//   elementwise_ops.cu  axpby, fill, embedding, RMSNorm, RoPE, SwiGLU
+//   attention_ops.cu    the attention core (forward, backward)
+//   moe_ops.cu          router, sequence balance loss, MoE plan / permute / unpermute
+//   train_ops.cu        cross-entropy, AdamW, sum of squares
+void install_elementwise_ops(OpTable& t);
+void install_attention_ops(OpTable& t);
+void install_moe_ops(OpTable& t);
+void install_train_ops(OpTable& t);
+
 namespace kernels {
 GemmFn gemm;  // cuBLASLt: BF16 a · bᵀ into F32 or BF16
 // quantization and scaled GEMMs (quantize_ops.cpp, scaled_gemm_ops.cpp)

@@ -19,6 +19,10 @@ OpTable make_table() {
   t.scaled_gemm = kernels::scaled_gemm;
   t.scaled_gemm_grouped = kernels::scaled_gemm_grouped;
   t.scaled_gemm_grouped_k = kernels::scaled_gemm_grouped_k;
+  install_elementwise_ops(t);
+  install_attention_ops(t);
+  install_moe_ops(t);
+  install_train_ops(t);
   return t;
 }
 }  // namespace
