@@ -18,11 +18,13 @@ const OpTable& cuda_op_table();
 
 [[noreturn]] void throw_not_implemented(const char* op, const std::string& what);
 
-// The op families' launchers, each file filling its members of the table (one install function per file):
-//   elementwise_ops.cu  axpby, fill, embedding, RMSNorm, RoPE, SwiGLU
-//   attention_ops.cu    the attention core (forward, backward)
-//   moe_ops.cu          router, sequence balance loss, MoE plan / permute / unpermute
-//   train_ops.cu        cross-entropy, AdamW, sum of squares
+// The op families' launchers, each file filling its members of the table (one install function per file). The
+// launchers (.cpp) validate and report errors with fmt; their kernels live in .cu files behind plain launch
+// functions that return cudaError_t (nvcc cannot compile fmt's consteval format checks).
+//   elementwise_ops.cpp axpby, fill, embedding, RMSNorm, RoPE, SwiGLU
+//   attention_ops.cpp   the attention core (forward, backward)
+//   moe_ops.cpp         router, sequence balance loss, MoE plan / permute / unpermute
+//   train_ops.cpp       cross-entropy, AdamW, sum of squares
 void install_elementwise_ops(OpTable& t);
 void install_attention_ops(OpTable& t);
 void install_moe_ops(OpTable& t);
