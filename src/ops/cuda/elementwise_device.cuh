@@ -1,0 +1,48 @@
+// Device helpers of the elementwise family's kernels: F32 / BF16 (uint16_t codes) loads that widen to FP32 and
+// stores that round once to nearest even (num::bf16_encode, the CPU's rounding bit for bit, NaN kept a NaN),
+// one element or 8 consecutive ones (16-byte vector accesses: the pointer must be 16-byte aligned).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "numerics/formats.h"
+
+namespace fp8train::ops::cuda::ew {
+
+__device__ __forceinline__ float bf16_widen(uint32_t code) { return __uint_as_float(code << 16); }
+
+__device__ __forceinline__ float ld1(const float* p) { return *p; }
+__device__ __forceinline__ float ld1(const uint16_t* p) { return bf16_widen(*p); }
+__device__ __forceinline__ void st1(float* p, float v) { *p = v; }
+__device__ __forceinline__ void st1(uint16_t* p, float v) { *p = num::bf16_encode(v); }
+
+__device__ __forceinline__ void ld8(const float* p, float v[8]) {
+  const float4 x = *reinterpret_cast<const float4*>(p);
+  const float4 y = *reinterpret_cast<const float4*>(p + 4);
+  v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
+}
+__device__ __forceinline__ void ld8(const uint16_t* p, float v[8]) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    v[2 * k] = __uint_as_float(w[k] << 16);
+    v[2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
+  }
+}
+__device__ __forceinline__ void st8(float* p, const float v[8]) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  *reinterpret_cast<float4*>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  return static_cast<uint32_t>(num::bf16_encode(lo)) | (static_cast<uint32_t>(num::bf16_encode(hi)) << 16);
+}
+__device__ __forceinline__ void st8(uint16_t* p, const float v[8]) {
+  *reinterpret_cast<uint4*>(p) =
+      make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]), pack_bf16(v[6], v[7]));
+}
+
+__host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace fp8train::ops::cuda::ew

@@ -1,0 +1,384 @@
+// CUDA kernels of RMSNorm (forward, backward), RoPE and SwiGLU (forward, backward) (elementwise_launch.h).
+//   RMSNorm  one CTA of 256 threads per row (grid-stride over rows): Σx² by warp shuffles and a fixed tree (the
+//            order differs from the CPU's sequential sum: rstd, y and dx within rounding of it), then the row
+//            is read again (L1/L2) to write y or dx. dw: per 64-row chunk a column-parallel sequential sum into
+//            F32 scratch, then the chunks added into dw in order — the CPU's exact order, so dw is bit-exact.
+//   RoPE     a cos/sin table [seq_len, rope_dim/2] computed in double and rounded to F32 (the CPU's table; device
+//            pow/sin/cos are within 2 ulp of double, so an entry can differ from the CPU's by 1 F32 ulp only
+//            when the double lands within ~2^-28 relative of an F32 rounding boundary), then one thread per pair.
+//   SwiGLU   one thread per 8 columns (16-byte accesses when aligned) or per column; σ(g) = 1/(1 + e^−g) with
+//            e^−g computed in double and rounded to F32 (the CPU's expf is within ~0.5 ulp: the two agree but
+//            for rare near-ties).
+// All products and sums are rounded one by one (__fmul_rn / __fadd_rn: no FMA contraction), as the CPU computes.
+#include <algorithm>
+
+#include "ops/cuda/elementwise_device.cuh"
+#include "ops/cuda/elementwise_launch.h"
+
+namespace fp8train::ops::cuda::ew {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kTargetBlocks = 4096;
+
+size_t size_of(Ty t) { return t == Ty::F32 ? 4 : 2; }
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool rows_aligned16(const void* p, int64_t ld, Ty t, int64_t rows) {
+  return aligned16(p) && (rows <= 1 || (ld * static_cast<int64_t>(size_of(t))) % 16 == 0);
+}
+dim3 grid_for(int64_t rows, int64_t items_per_row) {
+  const int64_t bx = std::max<int64_t>(1, std::min<int64_t>(ceil_div(items_per_row, kThreads), kTargetBlocks));
+  const int64_t by = std::max<int64_t>(1, std::min<int64_t>({rows, std::max<int64_t>(1, kTargetBlocks / bx), 65535}));
+  return dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by));
+}
+unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20)); }
+
+// The sum over the CTA (blockDim.x a multiple of 32), returned to every thread; a fixed order (deterministic).
+__device__ float block_sum(float v, float* red) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  __syncthreads();  // red may still be read by the previous call's threads
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  float t = lane < warps ? red[lane] : 0.0f;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xFFFFFFFFu, t, o);
+  return t;
+}
+
+// ---- RMSNorm ---------------------------------------------------------------------------------------------------
+template <class S, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_forward_kernel(RmsNormArgs p, const S* x, const float* w, S* y, float* rstd) {
+  __shared__ float red[32];
+  const int64_t nvec = kVec ? p.dim / 8 : 0;
+  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
+    const S* xr = x + r * p.ld_x;
+    S* yr = y + r * p.ld_y;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
+      float v[8];
+      ld8(xr + 8 * i, v);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) ss = fmaf(v[k], v[k], ss);
+    }
+    for (int64_t c = 8 * nvec + threadIdx.x; c < p.dim; c += blockDim.x) {
+      const float v = ld1(xr + c);
+      ss = fmaf(v, v, ss);
+    }
+    ss = block_sum(ss, red);
+    const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(p.dim)), p.eps)));
+    if (rstd != nullptr && threadIdx.x == 0) rstd[r] = rs;
+    for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
+      float v[8], g[8];
+      ld8(xr + 8 * i, v);
+      ld8(w + 8 * i, g);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) v[k] = __fmul_rn(__fmul_rn(v[k], rs), g[k]);
+      st8(yr + 8 * i, v);
+    }
+    for (int64_t c = 8 * nvec + threadIdx.x; c < p.dim; c += blockDim.x)
+      st1(yr + c, __fmul_rn(__fmul_rn(ld1(xr + c), rs), w[c]));
+  }
+}
+
+// dx (+)= rstd·dy·w − x·k with k = rstd³·(Σ dy·w·x)/dim, each product rounded as the CPU rounds it.
+template <class S, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_dx_kernel(RmsNormArgs p, const S* x, const float* w, const float* rstd, const S* dy, S* dx) {
+  __shared__ float red[32];
+  const int64_t nvec = kVec ? p.dim / 8 : 0;
+  const float inv_dim = __fdiv_rn(1.0f, static_cast<float>(p.dim));
+  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
+    const S* xr = x + r * p.ld_x;
+    const S* dyr = dy + r * p.ld_dy;
+    S* dxr = dx + r * p.ld_dx;
+    float dot = 0.0f;
+    for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
+      float a[8], g[8], b[8];
+      ld8(dyr + 8 * i, a);
+      ld8(w + 8 * i, g);
+      ld8(xr + 8 * i, b);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) dot = fmaf(__fmul_rn(a[k], g[k]), b[k], dot);
+    }
+    for (int64_t c = 8 * nvec + threadIdx.x; c < p.dim; c += blockDim.x)
+      dot = fmaf(__fmul_rn(ld1(dyr + c), w[c]), ld1(xr + c), dot);
+    dot = block_sum(dot, red);
+    const float rs = rstd[r];
+    const float k = __fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(rs, rs), rs), dot), inv_dim);
+    for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
+      float a[8], g[8], b[8], o[8];
+      ld8(dyr + 8 * i, a);
+      ld8(w + 8 * i, g);
+      ld8(xr + 8 * i, b);
+      if (p.accumulate_dx) ld8(dxr + 8 * i, o);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float d = __fsub_rn(__fmul_rn(__fmul_rn(rs, a[j]), g[j]), __fmul_rn(b[j], k));
+        o[j] = p.accumulate_dx ? __fadd_rn(o[j], d) : d;
+      }
+      st8(dxr + 8 * i, o);
+    }
+    for (int64_t c = 8 * nvec + threadIdx.x; c < p.dim; c += blockDim.x) {
+      const float d = __fsub_rn(__fmul_rn(__fmul_rn(rs, ld1(dyr + c)), w[c]), __fmul_rn(ld1(xr + c), k));
+      st1(dxr + c, p.accumulate_dx ? __fadd_rn(ld1(dxr + c), d) : d);
+    }
+  }
+}
+
+// partial[ch, c] = Σ_{r in chunk ch, in order} dy[r, c]·x[r, c]·rstd[r] (grid: x over columns, y over chunks).
+template <class S>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_dw_partial_kernel(RmsNormArgs p, const S* x, const float* rstd, const S* dy, float* partial) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= p.dim) return;
+  const int64_t chunks = ceil_div(p.rows, kRmsNormRowsPerChunk);
+  for (int64_t ch = blockIdx.y; ch < chunks; ch += gridDim.y) {
+    const int64_t r1 = std::min(p.rows, (ch + 1) * kRmsNormRowsPerChunk);
+    float acc = 0.0f;
+    for (int64_t r = ch * kRmsNormRowsPerChunk; r < r1; ++r)
+      acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(ld1(dy + r * p.ld_dy + c), ld1(x + r * p.ld_x + c)), rstd[r]));
+    partial[ch * p.dim + c] = acc;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_dw_sum_kernel(int64_t dim, int64_t chunks, const float* partial, float* dw) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= dim) return;
+  float acc = dw[c];
+  for (int64_t ch = 0; ch < chunks; ++ch) acc = __fadd_rn(acc, partial[ch * dim + c]);
+  dw[c] = acc;
+}
+
+template <class S>
+cudaError_t rmsnorm_forward_t(const RmsNormArgs& p, const void* x, const float* w, void* y, float* rstd,
+                              cudaStream_t stream) {
+  const bool vec =
+      rows_aligned16(x, p.ld_x, p.type, p.rows) && rows_aligned16(y, p.ld_y, p.type, p.rows) && aligned16(w);
+  const auto* px = static_cast<const S*>(x);
+  auto* py = static_cast<S*>(y);
+  if (vec)
+    rmsnorm_forward_kernel<S, true><<<row_blocks(p.rows), kThreads, 0, stream>>>(p, px, w, py, rstd);
+  else
+    rmsnorm_forward_kernel<S, false><<<row_blocks(p.rows), kThreads, 0, stream>>>(p, px, w, py, rstd);
+  return cudaGetLastError();
+}
+
+template <class S>
+cudaError_t rmsnorm_backward_t(const RmsNormArgs& p, const void* x, const float* w, const float* rstd, const void* dy,
+                               void* dx, float* dw, float* dw_partial, cudaStream_t stream) {
+  const bool vec = rows_aligned16(x, p.ld_x, p.type, p.rows) && rows_aligned16(dy, p.ld_dy, p.type, p.rows) &&
+                   rows_aligned16(dx, p.ld_dx, p.type, p.rows) && aligned16(w);
+  const auto* px = static_cast<const S*>(x);
+  const auto* pdy = static_cast<const S*>(dy);
+  auto* pdx = static_cast<S*>(dx);
+  if (vec)
+    rmsnorm_dx_kernel<S, true><<<row_blocks(p.rows), kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
+  else
+    rmsnorm_dx_kernel<S, false><<<row_blocks(p.rows), kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess || dw == nullptr) return err;
+  const int64_t chunks = ceil_div(p.rows, kRmsNormRowsPerChunk);
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.dim, kThreads)),
+                  static_cast<unsigned>(std::min<int64_t>(chunks, 65535)));
+  rmsnorm_dw_partial_kernel<S><<<grid, kThreads, 0, stream>>>(p, px, rstd, pdy, dw_partial);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  rmsnorm_dw_sum_kernel<<<static_cast<unsigned>(ceil_div(p.dim, kThreads)), kThreads, 0, stream>>>(p.dim, chunks,
+                                                                                                   dw_partial, dw);
+  return cudaGetLastError();
+}
+
+// ---- RoPE ------------------------------------------------------------------------------------------------------
+__global__ void rope_table_kernel(RopeArgs p, float* table) {
+  const int64_t half = p.rope_dim / 2;
+  const int64_t n = p.seq_len * half;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t pos = idx / half, i = idx % half;
+    const double inv_freq = pow(p.theta, -2.0 * static_cast<double>(i) / static_cast<double>(p.rope_dim));
+    const double angle = static_cast<double>(pos) * inv_freq;
+    const double s = sin(angle);
+    table[2 * idx] = static_cast<float>(cos(angle));
+    table[2 * idx + 1] = static_cast<float>(p.inverse ? -s : s);
+  }
+}
+
+template <class S>
+__global__ void __launch_bounds__(kThreads) rope_kernel(RopeArgs p, S* x, const float* table) {
+  const int64_t half = p.rope_dim / 2;
+  const int64_t pairs = p.heads * half;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
+    const float* tr = table + 2 * (r % p.seq_len) * half;
+    for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < pairs; j += step) {
+      const int64_t h = j / half, i = j - h * half;
+      S* v = x + r * p.ld + h * p.head_stride + 2 * i;
+      const float2 cs = *reinterpret_cast<const float2*>(tr + 2 * i);
+      const float x0 = ld1(v), x1 = ld1(v + 1);
+      st1(v, __fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y)));
+      st1(v + 1, __fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x)));
+    }
+  }
+}
+
+// ---- SwiGLU ----------------------------------------------------------------------------------------------------
+__device__ __forceinline__ float sigmoid(float g) {
+  const float e = static_cast<float>(exp(-static_cast<double>(g)));
+  return __fdiv_rn(1.0f, __fadd_rn(1.0f, e));
+}
+
+template <class S, bool kVec>
+__global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(SwigluArgs p, const S* in, S* out) {
+  const int64_t f = p.ffn_dim;
+  const int64_t nvec = kVec ? f / 8 : 0;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
+    const S* g = in + r * p.ld_in;
+    const S* u = g + f;
+    S* o = out + r * p.ld_out;
+    for (int64_t i = t0; i < nvec; i += step) {
+      float gv[8], uv[8];
+      ld8(g + 8 * i, gv);
+      ld8(u + 8 * i, uv);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) gv[k] = __fmul_rn(__fmul_rn(gv[k], sigmoid(gv[k])), uv[k]);
+      st8(o + 8 * i, gv);
+    }
+    for (int64_t c = 8 * nvec + t0; c < f; c += step) {
+      const float gc = ld1(g + c);
+      st1(o + c, __fmul_rn(__fmul_rn(gc, sigmoid(gc)), ld1(u + c)));
+    }
+  }
+}
+
+// d_up = dout·silu(g);  d_gate = dout·up·σ(g)·(1 + g·(1 − σ(g))), rounded in the CPU's order.
+__device__ __forceinline__ void swiglu_grad(float gc, float uc, float dc, float& dg, float& du) {
+  const float sig = sigmoid(gc);
+  const float silu = __fmul_rn(gc, sig);
+  dg = __fmul_rn(__fmul_rn(__fmul_rn(dc, uc), sig), __fadd_rn(1.0f, __fmul_rn(gc, __fsub_rn(1.0f, sig))));
+  du = __fmul_rn(dc, silu);
+}
+
+template <class S, bool kVec>
+__global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(SwigluArgs p, const S* in, const S* dout, S* din) {
+  const int64_t f = p.ffn_dim;
+  const int64_t nvec = kVec ? f / 8 : 0;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
+    const S* g = in + r * p.ld_in;
+    const S* u = g + f;
+    const S* d = dout + r * p.ld_out;
+    S* dg = din + r * p.ld_in;
+    S* du = dg + f;
+    for (int64_t i = t0; i < nvec; i += step) {
+      float gv[8], uv[8], dv[8], og[8], ou[8];
+      ld8(g + 8 * i, gv);
+      ld8(u + 8 * i, uv);
+      ld8(d + 8 * i, dv);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) swiglu_grad(gv[k], uv[k], dv[k], og[k], ou[k]);
+      st8(du + 8 * i, ou);
+      st8(dg + 8 * i, og);
+    }
+    for (int64_t c = 8 * nvec + t0; c < f; c += step) {
+      float og, ou;
+      swiglu_grad(ld1(g + c), ld1(u + c), ld1(d + c), og, ou);
+      st1(du + c, ou);
+      st1(dg + c, og);
+    }
+  }
+}
+
+// The up half starts F elements into the row: it is 16-byte aligned when F·size is.
+bool swiglu_vec(const SwigluArgs& p, const void* in, const void* out_rows, const void* din) {
+  const bool up_aligned = (p.ffn_dim * static_cast<int64_t>(size_of(p.type))) % 16 == 0;
+  return up_aligned && rows_aligned16(in, p.ld_in, p.type, p.rows) &&
+         rows_aligned16(out_rows, p.ld_out, p.type, p.rows) &&
+         (din == nullptr || rows_aligned16(din, p.ld_in, p.type, p.rows));
+}
+
+}  // namespace
+
+cudaError_t rmsnorm_forward(const RmsNormArgs& p, const void* x, const float* w, void* y, float* rstd,
+                            cudaStream_t stream) {
+  if (p.rows <= 0 || p.dim <= 0) return cudaSuccess;
+  if (p.type == Ty::BF16) return rmsnorm_forward_t<uint16_t>(p, x, w, y, rstd, stream);
+  return rmsnorm_forward_t<float>(p, x, w, y, rstd, stream);
+}
+
+cudaError_t rmsnorm_backward(const RmsNormArgs& p, const void* x, const float* w, const float* rstd, const void* dy,
+                             void* dx, float* dw, float* dw_partial, cudaStream_t stream) {
+  if (p.rows <= 0 || p.dim <= 0) return cudaSuccess;
+  if (p.type == Ty::BF16) return rmsnorm_backward_t<uint16_t>(p, x, w, rstd, dy, dx, dw, dw_partial, stream);
+  return rmsnorm_backward_t<float>(p, x, w, rstd, dy, dx, dw, dw_partial, stream);
+}
+
+cudaError_t rope(const RopeArgs& p, void* x, float* table, cudaStream_t stream) {
+  const int64_t half = p.rope_dim / 2;
+  if (p.rows <= 0 || p.heads <= 0 || half <= 0) return cudaSuccess;
+  const int64_t entries = p.seq_len * half;
+  rope_table_kernel<<<static_cast<unsigned>(std::min<int64_t>(ceil_div(entries, kThreads), 4096)), kThreads, 0,
+                      stream>>>(p, table);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  const dim3 grid = grid_for(p.rows, p.heads * half);
+  if (p.type == Ty::BF16)
+    rope_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(p, static_cast<uint16_t*>(x), table);
+  else
+    rope_kernel<float><<<grid, kThreads, 0, stream>>>(p, static_cast<float*>(x), table);
+  return cudaGetLastError();
+}
+
+cudaError_t swiglu_forward(const SwigluArgs& p, const void* in, void* out, cudaStream_t stream) {
+  if (p.rows <= 0 || p.ffn_dim <= 0) return cudaSuccess;
+  const bool vec = swiglu_vec(p, in, out, nullptr);
+  const dim3 grid = grid_for(p.rows, vec ? std::max<int64_t>(p.ffn_dim / 8, p.ffn_dim % 8) : p.ffn_dim);
+  if (p.type == Ty::BF16) {
+    const auto* i = static_cast<const uint16_t*>(in);
+    auto* o = static_cast<uint16_t*>(out);
+    if (vec)
+      swiglu_forward_kernel<uint16_t, true><<<grid, kThreads, 0, stream>>>(p, i, o);
+    else
+      swiglu_forward_kernel<uint16_t, false><<<grid, kThreads, 0, stream>>>(p, i, o);
+  } else {
+    const auto* i = static_cast<const float*>(in);
+    auto* o = static_cast<float*>(out);
+    if (vec)
+      swiglu_forward_kernel<float, true><<<grid, kThreads, 0, stream>>>(p, i, o);
+    else
+      swiglu_forward_kernel<float, false><<<grid, kThreads, 0, stream>>>(p, i, o);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t swiglu_backward(const SwigluArgs& p, const void* in, const void* dout, void* din, cudaStream_t stream) {
+  if (p.rows <= 0 || p.ffn_dim <= 0) return cudaSuccess;
+  const bool vec = swiglu_vec(p, in, dout, din);
+  const dim3 grid = grid_for(p.rows, vec ? std::max<int64_t>(p.ffn_dim / 8, p.ffn_dim % 8) : p.ffn_dim);
+  if (p.type == Ty::BF16) {
+    const auto* i = static_cast<const uint16_t*>(in);
+    const auto* d = static_cast<const uint16_t*>(dout);
+    auto* o = static_cast<uint16_t*>(din);
+    if (vec)
+      swiglu_backward_kernel<uint16_t, true><<<grid, kThreads, 0, stream>>>(p, i, d, o);
+    else
+      swiglu_backward_kernel<uint16_t, false><<<grid, kThreads, 0, stream>>>(p, i, d, o);
+  } else {
+    const auto* i = static_cast<const float*>(in);
+    const auto* d = static_cast<const float*>(dout);
+    auto* o = static_cast<float*>(din);
+    if (vec)
+      swiglu_backward_kernel<float, true><<<grid, kThreads, 0, stream>>>(p, i, d, o);
+    else
+      swiglu_backward_kernel<float, false><<<grid, kThreads, 0, stream>>>(p, i, d, o);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace fp8train::ops::cuda::ew
