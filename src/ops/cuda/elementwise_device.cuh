@@ -4,9 +4,11 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "numerics/formats.h"
+#include "ops/cuda/elementwise_launch.h"
 
 namespace fp8train::ops::cuda::ew {
 
@@ -44,5 +46,32 @@ __device__ __forceinline__ void st8(uint16_t* p, const float v[8]) {
 }
 
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---- host side: vector-path preconditions and launch shapes -------------------------------------------------
+inline constexpr int kThreads = 256;
+inline constexpr int64_t kTargetBlocks = 4096;  // CTAs in flight enough to fill 132 SMs
+
+inline size_t size_of(Ty t) { return t == Ty::F32 ? 4 : 2; }
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+// A row-major operand whose every row starts 16-byte aligned.
+inline bool rows_aligned16(const void* p, int64_t ld, Ty t, int64_t rows) {
+  return aligned16(p) && (rows <= 1 || (ld * static_cast<int64_t>(size_of(t))) % 16 == 0);
+}
+
+// A rows × items_per_row launch: CTAs of 256 threads shaped (x, y) with x a multiple of 32 covering a row's
+// items (up to 256) and y = 256 / x rows, so short rows still fill whole CTAs; kernels grid-stride on both axes
+// (threadIdx.x / blockDim.x along a row, threadIdx.y / blockDim.y over rows).
+struct Shape2d {
+  dim3 grid, block;
+};
+inline Shape2d shape_2d(int64_t rows, int64_t items_per_row) {
+  const int64_t bx = std::min<int64_t>(kThreads, std::max<int64_t>(32, ceil_div(items_per_row, 32) * 32));
+  const int64_t by = kThreads / bx;
+  const int64_t gx = std::max<int64_t>(1, std::min<int64_t>(ceil_div(items_per_row, bx), kTargetBlocks));
+  const int64_t gy =
+      std::max<int64_t>(1, std::min<int64_t>({ceil_div(rows, by), std::max<int64_t>(1, kTargetBlocks / gx), 65535}));
+  return {dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)),
+          dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by))};
+}
 
 }  // namespace fp8train::ops::cuda::ew

@@ -2,7 +2,8 @@
 // (elementwise_launch.h). Matrices are rows × cols with row strides; a fully contiguous problem runs as one long
 // row. The vector path moves 8 elements per thread per step (16-byte accesses) when every pointer is 16-byte
 // aligned and every row stride keeps rows 16-byte aligned; the last cols % 8 elements of a row (and every other
-// layout) take the scalar path. Grid: x over a row's 8-element groups, y over rows (grid-stride on both).
+// layout) take the scalar path. CTAs of 256 threads shaped to the row (shape_2d): x over a row's 8-element
+// groups, y over rows, grid-stride on both.
 #include <algorithm>
 #include <cstring>
 #include <cub/device/device_radix_sort.cuh>
@@ -13,21 +14,7 @@
 namespace fp8train::ops::cuda::ew {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kTargetBlocks = 4096;  // enough CTAs in flight to fill 132 SMs
 
-size_t size_of(Ty t) { return t == Ty::F32 ? 4 : 2; }
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-// A row-major operand whose every row starts 16-byte aligned.
-bool rows_aligned16(const void* p, int64_t ld, Ty t, int64_t rows) {
-  return aligned16(p) && (rows <= 1 || (ld * static_cast<int64_t>(size_of(t))) % 16 == 0);
-}
-
-dim3 grid_for(int64_t rows, int64_t items_per_row) {
-  const int64_t bx = std::max<int64_t>(1, std::min<int64_t>(ceil_div(items_per_row, kThreads), kTargetBlocks));
-  const int64_t by = std::max<int64_t>(1, std::min<int64_t>({rows, std::max<int64_t>(1, kTargetBlocks / bx), 65535}));
-  return dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by));
-}
 
 template <class A, class B, class O, bool kHasB, bool kVec>
 __global__ void __launch_bounds__(kThreads) axpby_kernel(AxpbyArgs p, const A* a, const B* b, O* out) {
@@ -36,8 +23,10 @@ __global__ void __launch_bounds__(kThreads) axpby_kernel(AxpbyArgs p, const A* a
   const int64_t nvec = kVec ? p.cols / 8 : 0;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+  const int64_t rstep = static_cast<int64_t>(gridDim.y) * blockDim.y;
   const float nan = __uint_as_float(0x7FC00000u);
-  for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
+  for (int64_t r = r0; r < p.rows; r += rstep) {
     int64_t ra = r;
     bool bad = false;
     if (p.a_rows != nullptr) {
@@ -91,20 +80,20 @@ cudaError_t launch_axpby(AxpbyArgs p, const void* a, const void* b, void* out, c
   const bool vec = rows_aligned16(a, p.ld_a, p.a, p.a_rows ? 2 : p.rows) &&
                    (!b || rows_aligned16(b, p.ld_b, p.b, p.rows)) && rows_aligned16(out, p.ld_out, p.out, p.rows);
   const int64_t items = vec ? std::max<int64_t>(p.cols / 8, p.cols % 8) : p.cols;
-  const dim3 grid = grid_for(p.rows, items);
+  const Shape2d sh = shape_2d(p.rows, items);
   const auto* pa = static_cast<const A*>(a);
   const auto* pb = static_cast<const B*>(b);
   auto* po = static_cast<O*>(out);
   if (b != nullptr) {
     if (vec)
-      axpby_kernel<A, B, O, true, true><<<grid, kThreads, 0, stream>>>(p, pa, pb, po);
+      axpby_kernel<A, B, O, true, true><<<sh.grid, sh.block, 0, stream>>>(p, pa, pb, po);
     else
-      axpby_kernel<A, B, O, true, false><<<grid, kThreads, 0, stream>>>(p, pa, pb, po);
+      axpby_kernel<A, B, O, true, false><<<sh.grid, sh.block, 0, stream>>>(p, pa, pb, po);
   } else {
     if (vec)
-      axpby_kernel<A, B, O, false, true><<<grid, kThreads, 0, stream>>>(p, pa, pb, po);
+      axpby_kernel<A, B, O, false, true><<<sh.grid, sh.block, 0, stream>>>(p, pa, pb, po);
     else
-      axpby_kernel<A, B, O, false, false><<<grid, kThreads, 0, stream>>>(p, pa, pb, po);
+      axpby_kernel<A, B, O, false, false><<<sh.grid, sh.block, 0, stream>>>(p, pa, pb, po);
   }
   return cudaGetLastError();
 }
@@ -126,6 +115,8 @@ __global__ void __launch_bounds__(kThreads) fill_kernel(int64_t rows, int64_t co
   const int64_t nvec = kVec ? cols / 8 : 0;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+  const int64_t rstep = static_cast<int64_t>(gridDim.y) * blockDim.y;
   uint4 pattern;
   if constexpr (sizeof(S) == 4) {
     const uint32_t w = *reinterpret_cast<const uint32_t*>(&value);
@@ -134,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) fill_kernel(int64_t rows, int64_t co
     const uint32_t w = static_cast<uint32_t>(value) | (static_cast<uint32_t>(value) << 16);
     pattern = make_uint4(w, w, w, w);
   }
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+  for (int64_t r = r0; r < rows; r += rstep) {
     S* orow = out + r * ld;
     for (int64_t i = t0; i < nvec; i += step) {
       uint4* q = reinterpret_cast<uint4*>(orow + 8 * i);
@@ -153,11 +144,11 @@ cudaError_t launch_fill(Ty type, int64_t rows, int64_t cols, int64_t ld, S value
     rows = 1;
   }
   const bool vec = rows_aligned16(out, ld, type, rows);
-  const dim3 grid = grid_for(rows, vec ? std::max<int64_t>(cols / 8, cols % 8) : cols);
+  const Shape2d sh = shape_2d(rows, vec ? std::max<int64_t>(cols / 8, cols % 8) : cols);
   if (vec)
-    fill_kernel<S, true><<<grid, kThreads, 0, stream>>>(rows, cols, ld, value, static_cast<S*>(out));
+    fill_kernel<S, true><<<sh.grid, sh.block, 0, stream>>>(rows, cols, ld, value, static_cast<S*>(out));
   else
-    fill_kernel<S, false><<<grid, kThreads, 0, stream>>>(rows, cols, ld, value, static_cast<S*>(out));
+    fill_kernel<S, false><<<sh.grid, sh.block, 0, stream>>>(rows, cols, ld, value, static_cast<S*>(out));
   return cudaGetLastError();
 }
 

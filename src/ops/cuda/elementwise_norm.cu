@@ -1,7 +1,7 @@
 // CUDA kernels of RMSNorm (forward, backward), RoPE and SwiGLU (forward, backward) (elementwise_launch.h).
-//   RMSNorm  one CTA of 256 threads per row (grid-stride over rows): Σx² by warp shuffles and a fixed tree (the
-//            order differs from the CPU's sequential sum: rstd, y and dx within rounding of it), then the row
-//            is read again (L1/L2) to write y or dx. dw: per 64-row chunk a column-parallel sequential sum into
+//   RMSNorm  one warp per row up to dim 1024 (8 rows per CTA), else one CTA of 256 threads per row (grid-stride
+//            over rows): Σx² by warp shuffles and a fixed tree (the order differs from the CPU's sequential
+//            sum: rstd, y and dx within rounding of it), then the row is read again (L1/L2) to write y or dx. dw: per 64-row chunk a column-parallel sequential sum into
 //            F32 scratch, then the chunks added into dw in order — the CPU's exact order, so dw is bit-exact.
 //   RoPE     a cos/sin table [seq_len, rope_dim/2] computed in double and rounded to F32 (the CPU's table; device
 //            pow/sin/cos are within 2 ulp of double, so an entry can differ from the CPU's by 1 F32 ulp only
@@ -18,21 +18,6 @@
 namespace fp8train::ops::cuda::ew {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int64_t kTargetBlocks = 4096;
-
-size_t size_of(Ty t) { return t == Ty::F32 ? 4 : 2; }
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-bool rows_aligned16(const void* p, int64_t ld, Ty t, int64_t rows) {
-  return aligned16(p) && (rows <= 1 || (ld * static_cast<int64_t>(size_of(t))) % 16 == 0);
-}
-dim3 grid_for(int64_t rows, int64_t items_per_row) {
-  const int64_t bx = std::max<int64_t>(1, std::min<int64_t>(ceil_div(items_per_row, kThreads), kTargetBlocks));
-  const int64_t by = std::max<int64_t>(1, std::min<int64_t>({rows, std::max<int64_t>(1, kTargetBlocks / bx), 65535}));
-  return dim3(static_cast<unsigned>(bx), static_cast<unsigned>(by));
-}
-unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20)); }
-
 // The sum over the CTA (blockDim.x a multiple of 32), returned to every thread; a fixed order (deterministic).
 __device__ float block_sum(float v, float* red) {
 #pragma unroll
@@ -47,30 +32,58 @@ __device__ float block_sum(float v, float* red) {
   return t;
 }
 
+
+// The threads that reduce one row: a warp (kWarp, rows up to kWarpRowDim: 8 rows per CTA) or the whole CTA.
+inline constexpr int64_t kWarpRowDim = 1024;
+template <bool kWarp>
+struct Team {
+  __device__ static int lane() { return kWarp ? threadIdx.x % 32 : threadIdx.x; }
+  __device__ static int size() { return kWarp ? 32 : blockDim.x; }
+  __device__ static int64_t first_row() {
+    return kWarp ? static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32 : blockIdx.x;
+  }
+  __device__ static int64_t row_step() {
+    return kWarp ? static_cast<int64_t>(gridDim.x) * (blockDim.x / 32) : gridDim.x;
+  }
+  __device__ static float sum(float v, float* red) {
+    if constexpr (kWarp) {
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+      return v;
+    } else {
+      return block_sum(v, red);
+    }
+  }
+};
+unsigned team_blocks(int64_t rows, bool warp) {
+  return static_cast<unsigned>(std::min<int64_t>(warp ? ceil_div(rows, kThreads / 32) : rows, 1 << 20));
+}
+
 // ---- RMSNorm ---------------------------------------------------------------------------------------------------
-template <class S, bool kVec>
+template <class S, bool kVec, bool kWarp>
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_forward_kernel(RmsNormArgs p, const S* x, const float* w, S* y, float* rstd) {
+  using T = Team<kWarp>;
   __shared__ float red[32];
   const int64_t nvec = kVec ? p.dim / 8 : 0;
-  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
+  for (int64_t r = T::first_row(); r < p.rows; r += T::row_step()) {
     const S* xr = x + r * p.ld_x;
     S* yr = y + r * p.ld_y;
     float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
+    for (int64_t i = T::lane(); i < nvec; i += T::size()) {
       float v[8];
       ld8(xr + 8 * i, v);
 #pragma unroll
       for (int k = 0; k < 8; ++k) ss = fmaf(v[k], v[k], ss);
     }
-    for (int64_t c = 8 * nvec + threadIdx.x; c < p.dim; c += blockDim.x) {
+    for (int64_t c = 8 * nvec + T::lane(); c < p.dim; c += T::size()) {
       const float v = ld1(xr + c);
       ss = fmaf(v, v, ss);
     }
-    ss = block_sum(ss, red);
+    ss = T::sum(ss, red);
     const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(p.dim)), p.eps)));
-    if (rstd != nullptr && threadIdx.x == 0) rstd[r] = rs;
-    for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
+    if (rstd != nullptr && T::lane() == 0) rstd[r] = rs;
+    for (int64_t i = T::lane(); i < nvec; i += T::size()) {
       float v[8], g[8];
       ld8(xr + 8 * i, v);
       ld8(w + 8 * i, g);
@@ -78,24 +91,25 @@ __global__ void __launch_bounds__(kThreads)
       for (int k = 0; k < 8; ++k) v[k] = __fmul_rn(__fmul_rn(v[k], rs), g[k]);
       st8(yr + 8 * i, v);
     }
-    for (int64_t c = 8 * nvec + threadIdx.x; c < p.dim; c += blockDim.x)
+    for (int64_t c = 8 * nvec + T::lane(); c < p.dim; c += T::size())
       st1(yr + c, __fmul_rn(__fmul_rn(ld1(xr + c), rs), w[c]));
   }
 }
 
 // dx (+)= rstd·dy·w − x·k with k = rstd³·(Σ dy·w·x)/dim, each product rounded as the CPU rounds it.
-template <class S, bool kVec>
+template <class S, bool kVec, bool kWarp>
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_dx_kernel(RmsNormArgs p, const S* x, const float* w, const float* rstd, const S* dy, S* dx) {
+  using T = Team<kWarp>;
   __shared__ float red[32];
   const int64_t nvec = kVec ? p.dim / 8 : 0;
   const float inv_dim = __fdiv_rn(1.0f, static_cast<float>(p.dim));
-  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
+  for (int64_t r = T::first_row(); r < p.rows; r += T::row_step()) {
     const S* xr = x + r * p.ld_x;
     const S* dyr = dy + r * p.ld_dy;
     S* dxr = dx + r * p.ld_dx;
     float dot = 0.0f;
-    for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
+    for (int64_t i = T::lane(); i < nvec; i += T::size()) {
       float a[8], g[8], b[8];
       ld8(dyr + 8 * i, a);
       ld8(w + 8 * i, g);
@@ -103,12 +117,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k = 0; k < 8; ++k) dot = fmaf(__fmul_rn(a[k], g[k]), b[k], dot);
     }
-    for (int64_t c = 8 * nvec + threadIdx.x; c < p.dim; c += blockDim.x)
+    for (int64_t c = 8 * nvec + T::lane(); c < p.dim; c += T::size())
       dot = fmaf(__fmul_rn(ld1(dyr + c), w[c]), ld1(xr + c), dot);
-    dot = block_sum(dot, red);
+    dot = T::sum(dot, red);
     const float rs = rstd[r];
     const float k = __fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(rs, rs), rs), dot), inv_dim);
-    for (int64_t i = threadIdx.x; i < nvec; i += blockDim.x) {
+    for (int64_t i = T::lane(); i < nvec; i += T::size()) {
       float a[8], g[8], b[8], o[8];
       ld8(dyr + 8 * i, a);
       ld8(w + 8 * i, g);
@@ -121,7 +135,7 @@ __global__ void __launch_bounds__(kThreads)
       }
       st8(dxr + 8 * i, o);
     }
-    for (int64_t c = 8 * nvec + threadIdx.x; c < p.dim; c += blockDim.x) {
+    for (int64_t c = 8 * nvec + T::lane(); c < p.dim; c += T::size()) {
       const float d = __fsub_rn(__fmul_rn(__fmul_rn(rs, ld1(dyr + c)), w[c]), __fmul_rn(ld1(xr + c), k));
       st1(dxr + c, p.accumulate_dx ? __fadd_rn(ld1(dxr + c), d) : d);
     }
@@ -160,10 +174,12 @@ cudaError_t rmsnorm_forward_t(const RmsNormArgs& p, const void* x, const float* 
       rows_aligned16(x, p.ld_x, p.type, p.rows) && rows_aligned16(y, p.ld_y, p.type, p.rows) && aligned16(w);
   const auto* px = static_cast<const S*>(x);
   auto* py = static_cast<S*>(y);
-  if (vec)
-    rmsnorm_forward_kernel<S, true><<<row_blocks(p.rows), kThreads, 0, stream>>>(p, px, w, py, rstd);
-  else
-    rmsnorm_forward_kernel<S, false><<<row_blocks(p.rows), kThreads, 0, stream>>>(p, px, w, py, rstd);
+  const bool warp = p.dim <= kWarpRowDim;
+  const unsigned blocks = team_blocks(p.rows, warp);
+  if (vec && warp) rmsnorm_forward_kernel<S, true, true><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
+  else if (vec) rmsnorm_forward_kernel<S, true, false><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
+  else if (warp) rmsnorm_forward_kernel<S, false, true><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
+  else rmsnorm_forward_kernel<S, false, false><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
   return cudaGetLastError();
 }
 
@@ -175,10 +191,12 @@ cudaError_t rmsnorm_backward_t(const RmsNormArgs& p, const void* x, const float*
   const auto* px = static_cast<const S*>(x);
   const auto* pdy = static_cast<const S*>(dy);
   auto* pdx = static_cast<S*>(dx);
-  if (vec)
-    rmsnorm_dx_kernel<S, true><<<row_blocks(p.rows), kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
-  else
-    rmsnorm_dx_kernel<S, false><<<row_blocks(p.rows), kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
+  const bool warp = p.dim <= kWarpRowDim;
+  const unsigned blocks = team_blocks(p.rows, warp);
+  if (vec && warp) rmsnorm_dx_kernel<S, true, true><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
+  else if (vec) rmsnorm_dx_kernel<S, true, false><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
+  else if (warp) rmsnorm_dx_kernel<S, false, true><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
+  else rmsnorm_dx_kernel<S, false, false><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || dw == nullptr) return err;
   const int64_t chunks = ceil_div(p.rows, kRmsNormRowsPerChunk);
@@ -212,7 +230,9 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(RopeArgs p, S* x, const 
   const int64_t half = p.rope_dim / 2;
   const int64_t pairs = p.heads * half;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+  const int64_t rstep = static_cast<int64_t>(gridDim.y) * blockDim.y;
+  for (int64_t r = r0; r < p.rows; r += rstep) {
     const float* tr = table + 2 * (r % p.seq_len) * half;
     for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < pairs; j += step) {
       const int64_t h = j / half, i = j - h * half;
@@ -237,7 +257,9 @@ __global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(SwigluArgs p, 
   const int64_t nvec = kVec ? f / 8 : 0;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+  const int64_t rstep = static_cast<int64_t>(gridDim.y) * blockDim.y;
+  for (int64_t r = r0; r < p.rows; r += rstep) {
     const S* g = in + r * p.ld_in;
     const S* u = g + f;
     S* o = out + r * p.ld_out;
@@ -270,7 +292,9 @@ __global__ void __launch_bounds__(kThreads) swiglu_backward_kernel(SwigluArgs p,
   const int64_t nvec = kVec ? f / 8 : 0;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (int64_t r = blockIdx.y; r < p.rows; r += gridDim.y) {
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+  const int64_t rstep = static_cast<int64_t>(gridDim.y) * blockDim.y;
+  for (int64_t r = r0; r < p.rows; r += rstep) {
     const S* g = in + r * p.ld_in;
     const S* u = g + f;
     const S* d = dout + r * p.ld_out;
@@ -327,32 +351,32 @@ cudaError_t rope(const RopeArgs& p, void* x, float* table, cudaStream_t stream) 
                       stream>>>(p, table);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  const dim3 grid = grid_for(p.rows, p.heads * half);
+  const Shape2d sh = shape_2d(p.rows, p.heads * half);
   if (p.type == Ty::BF16)
-    rope_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(p, static_cast<uint16_t*>(x), table);
+    rope_kernel<uint16_t><<<sh.grid, sh.block, 0, stream>>>(p, static_cast<uint16_t*>(x), table);
   else
-    rope_kernel<float><<<grid, kThreads, 0, stream>>>(p, static_cast<float*>(x), table);
+    rope_kernel<float><<<sh.grid, sh.block, 0, stream>>>(p, static_cast<float*>(x), table);
   return cudaGetLastError();
 }
 
 cudaError_t swiglu_forward(const SwigluArgs& p, const void* in, void* out, cudaStream_t stream) {
   if (p.rows <= 0 || p.ffn_dim <= 0) return cudaSuccess;
   const bool vec = swiglu_vec(p, in, out, nullptr);
-  const dim3 grid = grid_for(p.rows, vec ? std::max<int64_t>(p.ffn_dim / 8, p.ffn_dim % 8) : p.ffn_dim);
+  const Shape2d sh = shape_2d(p.rows, vec ? std::max<int64_t>(p.ffn_dim / 8, p.ffn_dim % 8) : p.ffn_dim);
   if (p.type == Ty::BF16) {
     const auto* i = static_cast<const uint16_t*>(in);
     auto* o = static_cast<uint16_t*>(out);
     if (vec)
-      swiglu_forward_kernel<uint16_t, true><<<grid, kThreads, 0, stream>>>(p, i, o);
+      swiglu_forward_kernel<uint16_t, true><<<sh.grid, sh.block, 0, stream>>>(p, i, o);
     else
-      swiglu_forward_kernel<uint16_t, false><<<grid, kThreads, 0, stream>>>(p, i, o);
+      swiglu_forward_kernel<uint16_t, false><<<sh.grid, sh.block, 0, stream>>>(p, i, o);
   } else {
     const auto* i = static_cast<const float*>(in);
     auto* o = static_cast<float*>(out);
     if (vec)
-      swiglu_forward_kernel<float, true><<<grid, kThreads, 0, stream>>>(p, i, o);
+      swiglu_forward_kernel<float, true><<<sh.grid, sh.block, 0, stream>>>(p, i, o);
     else
-      swiglu_forward_kernel<float, false><<<grid, kThreads, 0, stream>>>(p, i, o);
+      swiglu_forward_kernel<float, false><<<sh.grid, sh.block, 0, stream>>>(p, i, o);
   }
   return cudaGetLastError();
 }
@@ -360,23 +384,23 @@ cudaError_t swiglu_forward(const SwigluArgs& p, const void* in, void* out, cudaS
 cudaError_t swiglu_backward(const SwigluArgs& p, const void* in, const void* dout, void* din, cudaStream_t stream) {
   if (p.rows <= 0 || p.ffn_dim <= 0) return cudaSuccess;
   const bool vec = swiglu_vec(p, in, dout, din);
-  const dim3 grid = grid_for(p.rows, vec ? std::max<int64_t>(p.ffn_dim / 8, p.ffn_dim % 8) : p.ffn_dim);
+  const Shape2d sh = shape_2d(p.rows, vec ? std::max<int64_t>(p.ffn_dim / 8, p.ffn_dim % 8) : p.ffn_dim);
   if (p.type == Ty::BF16) {
     const auto* i = static_cast<const uint16_t*>(in);
     const auto* d = static_cast<const uint16_t*>(dout);
     auto* o = static_cast<uint16_t*>(din);
     if (vec)
-      swiglu_backward_kernel<uint16_t, true><<<grid, kThreads, 0, stream>>>(p, i, d, o);
+      swiglu_backward_kernel<uint16_t, true><<<sh.grid, sh.block, 0, stream>>>(p, i, d, o);
     else
-      swiglu_backward_kernel<uint16_t, false><<<grid, kThreads, 0, stream>>>(p, i, d, o);
+      swiglu_backward_kernel<uint16_t, false><<<sh.grid, sh.block, 0, stream>>>(p, i, d, o);
   } else {
     const auto* i = static_cast<const float*>(in);
     const auto* d = static_cast<const float*>(dout);
     auto* o = static_cast<float*>(din);
     if (vec)
-      swiglu_backward_kernel<float, true><<<grid, kThreads, 0, stream>>>(p, i, d, o);
+      swiglu_backward_kernel<float, true><<<sh.grid, sh.block, 0, stream>>>(p, i, d, o);
     else
-      swiglu_backward_kernel<float, false><<<grid, kThreads, 0, stream>>>(p, i, d, o);
+      swiglu_backward_kernel<float, false><<<sh.grid, sh.block, 0, stream>>>(p, i, d, o);
   }
   return cudaGetLastError();
 }
