@@ -127,6 +127,9 @@ inline int32_t plan_used_rows(const ops::MoePlan& plan) {
   return plan.expert_offsets.to_vector<int32_t>()[static_cast<size_t>(plan.n_experts)];
 }
 
+// Logits of a sane range (|x| < ~12: no score rounds to 0, few to 1) from random_values' six decades.
+inline float compressed(float x) { return std::copysign(1.5f * std::log1p(std::fabs(x)), x); }
+
 // ---- router --------------------------------------------------------------------------------------------------
 struct RouterSetup {
   int64_t tokens, e, k, n_group, topk_group;
@@ -141,14 +144,14 @@ struct RouterSetup {
 // repeats in pairs, so equal keys occur (the lower index must win).
 inline std::vector<float> router_logits(const RouterSetup& s, uint64_t seed) {
   std::vector<float> v = random_values(s.tokens, s.e, seed);
-  for (auto& x : v) x *= 0.3f;
+  for (auto& x : v) x = compressed(x);
   for (int64_t t = 0; t < s.tokens; t += 3)
     for (int64_t i = 1; i < s.e; i += 2) v[t * s.e + i] = v[t * s.e + i - 1];
   return v;
 }
 inline std::vector<float> router_bias(const RouterSetup& s, uint64_t seed) {
   std::vector<float> b = random_values(1, s.e, seed);
-  for (int64_t i = 0; i < s.e; ++i) b[i] = i % 2 ? b[i - 1] : b[i] * 0.01f;
+  for (int64_t i = 0; i < s.e; ++i) b[i] = i % 2 ? b[i - 1] : 0.05f * compressed(b[i]);
   return b;
 }
 
@@ -237,7 +240,7 @@ inline void add_router_forward(std::vector<BackendOpCase>& out, const RouterSetu
 // Scores in (0, 1) from logits; the selection K distinct experts per token.
 inline std::vector<float> sigmoid_scores(int64_t n, int64_t e, uint64_t seed) {
   std::vector<float> v = random_values(n, e, seed);
-  for (auto& x : v) x = 1.0f / (1.0f + std::exp(-0.3f * x));
+  for (auto& x : v) x = 1.0f / (1.0f + std::exp(-compressed(x)));
   return v;
 }
 
