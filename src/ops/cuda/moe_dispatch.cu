@@ -9,8 +9,8 @@
 //              all −1 (a memset), so padding rows and the rows past offsets[E] stay −1.
 //   permute    a row gather by bytes (any element size: rows, FP8 codes, scales), 16-byte moves where the row
 //              length, strides and pointers allow; padding rows get zero bytes.
-//   permute backward / unpermute   one thread per (token, 16-byte chunk): Σ over the token's K rows in k order in
-//              FP32, rounded once (the CPU's sum, bit for bit).
+//   permute backward / unpermute   32..256 threads per token row (no 64-bit index division), each a 16-byte chunk
+//              at a time: Σ over the token's K rows in k order in FP32, rounded once (the CPU's sum, bit for bit).
 //   unpermute backward   one warp per (token, choice): dyp row = g·dy (rounded once), dgates = <dy, yp row> by
 //              a fixed shuffle tree (deterministic; another order than the CPU's serial dot product).
 #include <cuda_bf16.h>
@@ -184,39 +184,42 @@ __device__ __forceinline__ __nv_bfloat16 narrow<__nv_bfloat16>(float v) {
 
 // y[t] (+)= Σ_k (g[t,k]·) src[choice_slot[t,k]]: kGated false is permute's backward.
 template <class S, int V, bool kGated>
-__global__ void gather_sum_kernel(RowsArgs a, const S* src, const int32_t* choice_slot, const float* gates, S* y) {
-  const int64_t chunks = a.dim / V, n = a.tokens * chunks;
-  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < n;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = idx / chunks, c = (idx % chunks) * V;
-    Pack<S, V>* out = reinterpret_cast<Pack<S, V>*>(y + t * a.ld_x + c);
-    float acc[V];
-    if (a.accumulate) {
-      const Pack<S, V> old = *out;
+__global__ void gather_sum_kernel(RowsArgs a, const S* src, const int32_t* choice_slot, const float* gates, S* y,
+                                  int tpt) {  // tpt threads per token row, kRowThreads / tpt rows per CTA
+  const int64_t chunks = a.dim / V;
+  const int tpb = kRowThreads / tpt, sub = static_cast<int>(threadIdx.x) / tpt;
+  const int64_t first = static_cast<int64_t>(threadIdx.x % tpt) * V;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * tpb + sub; t < a.tokens;
+       t += static_cast<int64_t>(gridDim.x) * tpb)
+    for (int64_t c = first; c < chunks * V; c += static_cast<int64_t>(tpt) * V) {
+      Pack<S, V>* out = reinterpret_cast<Pack<S, V>*>(y + t * a.ld_x + c);
+      float acc[V];
+      if (a.accumulate) {
+        const Pack<S, V> old = *out;
 #pragma unroll
-      for (int v = 0; v < V; ++v) acc[v] = widen(old.v[v]);
-    } else {
-#pragma unroll
-      for (int v = 0; v < V; ++v) acc[v] = 0.0f;
-    }
-    for (int64_t k = 0; k < a.top_k; ++k) {
-      const int32_t j = choice_slot[t * a.top_k + k];
-      if (j < 0) continue;
-      const Pack<S, V> in = *reinterpret_cast<const Pack<S, V>*>(src + j * a.ld_xp + c);
-      if constexpr (kGated) {
-        const float g = gates[t * a.top_k + k];
-#pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] = __fadd_rn(acc[v], __fmul_rn(g, widen(in.v[v])));
+        for (int v = 0; v < V; ++v) acc[v] = widen(old.v[v]);
       } else {
 #pragma unroll
-        for (int v = 0; v < V; ++v) acc[v] = __fadd_rn(acc[v], widen(in.v[v]));
+        for (int v = 0; v < V; ++v) acc[v] = 0.0f;
       }
-    }
-    Pack<S, V> r;
+      for (int64_t k = 0; k < a.top_k; ++k) {
+        const int32_t j = choice_slot[t * a.top_k + k];
+        if (j < 0) continue;
+        const Pack<S, V> in = *reinterpret_cast<const Pack<S, V>*>(src + j * a.ld_xp + c);
+        if constexpr (kGated) {
+          const float g = gates[t * a.top_k + k];
 #pragma unroll
-    for (int v = 0; v < V; ++v) r.v[v] = narrow<S>(acc[v]);
-    *out = r;
-  }
+          for (int v = 0; v < V; ++v) acc[v] = __fadd_rn(acc[v], __fmul_rn(g, widen(in.v[v])));
+        } else {
+#pragma unroll
+          for (int v = 0; v < V; ++v) acc[v] = __fadd_rn(acc[v], widen(in.v[v]));
+        }
+      }
+      Pack<S, V> r;
+#pragma unroll
+      for (int v = 0; v < V; ++v) r.v[v] = narrow<S>(acc[v]);
+      *out = r;
+    }
 }
 
 constexpr int kWarpsPerBlock = 8;
@@ -277,8 +280,10 @@ cudaError_t gather_sum(const RowsArgs& a, const void* src, const int32_t* choice
   if (a.tokens == 0 || a.dim == 0) return cudaSuccess;
   return with_width<S>(a, {src, y}, [&](auto width) {
     constexpr int V = decltype(width)::value;
-    gather_sum_kernel<S, V, kGated><<<capped_blocks(a.tokens * (a.dim / V), 256), 256, 0, stream>>>(
-        a, static_cast<const S*>(src), choice_slot, gates, static_cast<S*>(y));
+    int tpt = 32;  // threads per token row: one 16-byte chunk each where the row has that many
+    while (tpt < kRowThreads && tpt < a.dim / V) tpt *= 2;
+    gather_sum_kernel<S, V, kGated><<<capped_blocks(a.tokens, kRowThreads / tpt), kRowThreads, 0, stream>>>(
+        a, static_cast<const S*>(src), choice_slot, gates, static_cast<S*>(y), tpt);
     return cudaGetLastError();
   });
 }
