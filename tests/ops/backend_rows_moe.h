@@ -619,6 +619,8 @@ inline void moe_op_cases(std::vector<BackendOpCase>& out) {
   add_router_forward(out, {45, 8, 2, 1, 1}, DType::F32);
   add_router_forward(out, {37, 64, 6, 8, 3}, DType::F32);
   add_router_forward(out, {29, 256, 8, 8, 4}, DType::F32);
+  add_router_forward(out, {19, 16, 3, 16, 4}, DType::F32);    // one expert a group: the group key is its key
+  add_router_forward(out, {9, 1024, 16, 32, 8}, DType::F32);  // the CUDA kernel's largest E
   add_router_forward(out, {13, 64, 6, 8, 3}, DType::F64);
   add_router_backward(out, 45, 8, 2, false);
   add_router_backward(out, 37, 64, 6, true);
@@ -630,6 +632,7 @@ inline void moe_op_cases(std::vector<BackendOpCase>& out) {
     add_plan_row(out, {1100, 8, 64, align, 5});
   }
   add_plan_row(out, {300, 2, 8, 16});
+  add_plan_row(out, {4099, 8, 256, 128, 200});  // DeepSeek-V3's 256 experts, 9 tiles (the last one partial)
   const PlanSetup small{45, 6, 20, 128, 3}, plain{37, 2, 8, 1, -1};
   for (DType dt : {DType::F32, DType::BF16}) {
     // 16-byte rows, ragged rows, strided rows
