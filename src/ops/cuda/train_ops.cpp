@@ -81,7 +81,7 @@ void sum_squares(const ExecCtx& ctx, const SumSquaresProblem& p, const void* x, 
     const int64_t lo = b[static_cast<size_t>(2 * s)], hi = b[static_cast<size_t>(2 * s + 1)];
     FP8T_CHECK(0 <= lo && lo <= hi && hi <= p.n, "{}: segment {} = [{}, {}) is not inside the {} elements of x", op, s,
                lo, hi, p.n);
-    first[static_cast<size_t>(s) + 1] = first[static_cast<size_t>(s)] + (hi - lo + p.chunk - 1) / p.chunk;
+    first[static_cast<size_t>(s) + 1] = first[static_cast<size_t>(s)] + (hi == lo ? 0 : (hi - lo - 1) / p.chunk + 1);
   }
   const int64_t chunks = first.back();
   const Tensor first_t = ctx.scratch({p.segments + 1}, DType::I64);

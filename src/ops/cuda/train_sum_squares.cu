@@ -4,7 +4,8 @@
 //   chunk_sums      one thread per chunk, accumulating its <= chunk elements sequentially in FP64 from 0 (as the
 //                   CPU does). A CTA owns 256 consecutive chunks; their elements arrive through a shared-memory
 //                   tile of 256 chunks × W elements that the CTA loads cooperatively, W consecutive threads per
-//                   chunk row (coalesced), before each thread adds its own row in order.
+//                   chunk row (coalesced), before each thread adds its own row in order; the next step's loads
+//                   are issued (into registers) before the current step is summed.
 //   segment_totals  one CTA per segment: the segment's chunk sums staged 256 at a time in shared memory and added
 //                   in chunk order from 0 by one thread.
 // Every add is a separate round-to-nearest FP64 operation (__dmul_rn / __dadd_rn; the product of two FP32 values is
@@ -24,7 +25,7 @@ template <class T>
 constexpr int kTileWidth = sizeof(T) == 4 ? 32 : 16;  // elements per chunk row and step (33.8 / 34.8 KB of tile)
 
 template <class T>
-__global__ void __launch_bounds__(kChunksPerCta) chunk_sums_kernel(SumSquaresArgs a) {
+__global__ void __launch_bounds__(kChunksPerCta, 2) chunk_sums_kernel(SumSquaresArgs a) {
   constexpr int W = kTileWidth<T>;
   __shared__ T tile[kChunksPerCta][W + 1];  // +1: thread t reading row t, column i hits bank (t + i) % 32
   __shared__ int64_t begin[kChunksPerCta], len[kChunksPerCta];
@@ -58,15 +59,27 @@ __global__ void __launch_bounds__(kChunksPerCta) chunk_sums_kernel(SumSquaresArg
   __syncthreads();
   const int64_t steps_len = static_cast<int64_t>(max_len);
 
-  double acc = 0.0;
-  for (int64_t k = 0; k < steps_len; k += W) {
-#pragma unroll 8
-    for (int q = t; q < kChunksPerCta * W; q += kChunksPerCta) {
-      const int j = q / W, i = q % W;
-      const int64_t e = k + i;
-      tile[j][i] = e < len[j] ? x[begin[j] + e] : T(0);
+  // This thread's share of a step's tile (elements q = t + r·256 of the 256 × W tile), loaded a step ahead so
+  // the loads of step k + W are in flight while the rows of step k are summed.
+  // As 256 is a multiple of W, the thread's column i0 is the same in every row it loads.
+  constexpr int kRowStep = kChunksPerCta / W;
+  const int i0 = t % W, j0 = t / W;
+  T staged[W];
+  auto load_step = [&](int64_t k) {
+    const int64_t e = k + i0;
+#pragma unroll
+    for (int r = 0; r < W; ++r) {
+      const int j = j0 + r * kRowStep;
+      staged[r] = e < len[j] ? x[begin[j] + e] : T(0);
     }
+  };
+  double acc = 0.0;
+  if (steps_len > 0) load_step(0);
+  for (int64_t k = 0; k < steps_len; k += W) {
+#pragma unroll
+    for (int r = 0; r < W; ++r) tile[j0 + r * kRowStep][i0] = staged[r];
     __syncthreads();
+    if (k + W < steps_len) load_step(k + W);
     const int64_t left = my_len - k;
     if (left >= W) {
 #pragma unroll
