@@ -242,7 +242,7 @@ inline void train_op_cases(std::vector<BackendOpCase>& out) {
       add_cross_entropy_case(out, 7, 1000, 1000, dt, grad, 1.0);            // ragged vocabulary, small CTA
       add_cross_entropy_case(out, 6, 4099, 4099, dt, grad, 1.0 / 37.0);     // odd: scalar rows (stride 4099)
       add_cross_entropy_case(out, 5, 4099, 4104, dt, grad, 0.25);           // strided view, vector rows + tail
-      add_cross_entropy_case(out, 3, 70001, 70008, dt, grad, 1.0 / 3.0);    // 1024-thread rows, unrolled loop
+      add_cross_entropy_case(out, 3, 70001, 70008, dt, grad, 1.0 / 3.0);    // 512-thread rows, unrolled loop
     }
   add_cross_entropy_case(out, 4, 300, 300, DType::F64, true, 1.0, /*on_cuda=*/false);  // gradient checks: CPU only
   for (DType m : {DType::F32, DType::BF16})

@@ -118,7 +118,7 @@ __device__ __forceinline__ float grad_of(float x, float lse, float gs, bool is_t
 }
 
 template <class T, bool kVec>
-__global__ void __launch_bounds__(1024) cross_entropy_kernel(CrossEntropyArgs a) {
+__global__ void __launch_bounds__(512) cross_entropy_kernel(CrossEntropyArgs a) {
   constexpr int N = kPerVec<T>;
   const int64_t r = blockIdx.x;
   T* z = static_cast<T*>(a.logits) + r * a.ld;
@@ -192,8 +192,9 @@ __global__ void __launch_bounds__(1024) cross_entropy_kernel(CrossEntropyArgs a)
 
 template <class T>
 cudaError_t launch_typed(const CrossEntropyArgs& a, cudaStream_t stream) {
-  // Threads per row: enough 16-byte vectors per thread to keep loads in flight, at most 1024.
-  const int threads = a.vocab >= 65536 ? 1024 : a.vocab >= 16384 ? 512 : a.vocab >= 4096 ? 256 : 128;
+  // Threads per row: enough 16-byte vectors per thread to keep loads in flight; at most 512, so that two rows share
+  // an SM (54 registers a thread) and one row's reduction between the passes overlaps the other's loads.
+  const int threads = a.vocab >= 16384 ? 512 : a.vocab >= 4096 ? 256 : 128;
   const bool vec =
       reinterpret_cast<uintptr_t>(a.logits) % 16 == 0 && (a.ld * static_cast<int64_t>(sizeof(T))) % 16 == 0;
   const dim3 grid(static_cast<unsigned>(a.rows));
