@@ -58,9 +58,11 @@ inline void add_cross_entropy_case(std::vector<BackendOpCase>& out, int64_t rows
   c.op = "cross_entropy";
   c.name = fmt::format("{} [{}x{}]{}{}{}", dtype_name(dtype), rows, vocab, ld > vocab ? fmt::format(" ld {}", ld) : "",
                        grad ? " grad" : " loss only", grad && grad_scale != 1.0 ? fmt::format(" scale {}", grad_scale) : "");
-  const bool narrow = dtype == DType::BF16;
-  c.cpu = Compare::normalized(narrow ? 1e-5 : 1e-9);   // FP32 arithmetic (and BF16 gradients) against FP64
-  c.cuda = Compare::normalized(narrow ? 1e-5 : 1e-9);  // the row sum's order differs from the CPU's
+  // FP32 arithmetic against FP64: the CPU's sequential FP32 row sum of 70k terms errs by ~1e-5 relative (normalized
+  // 1e-10 measured on the loss); BF16 gradients add their last-place roundings. CUDA sums the rows in another order.
+  const double bound = dtype == DType::BF16 ? 1e-5 : 1e-8;
+  c.cpu = Compare::normalized(bound);
+  c.cuda = Compare::normalized(bound);
   c.on_cuda = on_cuda;
   c.run = [=](const ExecCtx& ctx, uint64_t seed) {
     std::vector<float> z = ce_logits(rows, ld, seed);
