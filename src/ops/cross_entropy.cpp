@@ -11,7 +11,7 @@ CrossEntropyResult cross_entropy_fused(const ExecCtx& ctx, const Tensor& logits,
                                        bool compute_grad, double grad_scale) {
   const char* op = "cross_entropy_fused";
   check::matrix(op, "logits", logits);
-  check::float_dtype(op, "logits", logits);
+  check::storage_dtype(op, "logits", logits);
   check::vector(op, "targets", targets, logits.size(0));
   check::dtype(op, "targets", targets, DType::I32);
   check::on_device(op, ctx, {&logits, &targets});
@@ -29,6 +29,9 @@ CrossEntropyResult cross_entropy_fused(const ExecCtx& ctx, const Tensor& logits,
   const std::vector<int32_t> t = targets.to_vector<int32_t>();
   CrossEntropyResult r;
   for (size_t i = 0; i < losses.size(); ++i) {
+    // The CPU kernel checks the targets before it runs; a device's targets are only seen here, after the kernel
+    // (which leaves such a row's loss NaN).
+    FP8T_CHECK(t[i] >= -1 && t[i] < p.vocab, "{}: target {} at row {} is outside [-1, {})", op, t[i], i, p.vocab);
     if (t[i] < 0) continue;
     r.loss_sum += losses[i];
     ++r.count;

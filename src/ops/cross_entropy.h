@@ -1,5 +1,6 @@
 // Cross-entropy fused with the output head's softmax (high precision in every recipe).
-//   logits: [rows, vocab] matrix view;  targets: i32 [rows], −1 = ignore the row
+//   logits: F32, F64 or BF16 [rows, vocab] matrix view (BF16 computed in FP32)
+//   targets: i32 [rows], −1 = ignore the row
 //   per row: loss_r = logsumexp(logits_r) − logits_r[target_r]
 //   compute_grad: logits ← grad_scale·(softmax(logits) − onehot(target)), in place — the buffer becomes dlogits,
 //   so the head's logits never need a second [rows, vocab] buffer (callers chunk rows to bound it further).
