@@ -263,6 +263,10 @@ inline void gemm_op_cases(std::vector<BackendOpCase>& out) {
         gemm_rows::add_grouped_row(out, {GroupedGemmKind::M, ragged, 210, 0, 130, 100, tb, t, t, t, 1.0, beta, 0});
   gemm_rows::add_grouped_row(out, {GroupedGemmKind::M, aligned, 400, 0, 128, 256, true, B, B, B, 1.0, 0.0, 0});
   gemm_rows::add_grouped_row(out, {GroupedGemmKind::M, ragged, 200, 0, 64, 96, false, B, B, B, 1.0, 0.0, 3});
+  // row strides that allow the grouped kernel's 16-byte loads (ld a multiple of 8), with ragged k or m tails
+  gemm_rows::add_grouped_row(out, {GroupedGemmKind::M, ragged, 210, 0, 128, 256, false, B, B, F, 1.0, 1.0, 0});
+  gemm_rows::add_grouped_row(out, {GroupedGemmKind::M, ragged, 210, 0, 130, 100, true, B, B, B, 1.0, 0.0, 4});
+  gemm_rows::add_grouped_row(out, {GroupedGemmKind::K, ragged, 210, 100, 60, 0, false, B, B, F, 1.0, 0.0, 4});
   for (DType t : {B, F})
     for (double beta : {0.0, 1.0})
       gemm_rows::add_grouped_row(out, {GroupedGemmKind::K, ragged, 210, 100, 130, 0, false, t, t, F, 1.0, beta, 0});

@@ -20,3 +20,27 @@ cudaError_t launch_gemm_scale(void* c, bool bf16_c, int64_t ldc, int64_t rows, i
                               cudaStream_t stream);
 
 }  // namespace fp8train::ops::cuda::detail
+
+namespace fp8train::ops::cuda::detail {
+
+// The grouped GEMMs of ops/gemm.h (gemm_grouped.cu), reading the expert offsets on the device:
+//   kind 0 (M): c[rows_e] = alpha·a[rows_e]·op(b_e) + beta·c[rows_e]; a [rows, k], b E blocks of [n, k]
+//               (trans_b) or [k, n], c [rows, n]; rows past offsets[E] written with zeros
+//   kind 1 (K): c_e = alpha·a[rows_e]ᵀ·b[rows_e] + beta·c_e; a [rows, m], b [rows, n], c E blocks of [m, n]
+// Dtypes: a_bf16 / b_bf16 / c_bf16 (else F32). BF16 × BF16 runs on tensor cores (mma.sync m16n8k16, FP32
+// accumulation); any F32 operand on a SIMT FP32 kernel. beta = 0 never reads c. Deterministic (no atomics).
+struct GroupedGemmArgs {
+  int kind = 0;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
+  bool a_bf16 = true, b_bf16 = true, c_bf16 = true;
+  bool trans_b = false;
+  const int32_t* offsets = nullptr;  // device, [groups + 1]
+  int64_t groups = 0, rows = 0, m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  float alpha = 1.0f, beta = 0.0f;
+};
+cudaError_t launch_gemm_grouped(const GroupedGemmArgs& args, cudaStream_t stream);
+
+}  // namespace fp8train::ops::cuda::detail

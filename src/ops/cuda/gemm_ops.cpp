@@ -10,12 +10,14 @@
 //                 16-byte-pitched scratch (and c copied back), so every cuBLASLt call sees aligned matrices
 //                 k = 0: c = beta·c (zeros for beta 0, c not read); m or n = 0: nothing
 //                 f64: not implemented on cuda (the gradient-check models are CPU only)
-//   gemm_grouped  the expert offsets are read to the host (one cudaMemcpyAsync + a stream synchronization per
-//                 call), then one gemm() per expert on its views, as the CPU kernel does (a first version: the
-//                 issue wants the offsets read on the device, without a host synchronization).
+//   gemm_grouped  fp8train's grouped kernels (gemm_grouped.cu), which read the expert offsets on the device (no
+//                 host synchronization): BF16 × BF16 on tensor cores, any F32 operand on FP32 SIMT. With
+//                 FP8TRAIN_GROUPED_GEMM=cublaslt: the offsets read to the host (a stream synchronization per
+//                 call) and one cuBLASLt gemm() per expert.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -130,10 +132,13 @@ void gemm(const ExecCtx& ctx, const GemmProblem& p, const void* a, const void* b
   if (via_scratch) copy_convert(target, c, p.dtype, p.ldc, stream, op);
 }
 
-void gemm_grouped(const ExecCtx& ctx, const GroupedGemmProblem& p, const int32_t* offsets, const void* a, const void* b,
-                  void* c) {
+namespace {
+
+// The fallback: the offsets to the host (one small copy and a synchronization of the stream), then one gemm()
+// per expert on its views, as the CPU kernel does.
+void gemm_grouped_host_offsets(const ExecCtx& ctx, const GroupedGemmProblem& p, const int32_t* offsets, const void* a,
+                               const void* b, void* c) {
   const char* op = "gemm_grouped";
-  refuse_f64(op, p.dtype, p.a_dtype, p.b_dtype);
   const cudaStream_t stream = stream_of(ctx);
   std::vector<int32_t> off(static_cast<size_t>(p.groups + 1));
   FP8T_CUDA_CHECK(cudaMemcpyAsync(off.data(), offsets, off.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
@@ -187,6 +192,46 @@ void gemm_grouped(const ExecCtx& ctx, const GroupedGemmProblem& p, const int32_t
     if (r == 0 && p.beta == 1.0) continue;
     gemm(ctx, q, at(a, r0 * p.lda, a_es), at(b, r0 * p.ldb, b_es), ce);
   }
+}
+
+// FP8TRAIN_GROUPED_GEMM=cublaslt selects the host-offset cuBLASLt path (for comparison and as a fallback).
+bool grouped_via_cublaslt() {
+  static const bool on = [] {
+    const char* v = std::getenv("FP8TRAIN_GROUPED_GEMM");
+    return v != nullptr && std::string(v) == "cublaslt";
+  }();
+  return on;
+}
+
+}  // namespace
+
+void gemm_grouped(const ExecCtx& ctx, const GroupedGemmProblem& p, const int32_t* offsets, const void* a, const void* b,
+                  void* c) {
+  const char* op = "gemm_grouped";
+  refuse_f64(op, p.dtype, p.a_dtype, p.b_dtype);
+  if (grouped_via_cublaslt()) return gemm_grouped_host_offsets(ctx, p, offsets, a, b, c);
+  detail::GroupedGemmArgs g;
+  g.kind = p.kind == GroupedGemmKind::M ? 0 : 1;
+  g.a = a;
+  g.b = b;
+  g.c = c;
+  g.a_bf16 = p.a_dtype == DType::BF16;
+  g.b_bf16 = p.b_dtype == DType::BF16;
+  g.c_bf16 = p.dtype == DType::BF16;
+  g.trans_b = p.trans_b;
+  g.offsets = offsets;
+  g.groups = p.groups;
+  g.rows = p.rows;
+  g.m = p.m;
+  g.n = p.n;
+  g.k = p.k;
+  g.lda = p.lda;
+  g.ldb = p.ldb;
+  g.ldc = p.ldc;
+  g.alpha = static_cast<float>(p.alpha);
+  g.beta = static_cast<float>(p.beta);
+  FP8T_CHECK(p.kind == GroupedGemmKind::M || p.groups <= 65535, "{}: {} experts exceed the grid's 65535", op, p.groups);
+  check_launch(detail::launch_gemm_grouped(g, stream_of(ctx)), op, "grouped_gemm_kernel");
 }
 
 }  // namespace kernels
