@@ -12,10 +12,11 @@
 //                 f64: not implemented on cuda (the gradient-check models are CPU only)
 //   gemm_grouped  fp8train's grouped kernels (gemm_grouped.cu), which read the expert offsets on the device (no
 //                 host synchronization): BF16 × BF16 on tensor cores, any F32 operand on FP32 SIMT. With
-//                 FP8TRAIN_GROUPED_GEMM=cublaslt: the offsets read to the host (a stream synchronization per
-//                 call) and one cuBLASLt gemm() per expert.
+//                 FP8TRAIN_GROUPED_GEMM=cublaslt or set_grouped_gemm_backend(CublasLt): the offsets read to the
+//                 host (a stream synchronization per call) and one cuBLASLt gemm() per expert.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -194,13 +195,13 @@ void gemm_grouped_host_offsets(const ExecCtx& ctx, const GroupedGemmProblem& p, 
   }
 }
 
-// FP8TRAIN_GROUPED_GEMM=cublaslt selects the host-offset cuBLASLt path (for comparison and as a fallback).
-bool grouped_via_cublaslt() {
-  static const bool on = [] {
+// The backend of gemm_grouped: fp8train's kernels, or FP8TRAIN_GROUPED_GEMM=cublaslt / set_grouped_gemm_backend.
+std::atomic<GroupedGemmBackend>& grouped_backend() {
+  static std::atomic<GroupedGemmBackend> backend{[] {
     const char* v = std::getenv("FP8TRAIN_GROUPED_GEMM");
-    return v != nullptr && std::string(v) == "cublaslt";
-  }();
-  return on;
+    return v != nullptr && std::string(v) == "cublaslt" ? GroupedGemmBackend::CublasLt : GroupedGemmBackend::Own;
+  }()};
+  return backend;
 }
 
 }  // namespace
@@ -209,7 +210,8 @@ void gemm_grouped(const ExecCtx& ctx, const GroupedGemmProblem& p, const int32_t
                   void* c) {
   const char* op = "gemm_grouped";
   refuse_f64(op, p.dtype, p.a_dtype, p.b_dtype);
-  if (grouped_via_cublaslt()) return gemm_grouped_host_offsets(ctx, p, offsets, a, b, c);
+  if (grouped_backend().load() == GroupedGemmBackend::CublasLt)
+    return gemm_grouped_host_offsets(ctx, p, offsets, a, b, c);
   detail::GroupedGemmArgs g;
   g.kind = p.kind == GroupedGemmKind::M ? 0 : 1;
   g.a = a;
@@ -235,4 +237,7 @@ void gemm_grouped(const ExecCtx& ctx, const GroupedGemmProblem& p, const int32_t
 }
 
 }  // namespace kernels
+
+void set_grouped_gemm_backend(GroupedGemmBackend b) { kernels::grouped_backend().store(b); }
+GroupedGemmBackend grouped_gemm_backend() { return kernels::grouped_backend().load(); }
 }  // namespace fp8train::ops::cuda

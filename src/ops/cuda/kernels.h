@@ -31,6 +31,12 @@ void install_attention_ops(OpTable& t);
 void install_moe_ops(OpTable& t);
 void install_train_ops(OpTable& t);
 
+// gemm_grouped's backend: fp8train's device-offset kernels (Own, the default), or the offsets read to the host
+// and one cuBLASLt GEMM per expert (CublasLt; also FP8TRAIN_GROUPED_GEMM=cublaslt at start-up).
+enum class GroupedGemmBackend : uint8_t { Own, CublasLt };
+void set_grouped_gemm_backend(GroupedGemmBackend b);
+GroupedGemmBackend grouped_gemm_backend();
+
 namespace kernels {
 // plain GEMMs (gemm_ops.cpp): cuBLASLt, every transpose and F32/BF16 mix; grouped: one cuBLASLt GEMM per expert
 GemmFn gemm;
