@@ -11,7 +11,8 @@
 // masked element loads), the next k-tile's loads issued before the current tile's MMAs); any F32 operand on
 // FP32 FMA (64×64×16 tiles, 4×4 outputs per thread, element loads). Loads follow each operand's layout
 // (k-contiguous or row-contiguous) so they coalesce, and are zero-filled outside the matrix: any row stride and
-// alignment works. A first, correct version: no cp.async / TMA pipeline, no ldmatrix (see the report).
+// alignment works; fragments come from shared memory through ldmatrix. A first version: no cp.async / TMA
+// pipeline, no wgmma.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -59,12 +60,21 @@ __device__ __forceinline__ void load_tile(const Src<T>& s, int64_t k0, Store sto
   }
 }
 
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* row) {
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
 // ---- tensor-core engine (BF16 × BF16) ------------------------------------------------------------------------
 struct MmaEngine {
-  static constexpr int BM = 128, BN = 128, BK = 32, NT = 256, PAD = 8;
+  static constexpr int BM = 128, BN = 128, BK = 32, NT = 256, PAD = 8, MIN_CTAS = 2;
   struct Smem {
-    __nv_bfloat16 a[BM][BK + PAD];  // [row][k]; the pad keeps the fragment loads free of bank conflicts
-    __nv_bfloat16 b[BN][BK + PAD];  // [col][k]
+    // [row][k] and [col][k]; rows of 80 bytes keep the 16-byte stores and ldmatrix rows aligned and the eight
+    // row addresses of an ldmatrix phase on distinct bank groups
+    __align__(16) __nv_bfloat16 a[BM][BK + PAD];
+    __align__(16) __nv_bfloat16 b[BN][BK + PAD];
   };
   float acc[4][4][4];  // [m16 block][n8 block][c0..c3]
 
@@ -146,7 +156,7 @@ struct MmaEngine {
   __device__ void accumulate(Smem& sm, const Src<TA>& sa, const Src<TB>& sb, int64_t klen) {
     static_assert(sizeof(TA) == 2 && sizeof(TB) == 2, "the tensor-core engine takes BF16 operands");
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int wm = (warp / 4) * 64, wn = (warp % 4) * 32, g = lane / 4, t = lane % 4;
+    const int wm = (warp / 4) * 64, wn = (warp % 4) * 32;
     const bool va = vectorizable(sa), vb = vectorizable(sb);
     Staged<BM> ra;
     Staged<BN> rb;
@@ -163,20 +173,21 @@ struct MmaEngine {
       }
 #pragma unroll
       for (int ks = 0; ks < BK; ks += 16) {
+        // ldmatrix.x4: lane l gives the address of row l % 8 of 8x8 matrix l / 8; lane T receives, of each
+        // matrix, row T / 4, columns 2(T % 4) and +1 — the mma fragments' layout.
         uint32_t af[4][4], bfr[4][2];
+        const int q = lane / 8, r8 = lane % 8;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int r = wm + i * 16 + g;
-          af[i][0] = *reinterpret_cast<const uint32_t*>(&sm.a[r][ks + 2 * t]);
-          af[i][1] = *reinterpret_cast<const uint32_t*>(&sm.a[r + 8][ks + 2 * t]);
-          af[i][2] = *reinterpret_cast<const uint32_t*>(&sm.a[r][ks + 2 * t + 8]);
-          af[i][3] = *reinterpret_cast<const uint32_t*>(&sm.a[r + 8][ks + 2 * t + 8]);
-        }
+        for (int i = 0; i < 4; ++i)  // matrices: rows 0-7 / 8-15 x k 0-7 / 8-15 = a0..a3
+          ldmatrix_x4(af[i], &sm.a[wm + i * 16 + r8 + (q & 1) * 8][ks + (q >> 1) * 8]);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int c = wn + j * 8 + g;
-          bfr[j][0] = *reinterpret_cast<const uint32_t*>(&sm.b[c][ks + 2 * t]);
-          bfr[j][1] = *reinterpret_cast<const uint32_t*>(&sm.b[c][ks + 2 * t + 8]);
+        for (int j = 0; j < 4; j += 2) {  // matrices: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, ...) of blocks j, j+1
+          uint32_t r[4];
+          ldmatrix_x4(r, &sm.b[wn + j * 8 + r8 + (q >> 1) * 8][ks + (q & 1) * 8]);
+          bfr[j][0] = r[0];
+          bfr[j][1] = r[1];
+          bfr[j + 1][0] = r[2];
+          bfr[j + 1][1] = r[3];
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i)
@@ -214,7 +225,7 @@ struct MmaEngine {
 
 // ---- FP32 SIMT engine (any F32 operand) ---------------------------------------------------------------------
 struct SimtEngine {
-  static constexpr int BM = 64, BN = 64, BK = 16, NT = 256;
+  static constexpr int BM = 64, BN = 64, BK = 16, NT = 256, MIN_CTAS = 2;
   struct Smem {
     float a[BK][BM];  // [k][row]
     float b[BK][BN];  // [k][col]
@@ -280,7 +291,7 @@ __device__ void scale_tile(TC* c, int64_t ldc, int x_lo, int x_hi, int y_hi, flo
 }
 
 template <class E, class TA, class TB, class TC>
-__global__ void __launch_bounds__(E::NT) grouped_m_kernel(GroupedGemmArgs g) {
+__global__ void __launch_bounds__(E::NT, E::MIN_CTAS) grouped_m_kernel(GroupedGemmArgs g) {
   __shared__ typename E::Smem sm;
   E eng;
   const TA* a = static_cast<const TA*>(g.a);
@@ -313,7 +324,7 @@ __global__ void __launch_bounds__(E::NT) grouped_m_kernel(GroupedGemmArgs g) {
 }
 
 template <class E, class TA, class TB, class TC>
-__global__ void __launch_bounds__(E::NT) grouped_k_kernel(GroupedGemmArgs g) {
+__global__ void __launch_bounds__(E::NT, E::MIN_CTAS) grouped_k_kernel(GroupedGemmArgs g) {
   __shared__ typename E::Smem sm;
   E eng;
   const TA* a = static_cast<const TA*>(g.a);
