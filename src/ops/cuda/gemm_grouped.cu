@@ -97,20 +97,28 @@ struct MmaEngine {
 
   // Vector i of the BX × BK tile: 8 elements along k (k-contiguous source: row x, k kk..kk+7) or along x
   // (row-contiguous source: k kk, x..x+7). One 16-byte load when the source allows it (aligned, ld a multiple of
-  // 8, the 8 elements all inside), else 8 masked element loads.
+  // 8, the 8 elements all inside), else 8 masked element loads. Row-contiguous: the 32 lanes of a warp take 16
+  // k rows × 2 neighbouring x vectors (32 contiguous bytes, one sector, per row), so that the transposing
+  // shared stores of put() land on 2 rows × 8 words (a 2-way bank conflict rather than 16-way).
+  template <int BX>
+  __device__ static void vector_at(int i, bool kcontig, int& x, int& kk) {
+    static_assert(BK % 16 == 0 && BX % 16 == 0, "tile shape");
+    if (kcontig) {
+      x = i / (BK / 8);
+      kk = (i % (BK / 8)) * 8;
+    } else {
+      kk = i % 16 + 16 * (i / (16 * (BX / 8)));
+      x = ((i / 16) % (BX / 8)) * 8;
+    }
+  }
+
   template <int BX>
   __device__ static void fetch(const Src<__nv_bfloat16>& s, bool vec, int64_t k0, Staged<BX>& st) {
 #pragma unroll
     for (int u = 0; u < Staged<BX>::VPT; ++u) {
       const int i = threadIdx.x + u * NT;
       int x, kk;
-      if (s.kcontig) {
-        x = i / (BK / 8);
-        kk = (i % (BK / 8)) * 8;
-      } else {
-        kk = i / (BX / 8);
-        x = (i % (BX / 8)) * 8;
-      }
+      vector_at<BX>(i, s.kcontig, x, kk);
       const int64_t kg = k0 + kk;
       const bool full =
           s.kcontig ? (x >= s.x_lo && x < s.x_hi && kg + 8 <= s.klen) : (kg < s.klen && x >= s.x_lo && x + 8 <= s.x_hi);
@@ -136,11 +144,12 @@ struct MmaEngine {
 #pragma unroll
     for (int u = 0; u < Staged<BX>::VPT; ++u) {
       const int i = threadIdx.x + u * NT;
+      int x, kk;
+      vector_at<BX>(i, s.kcontig, x, kk);
       if (s.kcontig) {
         // row pitch (BK + PAD)·2 = 80 bytes and kk a multiple of 8: a 16-byte aligned store
-        *reinterpret_cast<uint4*>(&dst[i / (BK / 8)][(i % (BK / 8)) * 8]) = st.v[u];
+        *reinterpret_cast<uint4*>(&dst[x][kk]) = st.v[u];
       } else {
-        const int kk = i / (BX / 8), x = (i % (BX / 8)) * 8;
         const __nv_bfloat16* e = reinterpret_cast<const __nv_bfloat16*>(&st.v[u]);
 #pragma unroll
         for (int j = 0; j < 8; ++j) dst[x + j][kk] = e[j];
