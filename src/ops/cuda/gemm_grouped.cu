@@ -236,8 +236,8 @@ struct MmaEngine {
 struct SimtEngine {
   static constexpr int BM = 64, BN = 64, BK = 16, NT = 256, MIN_CTAS = 2;
   struct Smem {
-    float a[BK][BM];  // [k][row]
-    float b[BK][BN];  // [k][col]
+    float a[BK][BM + 1];  // [k][row]; the pad spreads the transposing stores of a k-contiguous source over banks
+    float b[BK][BN + 1];  // [k][col]
   };
   float acc[4][4];
 
