@@ -64,7 +64,8 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat1
   const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
+               : "r"(addr)
+               : "memory");  // reads what put() stored: keep it after the barrier
 }
 
 // ---- tensor-core engine (BF16 × BF16) ------------------------------------------------------------------------
