@@ -732,7 +732,8 @@ inline void add_gemm_case(std::vector<BackendOpCase>& out, int64_t m, int64_t n,
 inline void gemm_cases(std::vector<BackendOpCase>& out) {
   add_gemm_case(out, 128, 256, 512, false, false, true);
   add_gemm_case(out, 96, 200, 384, true, false, true);
-  add_gemm_case(out, 64, 128, 256, false, /*trans_a=*/true, /*on_cuda=*/false);  // cuBLASLt entry: a·bᵀ only
+  add_gemm_case(out, 64, 128, 256, false, /*trans_a=*/true, /*on_cuda=*/true);
+  // every other form: backend_rows_gemm.h
 }
 
 }  // namespace fp8train::backend_test
@@ -740,6 +741,7 @@ inline void gemm_cases(std::vector<BackendOpCase>& out) {
 // The op families' rows, one header each (they use the helpers above).
 #include "backend_rows_attention.h"
 #include "backend_rows_elementwise.h"
+#include "backend_rows_gemm.h"
 #include "backend_rows_moe.h"
 #include "backend_rows_train.h"
 
@@ -756,6 +758,7 @@ inline std::vector<BackendOpCase> backend_cases() {
   grouped_cases(out);
   grouped_k_cases(out);
   gemm_cases(out);
+  gemm_op_cases(out);
   elementwise_op_cases(out);
   attention_op_cases(out);
   moe_op_cases(out);

@@ -105,6 +105,18 @@ struct PlanKey {
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
 };
 
+// A plain GEMM's plan key (CublasLtPlainProblem less alpha and beta, which are passed per call).
+struct PlainKey {
+  int64_t m, n, k, lda, ldb, ldc;
+  bool trans_a, trans_b, f32_inputs;
+  uint8_t out;
+  uint32_t align_a, align_b, align_c;
+  auto tie() const {
+    return std::tie(m, n, k, lda, ldb, ldc, trans_a, trans_b, f32_inputs, out, align_a, align_b, align_c);
+  }
+  bool operator<(const PlainKey& o) const { return tie() < o.tie(); }
+};
+
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;  // cuBLASLt's A (our B), B (our A), C = D
@@ -142,6 +154,11 @@ std::string CublasLtProblem::describe() const {
                      accumulate ? " +=" : "", fast_accum ? " fast-accum" : "", m, n, k);
 }
 
+std::string CublasLtPlainProblem::describe() const {
+  return fmt::format("{} {}·{} -> {}, M={} N={} K={}", f32_inputs ? "f32" : "bf16", trans_a ? "aᵀ" : "a",
+                     trans_b ? "bᵀ" : "b", out == GemmOutput::F32 ? "f32" : "bf16", m, n, k);
+}
+
 int64_t scale_count(OperandScaling s, quant::ScaleLayout layout, int64_t rows, int64_t k) {
   switch (s) {
     case OperandScaling::None: return 0;
@@ -158,6 +175,49 @@ struct CublasLtGemm::Impl {
   DeviceBuffer workspace;
   std::mutex mutex;
   std::map<PlanKey, std::unique_ptr<Plan>> plans;
+  std::map<PlainKey, std::unique_ptr<Plan>> plain_plans;
+
+  // The plain GEMM's plan: cuBLASLt's A = our B, its B = our A, D = C (column-major Cᵀ[n, m]).
+  Plan& plain_plan_for(const CublasLtPlainProblem& p, uint32_t align_a, uint32_t align_b, uint32_t align_c) {
+    const PlainKey key{p.m,     p.n,       p.k,       p.lda,        p.ldb,
+                       p.ldc,   p.trans_a, p.trans_b, p.f32_inputs, static_cast<uint8_t>(p.out),
+                       align_a, align_b,   align_c};
+    auto it = plain_plans.find(key);
+    if (it != plain_plans.end()) return *it->second;
+    auto plan = std::make_unique<Plan>();
+    FP8T_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    // Our B stored [k,n] is column-major [n,k] = op(B)ᵀ as is (N); stored [n,k] it is [k,n] (T).
+    // Our A stored [m,k] is column-major [k,m] = op(A)ᵀ as is (N); stored [k,m] it is [m,k] (T).
+    const int32_t op_a = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    FP8T_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    const cudaDataType_t in = p.f32_inputs ? CUDA_R_32F : CUDA_R_16BF;
+    FP8T_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, in, p.trans_b ? p.k : p.n, p.trans_b ? p.n : p.k, p.ldb));
+    FP8T_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in, p.trans_a ? p.m : p.k, p.trans_a ? p.k : p.m, p.lda));
+    FP8T_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, cuda_type(p.out), p.n, p.m, p.ldc));
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    FP8T_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t ws = workspace.bytes();
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_b, sizeof(align_b));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_a, sizeof(align_a));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c));
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c));
+    cublasLtMatmulHeuristicResult_t results[8];
+    int returned = 0;
+    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b, plan->d, plan->d,
+                                                             pref, 8, results, &returned);
+    cublasLtMatmulPreferenceDestroy(pref);
+    FP8T_CHECK(st == CUBLAS_STATUS_SUCCESS && returned > 0,
+               "cuBLASLt has no algorithm for {} (heuristic status {}, {} results); lda={} ldb={} ldc={}, alignments "
+               "A {} B {} C {} bytes",
+               p.describe(), cublasLtGetStatusName(st), returned, p.lda, p.ldb, p.ldc, align_a, align_b, align_c);
+    plan->algo = results[0].algo;
+    plan->workspace = results[0].workspaceSize;
+    plan->algo_text = describe_algo(plan->algo);
+    return *plain_plans.emplace(key, std::move(plan)).first->second;
+  }
 
   // sa / sb: the scale pointers of this call (cuBLASLt's heuristic rejects block-scaled problems whose scale
   // pointers are unset, so they are set before it runs and again on every call).
@@ -222,12 +282,13 @@ CublasLtGemm::CublasLtGemm(size_t workspace_bytes) : impl_(std::make_unique<Impl
 
 CublasLtGemm::~CublasLtGemm() {
   impl_->plans.clear();
+  impl_->plain_plans.clear();
   if (impl_->handle) cublasLtDestroy(impl_->handle);
 }
 
 size_t CublasLtGemm::cached_plans() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
-  return impl_->plans.size();
+  return impl_->plans.size() + impl_->plain_plans.size();
 }
 
 void CublasLtGemm::validate(const CublasLtProblem& q) {
@@ -325,6 +386,29 @@ void CublasLtGemm::run(const CublasLtProblem& q, const void* a, const float* a_s
   const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
   FP8T_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, d, plan.d, d,
                                    plan.d, &plan.algo, impl_->workspace.get(), impl_->workspace.bytes(), stream));
+}
+
+void CublasLtGemm::run_plain(const CublasLtPlainProblem& p, const void* a, const void* b, void* c,
+                             cudaStream_t stream) {
+  FP8T_CHECK(p.m > 0 && p.n > 0 && p.k > 0, "GEMM: {}: empty or negative shape", p.describe());
+  FP8T_CHECK(!(p.f32_inputs && p.out == GemmOutput::BF16),
+             "GEMM: {}: cuBLASLt's FP32 GEMM writes F32 only (compute a BF16 output in F32 and round it)",
+             p.describe());
+  const int64_t a_cols = p.trans_a ? p.m : p.k, b_cols = p.trans_b ? p.k : p.n;
+  FP8T_CHECK(p.lda >= a_cols && p.ldb >= b_cols && p.ldc >= p.n,
+             "GEMM: {}: row strides lda={} ldb={} ldc={} are shorter than the rows ({}, {}, {})", p.describe(), p.lda,
+             p.ldb, p.ldc, a_cols, b_cols, p.n);
+  FP8T_CHECK(a != nullptr && b != nullptr && c != nullptr, "GEMM: null operand or output pointer");
+  const uint32_t align_a = pointer_alignment(a), align_b = pointer_alignment(b), align_c = pointer_alignment(c);
+  const uint32_t in_bytes = p.f32_inputs ? 4 : 2;
+  FP8T_CHECK(align_a >= in_bytes && align_b >= in_bytes && align_c >= output_bytes(p.out),
+             "GEMM: {}: pointers not aligned to their elements (A {} B {} C {} bytes)", p.describe(), align_a, align_b,
+             align_c);
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  Plan& plan = impl_->plain_plan_for(p, align_a, align_b, align_c);
+  const float alpha = p.alpha, beta = p.beta;
+  FP8T_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, c, plan.d, c, plan.d,
+                                   &plan.algo, impl_->workspace.get(), impl_->workspace.bytes(), stream));
 }
 
 std::string CublasLtGemm::algorithm(const CublasLtProblem& q, size_t alignment) {

@@ -51,6 +51,21 @@ struct CublasLtProblem {
 // Block128x128 ceil(rows/128)*ceil(K/128) (row-major) or ceil(rows/128)*round_up(ceil(K/128), 4) (native).
 int64_t scale_count(OperandScaling s, quant::ScaleLayout layout, int64_t rows, int64_t k);
 
+// Plain (unscaled) GEMMs, row-major: C[m,n] = alpha·op(A)·op(B) + beta·C with FP32 compute
+// (CUBLAS_COMPUTE_32F: FP32-accurate for F32 inputs, never TF32). A is stored [m,k] ([k,m] when trans_a), B is
+// stored [k,n] ([n,k] when trans_b), C [m,n]; any row strides >= the stored rows' lengths. Inputs both BF16
+// (C F32 or BF16; a BF16 C is read as BF16 when beta != 0 and rounded once) or both F32 (C F32). m, n, k > 0.
+// cuBLASLt sees the column-major transpose Cᵀ[n,m] = op(B)ᵀ·op(A)ᵀ: its A is our B, its B is our A.
+struct CublasLtPlainProblem {
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  bool f32_inputs = false;  // F32 × F32; else BF16 × BF16
+  GemmOutput out = GemmOutput::F32;
+  int64_t lda = 0, ldb = 0, ldc = 0;  // row strides in elements (never 0)
+  float alpha = 1.0f, beta = 0.0f;
+  std::string describe() const;  // "bf16 aᵀ·b -> f32, M=.. N=.. K=.."
+};
+
 class CublasLtGemm {
  public:
   explicit CublasLtGemm(size_t workspace_bytes = size_t{32} << 20);
@@ -63,6 +78,8 @@ class CublasLtGemm {
   // a_scales / b_scales: device floats in the problem's layouts (ignored for BF16 operands).
   void run(const CublasLtProblem& p, const void* a, const float* a_scales, const void* b, const float* b_scales,
            void* d, cudaStream_t stream);
+  // Plain GEMM (no scales); the algorithm is cached per shape, strides, transposes, types and pointer alignment.
+  void run_plain(const CublasLtPlainProblem& p, const void* a, const void* b, void* c, cudaStream_t stream);
   // The cached algorithm chosen for p (selecting it if needed) as "algo 66 tile 23 stages 19 ...".
   std::string algorithm(const CublasLtProblem& p, size_t alignment = 256);
   size_t cached_plans() const;

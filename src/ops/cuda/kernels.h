@@ -3,7 +3,8 @@
 // validated (shapes, dtypes, devices), and throws fp8train::Error "<op> is not implemented on cuda: <what>" for a
 // form the CUDA kernels do not serve (the CPU serves every form). A null table entry: the whole op is CPU only.
 // The kernels behind them: quantize_fast.cu / quantize_blocks.cu / dequantize.cu / transpose.cu (quantizers,
-// quantize_cuda.h), fp8_gemm_*.cu (fp8train's FP8 GEMMs, fp8_gemm.h) and cuBLASLt (cublaslt_gemm.h).
+// quantize_cuda.h), fp8_gemm_*.cu (fp8train's FP8 GEMMs, fp8_gemm.h), cuBLASLt (cublaslt_gemm.h) and gemm_convert.cu
+// (gemm_launch.h).
 #pragma once
 #include "ops/op_table.h"
 #include "tensor/device.h"
@@ -30,8 +31,16 @@ void install_attention_ops(OpTable& t);
 void install_moe_ops(OpTable& t);
 void install_train_ops(OpTable& t);
 
+// gemm_grouped's backend: fp8train's device-offset kernels (Own, the default), or the offsets read to the host
+// and one cuBLASLt GEMM per expert (CublasLt; also FP8TRAIN_GROUPED_GEMM=cublaslt at start-up).
+enum class GroupedGemmBackend : uint8_t { Own, CublasLt };
+void set_grouped_gemm_backend(GroupedGemmBackend b);
+GroupedGemmBackend grouped_gemm_backend();
+
 namespace kernels {
-GemmFn gemm;  // cuBLASLt: BF16 a · bᵀ into F32 or BF16
+// plain GEMMs (gemm_ops.cpp): cuBLASLt, every transpose and F32/BF16 mix; grouped: one cuBLASLt GEMM per expert
+GemmFn gemm;
+GroupedGemmFn gemm_grouped;
 // quantization and scaled GEMMs (quantize_ops.cpp, scaled_gemm_ops.cpp)
 QuantizeFn quantize;
 QuantizeDelayedFn quantize_delayed;

@@ -1,11 +1,10 @@
-// CUDA launchers of the scaled GEMMs (ops/scaled_gemm.h) and of the BF16 GEMM (ops/gemm.h):
+// CUDA launchers of the scaled GEMMs (ops/scaled_gemm.h; the plain GEMMs of ops/gemm.h are in gemm_ops.cpp):
 //   block-scaled E4M3 x E4M3, hopper accumulation promoting every 128 (the CPU's numerics bit for bit):
 //     a 1x128 · b 128x128 -> BF16                   fp8train's dense kernel (k_splits as the numerics say)
 //     a 1x128 · b 1x128 -> F32 (+= d)              fp8train's Wgrad kernel
 //     with set_fp8_gemm_backend(CublasLt) / FP8TRAIN_FP8_GEMM=cublaslt: cuBLASLt (not bit-exact for every form)
 //   per-tensor FP8 (promotion every 128, or never: cuBLASLt's fast accumulation)  cuBLASLt
 //   grouped over M (a 1x128 · b_e 128x128 -> BF16) and over K (1x128 · 1x128 -> F32)  fp8train's grouped kernels
-//   BF16 a · bᵀ -> F32 / BF16                       cuBLASLt
 // Every other form throws "not implemented on cuda: <what>": INT8 GEMMs, E5M6 / BF16 scaled operands, exact or
 // fp32 accumulation, other promotion intervals, strided outputs of our kernels.
 #include <cuda_runtime_api.h>
@@ -16,7 +15,6 @@
 #include "ops/cuda/cublaslt_gemm.h"
 #include "ops/cuda/fp8_gemm.h"
 #include "ops/cuda/kernels.h"
-#include "ops/gemm.h"
 #include "ops/scaled_gemm.h"
 
 namespace fp8train::ops::cuda {
@@ -185,28 +183,6 @@ void scaled_gemm_grouped_k(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, 
   q.c = p.accumulate ? static_cast<const float*>(d) : nullptr;
   q.d = static_cast<float*>(d);
   fp8_gemm_wgrad(q, Fp8GemmConfig{}, stream_of(ctx));
-}
-
-void gemm(const ExecCtx& ctx, const GemmProblem& p, const void* a, const void* b, void* c) {
-  const char* op = "gemm";
-  const bool served = p.a_dtype == DType::BF16 && p.b_dtype == DType::BF16 && !p.trans_a && p.trans_b &&
-                      (p.dtype == DType::F32 || p.dtype == DType::BF16) && p.alpha == 1.0 &&
-                      (p.beta == 0.0 || p.beta == 1.0) && !p.round_inputs_bf16;
-  if (!served)
-    throw_not_implemented(op, "this form (cuBLASLt serves c (+)= a·bᵀ with BF16 a and b, alpha 1, beta 0 or 1)");
-  if (p.m == 0 || p.n == 0) return;
-  CublasLtProblem q;
-  q.m = p.m;
-  q.n = p.n;
-  q.k = p.k;
-  q.a_type = q.b_type = GemmInput::BF16;
-  q.a_scaling = q.b_scaling = OperandScaling::None;
-  q.out = p.dtype == DType::F32 ? GemmOutput::F32 : GemmOutput::BF16;
-  q.accumulate = p.beta == 1.0;
-  q.lda = p.lda;
-  q.ldb = p.ldb;
-  q.ldd = p.ldc;
-  cublaslt_gemm(ctx.device.index).run(q, a, nullptr, b, nullptr, c, stream_of(ctx));
 }
 
 }  // namespace kernels

@@ -11,6 +11,7 @@ OpTable make_table() {
   OpTable t;
   t.backend = "cuda";
   t.gemm = kernels::gemm;
+  t.gemm_grouped = kernels::gemm_grouped;
   // quantization and scaled GEMMs
   t.quantize = kernels::quantize;
   t.quantize_delayed = kernels::quantize_delayed;
