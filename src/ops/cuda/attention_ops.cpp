@@ -82,7 +82,11 @@ void attention_backward(const ExecCtx& ctx, const AttentionProblem& p, const voi
   // kept alive until the kernels are enqueued: the caching allocator is stream-ordered on ctx's stream
   const Tensor delta = ctx.scratch({std::max<int64_t>(1, p.batch * p.heads * p.seq)}, DType::F32);
   a.delta = delta.data<float>();
-  check(op, detail::launch_attention_backward_simt(a, static_cast<cudaStream_t>(ctx.stream)));
+  const auto stream = static_cast<cudaStream_t>(ctx.stream);
+  if (a.bf16 && detail::attention_mma_supported(a, true))
+    check(op, detail::launch_attention_backward_mma(a, stream));
+  else
+    check(op, detail::launch_attention_backward_simt(a, stream));
 }
 
 }  // namespace
