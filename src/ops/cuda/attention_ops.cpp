@@ -1,12 +1,14 @@
 // CUDA launchers of the attention core (ops/op_table.h, ops/attention.h):
 //   BF16 with qk_dim, v_dim multiples of 8 (≤ 256) and 16-byte aligned rows: tensor-core kernels (attention_mma.cu)
 //   F32, and BF16 forms the tensor-core kernels do not serve: SIMT FP32 kernels (attention_simt.cu)
-// Head dims above 256 and F64 are refused. The backward is deterministic (no atomics): delta = rowsum(dO∘O) in
+// FP8TRAIN_ATTENTION=simt sends every form to the SIMT kernels (to tell the two paths apart when a result looks
+// wrong). Head dims above 256 and F64 are refused. The backward is deterministic (no atomics): delta = rowsum(dO∘O) in
 // F32 scratch, then dK / dV per key block and dQ per query block.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "common/error.h"
@@ -45,6 +47,15 @@ detail::AttnArgs args_of(const char* op, const AttentionProblem& p) {
   return a;
 }
 
+// The tensor-core kernels serve the form, unless FP8TRAIN_ATTENTION=simt (read once).
+bool use_mma(const detail::AttnArgs& a, bool backward) {
+  static const bool simt_only = [] {
+    const char* e = std::getenv("FP8TRAIN_ATTENTION");
+    return e != nullptr && std::string(e) == "simt";
+  }();
+  return !simt_only && a.bf16 && detail::attention_mma_supported(a, backward);
+}
+
 void check(const char* op, cudaError_t e) {
   FP8T_CHECK(e == cudaSuccess, "{}: CUDA kernel launch failed: {} ({})", op, cudaGetErrorName(e),
              cudaGetErrorString(e));
@@ -60,7 +71,7 @@ void attention_forward(const ExecCtx& ctx, const AttentionProblem& p, const void
   a.o = o;
   a.lse = static_cast<float*>(lse);
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
-  if (a.bf16 && detail::attention_mma_supported(a, false))
+  if (use_mma(a, false))
     check(op, detail::launch_attention_forward_mma(a, stream));
   else
     check(op, detail::launch_attention_forward_simt(a, stream));
@@ -83,7 +94,7 @@ void attention_backward(const ExecCtx& ctx, const AttentionProblem& p, const voi
   const Tensor delta = ctx.scratch({std::max<int64_t>(1, p.batch * p.heads * p.seq)}, DType::F32);
   a.delta = delta.data<float>();
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
-  if (a.bf16 && detail::attention_mma_supported(a, true))
+  if (use_mma(a, true))
     check(op, detail::launch_attention_backward_mma(a, stream));
   else
     check(op, detail::launch_attention_backward_simt(a, stream));
