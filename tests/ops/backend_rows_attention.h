@@ -1,11 +1,11 @@
 // Backend test table rows (backend_ops_table.h) of the attention core: attention_forward (outputs o, lse) and
 // attention_backward (dq, dk, dv), F32 and BF16, on a ragged shape, DeepSeek-V3's head dims, a strided form (q with
 // a head stride above qk_dim, k and v views into one fused k|v buffer, dq / dk / dv likewise), a single-token
-// sequence and the tiny preset's dims (qk 8, v 4). Inputs: random_values per (row, head) scaled to RMS 1, so the
-// scores scale·q·k with scale = 1/√qk_dim are O(1) and the softmax is neither flat nor one-hot. The backward rows
-// feed o and lse from an FP64 forward (o rounded to the storage dtype, lse to F32), so CPU, CUDA and the
-// reference see the same inputs. Reference: a naive FP64 evaluation with the full softmax of each row.
-// BF16 outputs are widened to floats and compared by normalized error.
+// sequence, the tiny preset's dims (qk 8, v 4) and the bench preset's (qk 96, v 64). Inputs: random_values per
+// (row, head) scaled to RMS 1, so the scores scale·q·k with scale = 1/√qk_dim are O(1) and the softmax is neither
+// flat nor one-hot. The backward rows feed o and lse from an FP64 forward (o rounded to the storage dtype, lse to
+// F32), so CPU, CUDA and the reference see the same inputs. Reference: a naive FP64 evaluation with the full softmax
+// of each row. BF16 outputs are widened to floats and compared by normalized error.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -270,6 +270,7 @@ inline void attention_op_cases(std::vector<BackendOpCase>& out) {
       {2, 70, 2, 64, 64, /*strided=*/true},  // q head stride 80, k | v fused [rows, heads, 128]
       {3, 1, 2, 48, 32},                     // a single token per sequence
       {2, 19, 2, 8, 4},                      // tiny preset dims (qk 4 + 4, v 4): the SIMT path for BF16 too
+      {1, 130, 2, 96, 64},                   // bench preset dims (qk 64 + 32, v 64), three blocks of 64, ragged
   };
   for (const attn::Shape& s : shapes)
     for (DType dtype : {DType::F32, DType::BF16}) {
