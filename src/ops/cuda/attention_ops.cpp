@@ -1,9 +1,110 @@
-// CUDA launchers of the attention core (ops/op_table.h); none yet: the table's entries stay null and the entry points
-// say the op is not implemented on cuda.
+// CUDA launchers of the attention core (ops/op_table.h, ops/attention.h):
+//   BF16 with qk_dim, v_dim multiples of 8 (≤ 256) and 16-byte aligned rows: tensor-core kernels (attention_mma.cu)
+//   F32, and BF16 forms the tensor-core kernels do not serve: SIMT FP32 kernels (attention_simt.cu)
+// FP8TRAIN_ATTENTION=simt sends every form to the SIMT kernels (to tell the two paths apart when a result looks
+// wrong). Head dims above 256 and F64 are refused. The backward is deterministic (no atomics): delta = rowsum(dO∘O) in
+// F32 scratch, then dK / dV per key block and dQ per query block.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "common/error.h"
+#include "ops/attention.h"
+#include "ops/cuda/attention_launch.h"
 #include "ops/cuda/kernels.h"
 
 namespace fp8train::ops::cuda {
+namespace {
 
-void install_attention_ops(OpTable&) {}
+detail::AttnLayout layout_of(const HeadsLayout& l) { return {l.row_stride, l.head_stride}; }
+
+detail::AttnArgs args_of(const char* op, const AttentionProblem& p) {
+  if (p.dtype == DType::F64) throw_not_implemented(op, "f64");
+  if (p.qk_dim > detail::kAttnMaxDim || p.v_dim > detail::kAttnMaxDim)
+    throw_not_implemented(op, "head dims above " + std::to_string(detail::kAttnMaxDim) + " (qk_dim " +
+                                  std::to_string(p.qk_dim) + ", v_dim " + std::to_string(p.v_dim) + ")");
+  FP8T_CHECK(p.batch * p.seq < (int64_t{1} << 31) && p.batch * p.heads < (int64_t{1} << 31),
+             "{}: {} sequences of {} rows and {} heads are too many for the CUDA kernels", op, p.batch, p.seq, p.heads);
+  detail::AttnArgs a;
+  a.bf16 = p.dtype == DType::BF16;
+  a.batch = static_cast<int>(p.batch);
+  a.seq = static_cast<int>(p.seq);
+  a.heads = static_cast<int>(p.heads);
+  a.qk_dim = static_cast<int>(p.qk_dim);
+  a.v_dim = static_cast<int>(p.v_dim);
+  a.scale = static_cast<float>(p.scale);
+  a.lq = layout_of(p.q);
+  a.lk = layout_of(p.k);
+  a.lv = layout_of(p.v);
+  a.lo = layout_of(p.o);
+  a.ldout = layout_of(p.dout);
+  a.ldq = layout_of(p.dq);
+  a.ldk = layout_of(p.dk);
+  a.ldv = layout_of(p.dv);
+  return a;
+}
+
+// The tensor-core kernels serve the form, unless FP8TRAIN_ATTENTION=simt (read once).
+bool use_mma(const detail::AttnArgs& a, bool backward) {
+  static const bool simt_only = [] {
+    const char* e = std::getenv("FP8TRAIN_ATTENTION");
+    return e != nullptr && std::string(e) == "simt";
+  }();
+  return !simt_only && a.bf16 && detail::attention_mma_supported(a, backward);
+}
+
+void check(const char* op, cudaError_t e) {
+  FP8T_CHECK(e == cudaSuccess, "{}: CUDA kernel launch failed: {} ({})", op, cudaGetErrorName(e),
+             cudaGetErrorString(e));
+}
+
+void attention_forward(const ExecCtx& ctx, const AttentionProblem& p, const void* q, const void* k, const void* v,
+                       void* o, void* lse) {
+  const char* op = "attention_forward";
+  detail::AttnArgs a = args_of(op, p);
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.o = o;
+  a.lse = static_cast<float*>(lse);
+  const auto stream = static_cast<cudaStream_t>(ctx.stream);
+  if (use_mma(a, false))
+    check(op, detail::launch_attention_forward_mma(a, stream));
+  else
+    check(op, detail::launch_attention_forward_simt(a, stream));
+}
+
+void attention_backward(const ExecCtx& ctx, const AttentionProblem& p, const void* q, const void* k, const void* v,
+                        const void* o, const void* lse, const void* dout, void* dq, void* dk, void* dv) {
+  const char* op = "attention_backward";
+  detail::AttnArgs a = args_of(op, p);
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.o = const_cast<void*>(o);  // read only by the backward
+  a.lse = static_cast<float*>(const_cast<void*>(lse));
+  a.dout = dout;
+  a.dq = dq;
+  a.dk = dk;
+  a.dv = dv;
+  // kept alive until the kernels are enqueued: the caching allocator is stream-ordered on ctx's stream
+  const Tensor delta = ctx.scratch({std::max<int64_t>(1, p.batch * p.heads * p.seq)}, DType::F32);
+  a.delta = delta.data<float>();
+  const auto stream = static_cast<cudaStream_t>(ctx.stream);
+  if (use_mma(a, true))
+    check(op, detail::launch_attention_backward_mma(a, stream));
+  else
+    check(op, detail::launch_attention_backward_simt(a, stream));
+}
+
+}  // namespace
+
+void install_attention_ops(OpTable& t) {
+  t.attention_forward = attention_forward;
+  t.attention_backward = attention_backward;
+}
 
 }  // namespace fp8train::ops::cuda
