@@ -35,6 +35,7 @@ std::vector<ConfigKey> make_keys() {
   k.push_back({"train.seq_len", "seq-len", 1, 1e6, {}, "tokens per sequence", FP8T_REF(seq_len)});
   k.push_back({"train.seed", "seed", 0, 9007199254740991.0, {}, "seed of initialisation and data sampling", FP8T_REF(seed)});
   k.push_back({"train.threads", "threads", 0, 4096, {}, "CPU threads (0: OpenMP default); results are bit-identical for a fixed count", FP8T_REF(threads)});
+  k.push_back({"train.device", "device", 0, 0, {"auto", "cpu", "cuda"}, "where the run computes: cpu, cuda (one Hopper GPU, cuda:0), or auto (cuda when a Hopper GPU is present); a resume keeps the checkpoint's device unless this is given (checkpoints move between CPU and GPU runs)", FP8T_REF(device)});
   k.push_back({"train.recipe", "recipe", 0, 0, {}, "precision recipe: fp32, bf16, fp8-deepseek, fp8-tensorwise, int8-blockwise, with optional :key=value overrides (src/recipe/recipe.h)", FP8T_REF(recipe)});
   k.push_back({"train.out", "out", 0, 0, {}, "run directory (empty: runs/<preset>-<date>-<time>)", FP8T_REF(out)});
   k.push_back({"train.save_every", "save-every", 0, kBig, {}, "checkpoint every N steps (0: only at the end)", FP8T_REF(save_every)});

@@ -40,6 +40,7 @@ struct TrainConfig {
   int64_t seq_len = 128;
   int64_t seed = 1;
   int64_t threads = 0;            // OpenMP threads (0: OpenMP's default)
+  std::string device = "auto";    // cpu, cuda (a Hopper GPU), or auto: cuda when a Hopper GPU is present
   std::string recipe = "bf16";    // a recipe spec for recipe::parse_recipe (fp32, bf16, fp8-deepseek, ...)
   std::string out;                // run directory (empty: runs/<preset>-<date>-<time>)
   int64_t save_every = 0;         // checkpoint every N steps (0: only at the end)

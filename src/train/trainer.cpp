@@ -100,6 +100,9 @@ std::vector<std::string> resume_warnings(const CheckpointMeta& checkpoint, const
             "steps from here differ from the run as first planned";
     else if (key == "train.threads")
       why = "results are bit-identical only for a fixed thread count";
+    else if (key == "train.device")
+      why = "the other backend's kernels sum in other orders, so the steps from here are not bit-identical to an "
+            "uninterrupted run";
     else if (key == "train.seed" && c.data_path.empty())
       why = "the embedded corpus is generated from the seed, so the data differs too";
     else if (key == "train.recipe")

@@ -103,7 +103,7 @@ class TrainCli : public ::testing::Test {
                 "num_experts_per_tok": 2, "mtp_depth": 1},
       "data": {"corpus_bytes": 20000},
       "train": {"steps": 6, "batch_size": 4, "micro_batch_size": 2, "seq_len": 32, "eval_every": 3,
-                "eval_batches": 1, "log_every": 1, "threads": 1},
+                "eval_batches": 1, "log_every": 1, "threads": 1, "device": "cpu"},
       "optim": {"warmup_steps": 2}
     })";
   }

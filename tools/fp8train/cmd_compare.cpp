@@ -439,6 +439,7 @@ void run_compare(const CompareArgs& given) {
       apply_config_json(common, file_json, fmt::format("config file '{}'", args.config_file), &sources);
     for (const auto& [flag, text] : args.flag_values) apply_config_flag(common, flag, text, &sources);
     validate_config(common);
+    common.device = start_device(common.device);  // every recipe trains on the same device
     // Every recipe's config, resolved and validated before anything is trained or created.
     std::vector<TrainConfig> configs;
     for (const std::string& spec : specs) {

@@ -36,6 +36,9 @@
 #include "train/progress.h"
 #include "train/rng.h"
 #include "train/trainer.h"
+#ifdef FP8TRAIN_HAVE_CUDA
+#include "tensor/cuda/device.h"
+#endif
 
 namespace fp8train::cli {
 namespace {
@@ -64,6 +67,9 @@ std::string fresh_run_dir(const std::string& name) {
 }
 
 std::string device_description() {
+#ifdef FP8TRAIN_HAVE_CUDA
+  if (started_device() == "cuda") return fp8train::cuda::device_info(fp8train::cuda::current_device()).describe();
+#endif
   const int threads = omp_get_max_threads();
   return fmt::format("CPU, {} thread{}", threads, threads == 1 ? "" : "s");
 }
@@ -125,6 +131,7 @@ void run_train(const TrainArgs& args) {
   // Data first: a bad data file fails before anything is created.
   const TokenData data = load_data(config);
   set_threads(config.threads);
+  config.device = start_device(config.device);  // config.json records where the run computed
 
   DeepSeekTrainable model(config.model, derive_seed(static_cast<uint64_t>(config.seed), 0), config.recipe);
   std::printf("fp8train train: DeepSeek-V3-style model, %lld parameters (%s)\n",
@@ -162,7 +169,7 @@ struct LoadedModel {
   CheckpointMeta meta;
 };
 
-LoadedModel load_model(const std::string& checkpoint, int64_t threads) {
+LoadedModel load_model(const std::string& checkpoint, int64_t threads, const std::string& device) {
   LoadedModel m;
   m.meta = read_checkpoint_meta(resolve_checkpoint_dir(checkpoint), CheckpointUse::Inference);
   const std::string preset = m.meta.config.value("preset", "small");
@@ -170,6 +177,7 @@ LoadedModel load_model(const std::string& checkpoint, int64_t threads) {
   apply_config_json(m.config, m.meta.config, "checkpoint", nullptr);
   validate_config(m.config);
   set_threads(threads > 0 ? threads : m.config.threads);
+  m.config.device = start_device(device);
   m.model = std::make_unique<DeepSeekTrainable>(m.config.model, 0, m.config.recipe);
   load_checkpoint(m.meta, *m.model, nullptr);
   return m;
@@ -179,13 +187,14 @@ LoadedModel load_model(const std::string& checkpoint, int64_t threads) {
 struct EvalArgs {
   std::string checkpoint, data;
   int64_t seq_len = 0, batch = 8, max_windows = 0, threads = 0;
+  std::string device = "auto";
   bool json = false;
 };
 
 void run_eval(const EvalArgs& a) {
   FP8T_CHECK(a.batch >= 1, "--batch must be at least 1, got {}", a.batch);
   FP8T_CHECK(a.seq_len >= 0 && a.max_windows >= 0, "--seq-len and --max-windows must be non-negative");
-  LoadedModel m = load_model(a.checkpoint, a.threads);
+  LoadedModel m = load_model(a.checkpoint, a.threads, a.device);
   const int64_t seq_len = a.seq_len > 0 ? a.seq_len : m.config.seq_len;
   std::vector<Token> tokens;
   std::string source;
@@ -234,6 +243,7 @@ void run_eval(const EvalArgs& a) {
 struct GenerateArgs {
   std::string checkpoint, prompt;
   int64_t max_new_tokens = 200, top_k = 40, seed = 1, threads = 0;
+  std::string device = "auto";
   double temperature = 0.8;
 };
 
@@ -263,7 +273,7 @@ void run_generate(const GenerateArgs& a) {
   FP8T_CHECK(a.temperature >= 0.0 && std::isfinite(a.temperature), "--temperature must be >= 0, got {}", a.temperature);
   FP8T_CHECK(a.top_k >= 0, "--top-k must be non-negative, got {}", a.top_k);
   validate_utf8(a.prompt, "--prompt");
-  LoadedModel m = load_model(a.checkpoint, a.threads);
+  LoadedModel m = load_model(a.checkpoint, a.threads, a.device);
   const int64_t window = m.config.seq_len;
   std::vector<Token> context = encode_bytes(a.prompt);
   if (context.empty()) context.push_back('\n');  // an empty prompt starts a new line of the corpus
@@ -315,6 +325,7 @@ void add_train(CLI::App& root) {
   eval->add_option("--batch", eval_args.batch, "windows per forward pass");
   eval->add_option("--max-windows", eval_args.max_windows, "evaluate at most this many windows (0: the whole file)");
   eval->add_option("--threads", eval_args.threads, "CPU threads (0: the run's setting)");
+  eval->add_option("--device", eval_args.device, "cpu, cuda or auto (cuda when a Hopper GPU is present)");
   eval->add_flag("--json", eval_args.json, "print one JSON line instead of text");
   eval->callback([] { run_eval(eval_args); });
 
@@ -328,6 +339,7 @@ void add_train(CLI::App& root) {
   gen->add_option("--top-k", gen_args.top_k, "sample among the k most likely tokens (0: all)");
   gen->add_option("--seed", gen_args.seed, "sampling seed");
   gen->add_option("--threads", gen_args.threads, "CPU threads (0: the run's setting)");
+  gen->add_option("--device", gen_args.device, "cpu, cuda or auto (cuda when a Hopper GPU is present)");
   gen->callback([] { run_generate(gen_args); });
 }
 

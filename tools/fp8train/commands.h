@@ -16,7 +16,16 @@ bool register_command(const std::string& name, int order, AddCommand add);
 // Shared by train and compare (cmd_train.cpp):
 // "runs/<name>-<date>-<time>", with "-2", "-3", ... appended when that folder exists (two runs in one second).
 std::string fresh_run_dir(const std::string& name);
-// What training runs on, e.g. "CPU, 2 threads" (after the thread count is set).
+// What training runs on, e.g. "CPU, 2 threads" or "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, ...)" (after the
+// thread count is set and the device started).
 std::string device_description();
+
+// Starts the device a run computes on (device.cpp) and returns "cpu" or "cuda". `wanted`: "cpu"; "cuda" (the
+// first GPU, which must be a Hopper: the CUDA kernels are built for sm_90a; it becomes the default device, so the
+// model, its arenas and every tensor of a step live there); or "auto" (cuda when this build has CUDA and a
+// Hopper GPU is visible, else cpu). Throws naming the reason when cuda is asked for and cannot be had.
+std::string start_device(const std::string& wanted);
+// The device start_device chose ("cpu" before any call).
+const std::string& started_device();
 
 }  // namespace fp8train::cli
