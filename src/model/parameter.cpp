@@ -1,6 +1,7 @@
 // ParameterSet (see parameter.h).
 #include "model/parameter.h"
 
+#include <exception>
 #include <map>
 #include <random>
 #include <set>
@@ -104,8 +105,18 @@ void ParameterSet::zero_grad() {
 
 void ParameterSet::initialize(uint64_t seed, double std) {
   mark_updated();
-  for (auto& p : params_) {
-    if (!p->trainable) continue;
+  std::vector<Parameter*> todo;
+  for (auto& p : params_)
+    if (p->trainable) todo.push_back(p.get());
+  for (Parameter* p : todo)
+    FP8T_CHECK(p->value.dtype() == DType::F32 || p->value.dtype() == DType::F64, "parameter '{}' has dtype {}",
+               p->name, dtype_name(p->value.dtype()));
+  // Each parameter draws from its own stream (seeded by its name), so they are generated in parallel — a
+  // benchmark-sized model has billions of values — and copied to the device one at a time.
+  std::exception_ptr failure;  // an exception may not leave an OpenMP region: the first is rethrown after it
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t i = 0; i < todo.size(); ++i) try {
+    Parameter* p = todo[i];
     const int64_t n = p->value.numel();
     std::vector<double> v(static_cast<size_t>(n), p->init == Init::Ones ? 1.0 : 0.0);
     if (p->init == Init::Normal) {
@@ -113,14 +124,21 @@ void ParameterSet::initialize(uint64_t seed, double std) {
       std::normal_distribution<double> normal(0.0, std);
       for (double& x : v) x = normal(rng);
     }
-    if (p->value.dtype() == DType::F64) {
-      p->value.copy_from(Tensor::from_vector(v, p->value.shape(), MemCategory::Workspace, p->value.device()));
-    } else {
-      FP8T_CHECK(p->value.dtype() == DType::F32, "parameter '{}' has dtype {}", p->name, dtype_name(p->value.dtype()));
-      std::vector<float> f(v.begin(), v.end());
-      p->value.copy_from(Tensor::from_vector(f, p->value.shape(), MemCategory::Workspace, p->value.device()));
+    const std::vector<float> f = p->value.dtype() == DType::F64 ? std::vector<float>{}
+                                                                 : std::vector<float>(v.begin(), v.end());
+#pragma omp critical(fp8train_parameter_init_copy)
+    {
+      if (p->value.dtype() == DType::F64) {
+        p->value.copy_from(Tensor::from_vector(v, p->value.shape(), MemCategory::Workspace, Device::cpu()));
+      } else {
+        p->value.copy_from(Tensor::from_vector(f, p->value.shape(), MemCategory::Workspace, Device::cpu()));
+      }
     }
+  } catch (...) {
+#pragma omp critical(fp8train_parameter_init_failure)
+    if (!failure) failure = std::current_exception();
   }
+  if (failure) std::rethrow_exception(failure);
 }
 
 namespace {
