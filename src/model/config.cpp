@@ -149,4 +149,21 @@ ModelConfig bench_config() {
   return c;
 }
 
+ModelConfig::Flops ModelConfig::training_flops(int64_t seq) const {
+  const int64_t d = hidden_size, h = n_heads;
+  const int64_t q_proj = q_lora_rank > 0 ? d * q_lora_rank + q_lora_rank * h * qk_head_dim() : d * h * qk_head_dim();
+  const int64_t attn = q_proj + d * (kv_lora_rank + qk_rope_head_dim) +
+                       kv_lora_rank * h * (qk_nope_head_dim + v_head_dim) + h * v_head_dim * d;
+  const int64_t dense = 3 * d * intermediate_size;
+  const int64_t moe = 3 * d * moe_intermediate_size * (num_experts_per_tok + n_shared_experts) + d * n_routed_experts;
+  const bool mtp_moe = n_dense_layers < n_layers;  // MTP blocks use MoE when the model has MoE layers
+  const int64_t mtp = 2 * d * d + attn + (mtp_moe ? moe : dense) + d * vocab_size;
+  Flops f;
+  f.active_params = n_layers * attn + n_dense_layers * dense + n_moe_layers() * moe + d * vocab_size + mtp_depth * mtp;
+  const double attn_flops = static_cast<double>(n_layers + mtp_depth) * static_cast<double>(h) * 2.0 *
+                            static_cast<double>(seq) * static_cast<double>(qk_head_dim() + v_head_dim);
+  f.per_token = 6.0 * static_cast<double>(f.active_params) + 3.0 * attn_flops;
+  return f;
+}
+
 }  // namespace fp8train::model

@@ -43,6 +43,17 @@ struct ModelConfig {
   double softmax_scale() const;  // 1/sqrt(qk_nope_head_dim + qk_rope_head_dim)
   int64_t n_moe_layers() const { return n_layers - n_dense_layers; }
   bool is_moe_layer(int64_t layer) const { return layer >= n_dense_layers; }
+
+  // Model FLOPs of one training token at sequence length `seq` (forward + backward), the convention of
+  // ../shared/bench/torch_moe_reference.py: 6 × the matmul parameters a token activates (MLA projections, the
+  // dense FFN, the shared and top-K routed experts, the router gate, the head; plus each MTP module's
+  // projection, block and head) + 3 × the causal attention's forward FLOPs (2·seq·(qk + v) per head per layer,
+  // half of the full 4·seq·d for the causal mask).
+  struct Flops {
+    double per_token = 0;           // model FLOPs per token
+    int64_t active_params = 0;      // matmul parameters a token activates
+  };
+  Flops training_flops(int64_t seq) const;
   // Throws fp8train::Error naming the first inconsistent key.
   void validate() const;
   std::string describe() const;  // one line: the main dimensions

@@ -159,14 +159,23 @@ struct Launch {
   template <class... Args>
   decltype(auto) operator()(Args&&... args) const {
     if (ctx->profile == nullptr) return fn(std::forward<Args>(args)...);
+    const bool sync = ctx->profile->synchronizing() && ctx->stream != nullptr;
+    if (sync) ctx->synchronize();
     const auto t0 = std::chrono::steady_clock::now();
     struct Record {  // records on every exit, a thrown error included
       const Launch* l;
       std::chrono::steady_clock::time_point t0;
+      bool sync;
       ~Record() {
+        if (sync) {
+          try {
+            l->ctx->synchronize();
+          } catch (...) {  // a device error resurfaces at the step's next synchronization
+          }
+        }
         l->ctx->profile->add(l->op, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
-    } record{this, t0};
+    } record{this, t0, sync};
     return fn(std::forward<Args>(args)...);
   }
 };

@@ -21,9 +21,13 @@
 namespace fp8train {
 
 // Wall time per op (seconds, calls). On the CPU an op has finished when it returns, so the time is the op's;
-// on a GPU it is the launch's unless the caller synchronizes (the benchmarks that use it say which).
+// on a GPU it is the launch's, unless `synchronizing` is set: then each op launched through the op table waits
+// for the device before and after it, so the time is the op's own (and the step runs slower: a breakdown, not a
+// throughput).
 class OpProfile {
  public:
+  explicit OpProfile(bool synchronizing = false) : synchronizing_(synchronizing) {}
+  bool synchronizing() const { return synchronizing_; }
   struct Entry {
     double seconds = 0;
     int64_t calls = 0;
@@ -33,6 +37,7 @@ class OpProfile {
   void clear();
 
  private:
+  bool synchronizing_ = false;
   mutable std::mutex mutex_;
   std::map<std::string, Entry, std::less<>> entries_;
 };

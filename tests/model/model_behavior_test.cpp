@@ -52,6 +52,27 @@ ModelConfig tiny(double init_std = 0.1) {
   return c;
 }
 
+// The benchmark's FLOP convention (../shared/bench/torch_moe_reference.py, flops_per_token) for its two configs:
+// the values that script computes, (3674210304, 549453824) and (12819038208, 1633189888).
+TEST(Model, TrainingFlopsFollowTheReferenceConvention) {
+  ModelConfig c;
+  c.vocab_size = 32768, c.hidden_size = 2048, c.n_layers = 6, c.n_dense_layers = 1, c.intermediate_size = 10944;
+  c.n_heads = 16, c.q_lora_rank = 768, c.kv_lora_rank = 512, c.qk_nope_head_dim = 128, c.qk_rope_head_dim = 64;
+  c.v_head_dim = 128, c.n_routed_experts = 64, c.num_experts_per_tok = 6, c.n_shared_experts = 2;
+  c.moe_intermediate_size = 1408, c.mtp_depth = 0;
+  ModelConfig::Flops f = c.training_flops(2048);
+  EXPECT_EQ(f.active_params, 549453824);
+  EXPECT_EQ(f.per_token, 3674210304.0);
+  c.hidden_size = 7168, c.n_layers = 3, c.intermediate_size = 18432, c.n_heads = 128, c.q_lora_rank = 1536;
+  c.n_routed_experts = 16, c.num_experts_per_tok = 4, c.n_shared_experts = 1, c.moe_intermediate_size = 2048;
+  f = c.training_flops(4096);
+  EXPECT_EQ(f.active_params, 1633189888);
+  EXPECT_EQ(f.per_token, 12819038208.0);
+  // An MTP module adds its projection, block and head.
+  c.mtp_depth = 1;
+  EXPECT_GT(c.training_flops(4096).active_params, 1633189888 + 2 * 7168 * 7168);
+}
+
 TEST(Model, Fp32MatchesFp64) {
   DeepSeekV3Model m32(tiny(), {.dtype = DType::F32, .seed = 3});
   DeepSeekV3Model m64(tiny(), {.dtype = DType::F64, .seed = 3});

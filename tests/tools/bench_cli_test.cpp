@@ -1,7 +1,10 @@
 // `fp8train bench` on a machine without a GPU (CI): runs the built CLI (FP8TRAIN_CLI) and checks that
 //   - with CUDA built in, every bad `bench gemm` option fails with exit code 1, a sentence on stderr naming the
 //     option or value, and nothing on stdout -- before the device is touched, so the same holds on a GPU machine;
-//   - without CUDA, `bench` says it needs a CUDA build and fails.
+//   - without CUDA, `bench gemm` says it needs a CUDA build and fails;
+//   - `bench train` times whole training steps of a small config on the CPU and reports every field (tokens/s,
+//     model TFLOP/s, peak memory per category, the per-family breakdown of a profiled step that adds up to it),
+//     and fails clearly on a missing config.
 // (The benchmark itself, with every option, runs in tests/cuda/bench_gemm_cli_test.cpp on a Hopper GPU.)
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -9,7 +12,10 @@
 
 #include <filesystem>
 #include <fstream>
+
+#include <nlohmann/json.hpp>
 #include <sstream>
+#include <cmath>
 #include <string>
 
 namespace fs = std::filesystem;
@@ -49,6 +55,41 @@ class BenchCli : public ::testing::Test {
 
   fs::path work_;
 };
+
+TEST_F(BenchCli, TrainReportsThroughputMemoryAndABreakdownThatAddsUp) {
+  std::ofstream(work_ / "tiny.json") << R"({
+    "model": {"vocab_size": 512, "hidden_size": 64, "n_layers": 2, "n_dense_layers": 1, "n_heads": 2,
+              "q_lora_rank": 32, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 16,
+              "v_head_dim": 16, "intermediate_size": 128, "moe_intermediate_size": 32, "n_routed_experts": 8,
+              "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "mtp_depth": 0},
+    "train": {"seq_len": 32, "batch_size": 4, "micro_batch_size": 2}
+  })";
+  const CliRun r = run("train --config '" + (work_ / "tiny.json").string() +
+                       "' --device cpu --steps 2 --warmup 1 --profile");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("tokens_per_step").get<int64_t>(), 128);
+  EXPECT_GT(j.at("tokens_per_s").get<double>(), 0.0);
+  EXPECT_GT(j.at("model_tflops").get<double>(), 0.0);
+  EXPECT_TRUE(j.at("mfu").is_null()) << "no peak is known for a CPU";
+  EXPECT_TRUE(std::isfinite(j.at("loss").get<double>()));
+  const nlohmann::json& mem = j.at("peak_memory_bytes");
+  for (const char* c : {"weights", "gradients", "optimizer_state"})
+    EXPECT_GT(mem.at(c).get<int64_t>(), 0) << c << " in " << mem.dump();
+  // The breakdown of the profiled step: every family the model uses is there, and the families plus what no op
+  // accounts for add up to the step.
+  const nlohmann::json& b = j.at("breakdown_ms");
+  for (const char* f : {"gemm", "attention", "moe_routing_permute", "norms_elementwise", "loss", "optimizer"})
+    EXPECT_GT(b.at(f).get<double>(), 0.0) << f << " in " << b.dump();
+  double sum = 0;
+  for (const auto& [family, ms] : b.items()) sum += ms.get<double>();
+  EXPECT_NEAR(sum, j.at("profiled_step_ms").get<double>(), 1e-6 * sum + 1e-9);
+
+  const CliRun missing = run("train --config '" + (work_ / "absent.json").string() + "' --device cpu");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("absent.json"), std::string::npos) << missing.err;
+  EXPECT_TRUE(missing.out.empty()) << missing.out;
+}
 
 #if FP8TRAIN_HAVE_CUDA
 TEST_F(BenchCli, BadGemmOptionsFailClearlyBeforeTouchingTheDevice) {

@@ -1173,7 +1173,7 @@ void add_common(CLI::App* app, BenchOptions& o) {
 }
 
 void add_bench(CLI::App& root) {
-  auto* bench = root.add_subcommand("bench", "GPU benchmarks (JSON lines on stdout, a table on stderr)");
+  auto* bench = root.add_subcommand("bench", "benchmarks (JSON lines on stdout, a table on stderr)");
   bench->require_subcommand(1);
   static BenchOptions gemm_opts, quant_opts;
   auto* g = bench->add_subcommand("gemm", "cuBLASLt BF16, FP8 block-scaled and per-tensor FP8 GEMMs, and fp8train's "
@@ -1220,12 +1220,16 @@ void add_bench(CLI::App& root) {
 }
 #else
 void add_bench(CLI::App& root) {
-  auto* bench = root.add_subcommand("bench", "GPU benchmarks (needs a build with CUDA)");
-  bench->allow_extras();
-  bench->callback([] {
-    FP8T_FAIL("fp8train was built without CUDA, so `bench` is unavailable: rebuild on a machine with nvcc "
-              "(cmake -DFP8TRAIN_CUDA=ON) and run it on an H100/H200");
-  });
+  auto* bench = root.add_subcommand("bench", "benchmarks (JSON lines on stdout, a table on stderr)");
+  bench->require_subcommand(1);
+  for (const char* name : {"gemm", "quant"}) {
+    auto* sub = bench->add_subcommand(name, "GPU benchmark (needs a build with CUDA)");
+    sub->allow_extras();
+    sub->callback([] {
+      FP8T_FAIL("fp8train was built without CUDA, so this benchmark is unavailable: rebuild on a machine with nvcc "
+                "(cmake -DFP8TRAIN_CUDA=ON) and run it on an H100/H200");
+    });
+  }
 }
 #endif
 
