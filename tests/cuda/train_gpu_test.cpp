@@ -1,0 +1,196 @@
+// `fp8train train --device cuda` end to end on a Hopper GPU, through the built CLI (FP8TRAIN_CLI):
+//   - the same tiny MLA + dense + MoE + MTP model, seed and batches trained 20 steps on the CPU and on the GPU
+//     give the same losses and gradient norms within a stated tolerance (fp32 recipe: the GPU's sums run in
+//     other orders, so agreement to ~1e-4 relative; bf16: BF16 roundings of activations that differ by one ulp
+//     between the backends compound over 20 steps, so ~2 %);
+//   - a GPU run resumed from its step-10 checkpoint repeats the uninterrupted run's steps 11..20 bit for bit
+//     (every CUDA kernel of the training step is deterministic) and writes the same final weights;
+//   - a GPU checkpoint continues on the CPU (and is evaluated there);
+//   - bad input on the GPU path: no visible GPU with --device cuda, a model that does not fit in GPU memory, and
+//     a diverging run each give one clear error line and a non-zero exit, and leave no half-written checkpoint.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<nlohmann::json> jsonl(const fs::path& p) {
+  std::vector<nlohmann::json> rows;
+  std::istringstream in(slurp(p));
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) rows.push_back(nlohmann::json::parse(l));
+  return rows;
+}
+
+// The per-step rows of a run's metrics.jsonl (those with a training loss).
+std::vector<nlohmann::json> step_rows(const fs::path& run) {
+  std::vector<nlohmann::json> out;
+  for (nlohmann::json& r : jsonl(run / "metrics.jsonl"))
+    if (r.contains("loss") && r.contains("grad_norm")) out.push_back(std::move(r));
+  return out;
+}
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out, err;
+  std::vector<std::string> err_lines() const {
+    std::vector<std::string> lines;
+    std::istringstream in(err);
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    return lines;
+  }
+};
+
+class TrainGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    work_ = fs::path(::testing::TempDir()) / ("fp8train_train_gpu_" + std::to_string(::getpid()));
+    fs::remove_all(work_);
+    fs::create_directories(work_);
+    // Every part of the model (MLA, 1 dense + 1 MoE block with a shared expert, MTP), small enough that the CPU
+    // side of a comparison takes seconds; no held-out evaluation until the end.
+    std::ofstream(work_ / "tiny.json") << R"({
+      "preset": "tiny",
+      "model": {"hidden_size": 64, "n_layers": 2, "n_dense_layers": 1, "n_heads": 2, "q_lora_rank": 32,
+                "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 16, "v_head_dim": 16,
+                "intermediate_size": 128, "moe_intermediate_size": 32, "n_routed_experts": 8,
+                "num_experts_per_tok": 2, "n_shared_experts": 1, "mtp_depth": 1},
+      "data": {"corpus_bytes": 60000},
+      "train": {"steps": 20, "batch_size": 8, "micro_batch_size": 4, "seq_len": 64, "eval_every": 0,
+                "final_eval_windows": 16, "eval_batches": 1, "log_every": 1, "health_every": 0, "threads": 4},
+      "optim": {"warmup_steps": 4}
+    })";
+  }
+  void TearDown() override { fs::remove_all(work_); }
+
+  CliResult run(const std::string& args, const std::string& env = "") {
+    const fs::path out = work_ / "stdout.txt", err = work_ / "stderr.txt";
+    const std::string cmd = env + (env.empty() ? "" : " ") + "'" + FP8TRAIN_CLI + "' " + args + " > '" +
+                            out.string() + "' 2> '" + err.string() + "'";
+    const int status = std::system(cmd.c_str());
+    CliResult r;
+    r.exit_code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+  std::string train_args(const std::string& out, const std::string& device) const {
+    return "train --config '" + (work_ / "tiny.json").string() + "' --out '" + (work_ / out).string() +
+           "' --device " + device;
+  }
+  void expect_one_line_error(const CliResult& r, const std::string& needle) {
+    EXPECT_GT(r.exit_code, 0);
+    const auto lines = r.err_lines();
+    ASSERT_EQ(lines.size(), 1u) << "stderr:\n" << r.err;
+    EXPECT_EQ(lines[0].rfind("fp8train: error: ", 0), 0u) << lines[0];
+    EXPECT_NE(lines[0].find(needle), std::string::npos) << "expected '" << needle << "' in: " << lines[0];
+  }
+
+  // Trains the same run on both devices and checks every step's loss and gradient norm.
+  void compare_devices(const std::string& recipe, double loss_rel, double norm_rel) {
+    const CliResult cpu = run(train_args("cpu-" + recipe, "cpu") + " --recipe " + recipe);
+    ASSERT_EQ(cpu.exit_code, 0) << cpu.out << cpu.err;
+    const CliResult gpu = run(train_args("gpu-" + recipe, "cuda") + " --recipe " + recipe);
+    ASSERT_EQ(gpu.exit_code, 0) << gpu.out << gpu.err;
+    const nlohmann::json summary = nlohmann::json::parse(slurp(work_ / ("gpu-" + recipe) / "summary.json"));
+    EXPECT_NE(summary.dump().find("sm_90"), std::string::npos) << "the GPU run says where it ran: " << summary.dump();
+    const auto a = step_rows(work_ / ("cpu-" + recipe)), b = step_rows(work_ / ("gpu-" + recipe));
+    ASSERT_EQ(a.size(), 20u);
+    ASSERT_EQ(b.size(), 20u);
+    double worst_loss = 0, worst_norm = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const double la = a[i]["loss"].get<double>(), lb = b[i]["loss"].get<double>();
+      const double na = a[i]["grad_norm"].get<double>(), nb = b[i]["grad_norm"].get<double>();
+      ASSERT_TRUE(std::isfinite(lb) && std::isfinite(nb)) << "step " << i + 1;
+      worst_loss = std::max(worst_loss, std::abs(la - lb) / std::abs(la));
+      worst_norm = std::max(worst_norm, std::abs(na - nb) / std::abs(na));
+      EXPECT_LE(std::abs(la - lb), loss_rel * std::abs(la)) << recipe << " step " << i + 1 << ": cpu " << la
+                                                             << ", gpu " << lb;
+      EXPECT_LE(std::abs(na - nb), norm_rel * std::abs(na)) << recipe << " step " << i + 1 << ": cpu " << na
+                                                             << ", gpu " << nb;
+    }
+    std::printf("%s: worst relative difference over 20 steps: loss %.3g, gradient norm %.3g\n", recipe.c_str(),
+                worst_loss, worst_norm);
+    // The run learned something on both devices.
+    EXPECT_LT(b.back()["loss"].get<double>(), b.front()["loss"].get<double>());
+  }
+
+  fs::path work_;
+};
+
+TEST_F(TrainGpu, Fp32TwentyStepsMatchTheCpu) { compare_devices("fp32", 1e-4, 1e-3); }
+
+TEST_F(TrainGpu, Bf16TwentyStepsMatchTheCpu) { compare_devices("bf16", 2e-2, 5e-2); }
+
+TEST_F(TrainGpu, ResumeOnTheGpuRepeatsTheRunBitForBitAndMovesToTheCpu) {
+  const CliResult full = run(train_args("full", "cuda") + " --save-every 10 --keep-last 0");
+  ASSERT_EQ(full.exit_code, 0) << full.out << full.err;
+  const fs::path step10 = work_ / "full" / "checkpoints" / "step-00000010";
+  ASSERT_TRUE(fs::exists(step10));
+  const CliResult resumed = run("train --resume '" + step10.string() + "' --out '" + (work_ / "resumed").string() + "'");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out << resumed.err;
+  auto a = step_rows(work_ / "full"), b = step_rows(work_ / "resumed");
+  ASSERT_EQ(a.size(), 20u);
+  ASSERT_EQ(b.size(), 10u);
+  for (size_t i = 0; i < b.size(); ++i) {
+    a[i + 10].erase("tokens_per_s");
+    b[i].erase("tokens_per_s");
+    EXPECT_EQ(b[i].dump(), a[i + 10].dump()) << "step " << i + 11;
+  }
+  EXPECT_EQ(slurp(work_ / "resumed" / "checkpoints" / "step-00000020" / "master.safetensors"),
+            slurp(work_ / "full" / "checkpoints" / "step-00000020" / "master.safetensors"))
+      << "the resumed run's final weights differ from the uninterrupted run's";
+  // The GPU checkpoint continues on the CPU (with a warning that the device changed) and evaluates there.
+  const CliResult on_cpu =
+      run("train --resume '" + step10.string() + "' --out '" + (work_ / "on-cpu").string() + "' --device cpu");
+  ASSERT_EQ(on_cpu.exit_code, 0) << on_cpu.out << on_cpu.err;
+  EXPECT_NE((on_cpu.out + on_cpu.err).find("train.device"), std::string::npos) << on_cpu.out << on_cpu.err;
+  const auto c = step_rows(work_ / "on-cpu");
+  ASSERT_EQ(c.size(), 10u);
+  EXPECT_NEAR(c.back()["loss"].get<double>(), a.back()["loss"].get<double>(),
+              5e-2 * a.back()["loss"].get<double>());
+  const CliResult eval = run("eval --checkpoint '" + (work_ / "full").string() + "' --device cpu --json");
+  EXPECT_EQ(eval.exit_code, 0) << eval.err;
+}
+
+TEST_F(TrainGpu, NoVisibleGpuIsAClearError) {
+  const CliResult r = run(train_args("novisible", "cuda"), "CUDA_VISIBLE_DEVICES=");
+  expect_one_line_error(r, "no CUDA device");
+  EXPECT_FALSE(fs::exists(work_ / "novisible" / "checkpoints"));
+}
+
+TEST_F(TrainGpu, AModelTooLargeForTheGpuIsAClearError) {
+  // ~1.2e11 parameters: the FP32 masters alone need ~450 GiB.
+  const CliResult r = run(train_args("huge", "cuda") + " --vocab-size 1000000 --hidden-size 61440");
+  expect_one_line_error(r, "memory");
+  EXPECT_FALSE(fs::exists(work_ / "huge" / "checkpoints"));
+}
+
+TEST_F(TrainGpu, ADivergingRunStopsWithACheckpointToResumeFrom) {
+  const CliResult r = run(train_args("nan", "cuda") + " --lr 10 --final-lr 1 --grad-clip 0 --max-bad-steps 1");
+  expect_one_line_error(r, "training stopped at step");
+  ASSERT_TRUE(fs::exists(work_ / "nan" / "checkpoints" / "latest")) << "no checkpoint to resume from";
+  // Every checkpoint on disk is whole: its master weights load (eval reads them).
+  const CliResult eval = run("eval --checkpoint '" + (work_ / "nan").string() + "' --device cuda --json");
+  EXPECT_EQ(eval.exit_code, 0) << eval.err;
+}
+
+}  // namespace
