@@ -104,31 +104,33 @@ class TrainGpu : public ::testing::Test {
     EXPECT_NE(lines[0].find(needle), std::string::npos) << "expected '" << needle << "' in: " << lines[0];
   }
 
-  // Trains the same run on both devices and checks every step's loss and gradient norm.
-  void compare_devices(const std::string& recipe, double loss_rel, double norm_rel) {
-    const CliResult cpu = run(train_args("cpu-" + recipe, "cpu") + " --recipe " + recipe);
+  // Trains the same run on both devices and checks every step's loss and gradient norm: step 1 (same weights,
+  // same batch: the backends differ only in rounding and summation order) to `first`, every step to `any`.
+  struct Bounds {
+    double loss, norm;
+  };
+  void compare_devices(const std::string& recipe, Bounds first, Bounds any) {
+    const std::string common = " --recipe " + recipe + " --lr 2e-3 --final-lr 2e-4";
+    const CliResult cpu = run(train_args("cpu-" + recipe, "cpu") + common);
     ASSERT_EQ(cpu.exit_code, 0) << cpu.out << cpu.err;
-    const CliResult gpu = run(train_args("gpu-" + recipe, "cuda") + " --recipe " + recipe);
+    const CliResult gpu = run(train_args("gpu-" + recipe, "cuda") + common);
     ASSERT_EQ(gpu.exit_code, 0) << gpu.out << gpu.err;
     const nlohmann::json summary = nlohmann::json::parse(slurp(work_ / ("gpu-" + recipe) / "summary.json"));
     EXPECT_NE(summary.dump().find("sm_90"), std::string::npos) << "the GPU run says where it ran: " << summary.dump();
     const auto a = step_rows(work_ / ("cpu-" + recipe)), b = step_rows(work_ / ("gpu-" + recipe));
     ASSERT_EQ(a.size(), 20u);
     ASSERT_EQ(b.size(), 20u);
-    double worst_loss = 0, worst_norm = 0;
     for (size_t i = 0; i < a.size(); ++i) {
       const double la = a[i]["loss"].get<double>(), lb = b[i]["loss"].get<double>();
       const double na = a[i]["grad_norm"].get<double>(), nb = b[i]["grad_norm"].get<double>();
       ASSERT_TRUE(std::isfinite(lb) && std::isfinite(nb)) << "step " << i + 1;
-      worst_loss = std::max(worst_loss, std::abs(la - lb) / std::abs(la));
-      worst_norm = std::max(worst_norm, std::abs(na - nb) / std::abs(na));
-      EXPECT_LE(std::abs(la - lb), loss_rel * std::abs(la)) << recipe << " step " << i + 1 << ": cpu " << la
-                                                             << ", gpu " << lb;
-      EXPECT_LE(std::abs(na - nb), norm_rel * std::abs(na)) << recipe << " step " << i + 1 << ": cpu " << na
-                                                             << ", gpu " << nb;
+      const double dl = std::abs(la - lb) / std::abs(la), dn = std::abs(na - nb) / std::abs(na);
+      std::printf("%s step %2zu: loss cpu %.9f gpu %.9f (rel %.2e), grad norm cpu %.7f gpu %.7f (rel %.2e)\n",
+                  recipe.c_str(), i + 1, la, lb, dl, na, nb, dn);
+      const Bounds bound = i == 0 ? first : any;
+      EXPECT_LE(dl, bound.loss) << recipe << " step " << i + 1;
+      EXPECT_LE(dn, bound.norm) << recipe << " step " << i + 1;
     }
-    std::printf("%s: worst relative difference over 20 steps: loss %.3g, gradient norm %.3g\n", recipe.c_str(),
-                worst_loss, worst_norm);
     // The run learned something on both devices.
     EXPECT_LT(b.back()["loss"].get<double>(), b.front()["loss"].get<double>());
   }
@@ -136,9 +138,12 @@ class TrainGpu : public ::testing::Test {
   fs::path work_;
 };
 
-TEST_F(TrainGpu, Fp32TwentyStepsMatchTheCpu) { compare_devices("fp32", 1e-4, 1e-3); }
+// fp32: the GPU's reductions run in other orders (GEMM tiles, warp trees), ~1e-6 relative per op.
+TEST_F(TrainGpu, Fp32TwentyStepsMatchTheCpu) { compare_devices("fp32", {1e-5, 1e-4}, {1e-3, 2e-2}); }
 
-TEST_F(TrainGpu, Bf16TwentyStepsMatchTheCpu) { compare_devices("bf16", 2e-2, 5e-2); }
+// bf16: an activation whose FP32 value lands on a different side of a BF16 rounding boundary differs by one BF16
+// ulp (2^-8 relative); such differences are rare per element but compound through the layers and the steps.
+TEST_F(TrainGpu, Bf16TwentyStepsMatchTheCpu) { compare_devices("bf16", {2e-3, 2e-2}, {2e-2, 1e-1}); }
 
 TEST_F(TrainGpu, ResumeOnTheGpuRepeatsTheRunBitForBitAndMovesToTheCpu) {
   const CliResult full = run(train_args("full", "cuda") + " --save-every 10 --keep-last 0");
@@ -185,7 +190,22 @@ TEST_F(TrainGpu, AModelTooLargeForTheGpuIsAClearError) {
 }
 
 TEST_F(TrainGpu, ADivergingRunStopsWithACheckpointToResumeFrom) {
-  const CliResult r = run(train_args("nan", "cuda") + " --lr 10 --final-lr 1 --grad-clip 0 --max-bad-steps 1");
+  // A narrower model than the others: a learning rate of 10 without clipping blows it up within a few steps
+  // (on the CPU at step 4).
+  std::ofstream(work_ / "narrow.json") << R"({
+    "preset": "tiny",
+    "model": {"hidden_size": 32, "n_layers": 2, "n_dense_layers": 1, "n_heads": 2, "q_lora_rank": 16,
+              "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8,
+              "intermediate_size": 64, "moe_intermediate_size": 16, "n_routed_experts": 4,
+              "num_experts_per_tok": 2, "mtp_depth": 1},
+    "data": {"corpus_bytes": 20000},
+    "train": {"steps": 30, "batch_size": 4, "micro_batch_size": 2, "seq_len": 32, "eval_every": 3,
+              "eval_batches": 1, "log_every": 1},
+    "optim": {"warmup_steps": 2}
+  })";
+  const CliResult r = run("train --config '" + (work_ / "narrow.json").string() + "' --out '" +
+                          (work_ / "nan").string() + "' --device cuda --lr 10 --final-lr 1 --grad-clip 0 " +
+                          "--max-bad-steps 1");
   expect_one_line_error(r, "training stopped at step");
   ASSERT_TRUE(fs::exists(work_ / "nan" / "checkpoints" / "latest")) << "no checkpoint to resume from";
   // Every checkpoint on disk is whole: its master weights load (eval reads them).
