@@ -180,11 +180,17 @@ void DeepSeekV3Model::clear_expert_loads() {
 std::pair<double, int64_t> DeepSeekV3Model::head_loss(const StepContext& ctx, const Tensor& h, const Tensor& targets,
                                                       double scale, const Tensor& dh) {
   const int64_t n = h.size(0), vocab = config_.vocab_size;
-  // rows per chunk: at most ~4M logits live at once, whatever the vocabulary
-  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(n, (int64_t{1} << 22) / vocab));
+  // Rows per chunk: at most ~4M FP32 logits live at once on the CPU, ~64M (256 MiB) on a GPU, whose GEMMs want
+  // many rows per call; whatever the vocabulary, the whole batch's logits are never materialized.
+  const int64_t budget = ctx.exec.device.is_cpu() ? (int64_t{1} << 22) : (int64_t{1} << 26);
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(n, budget / vocab));
   double loss = 0;
   int64_t count = 0;
   const Tensor& head = head_compute(ctx);
+  // With a narrower compute dtype (BF16), ∂L/∂logits is an activation gradient like any other: rounded once to the
+  // compute dtype, so the head's Dgrad and Wgrad are compute-dtype GEMMs (the loss itself is computed from the
+  // FP32 logits).
+  const bool narrow_grad = dh.defined() && ctx.dtype != fp8train::compute_dtype(ctx.dtype);
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t r1 = std::min(n, r0 + chunk);
     const Tensor hc = h.rows(r0, r1);
@@ -196,8 +202,13 @@ std::pair<double, int64_t> DeepSeekV3Model::head_loss(const StepContext& ctx, co
     loss += ce.loss_sum;
     count += ce.count;
     if (dh.defined()) {  // logits now hold ∂(scale·CE)/∂logits
-      ops::gemm(ctx.exec, logits, false, head, false, dh.rows(r0, r1));
-      ops::gemm(ctx.exec, logits, true, hc, false, head_grad_, {.beta = 1.0});
+      Tensor dlogits = logits;
+      if (narrow_grad) {
+        dlogits = Tensor::empty(logits.shape(), ctx.dtype, MemCategory::Workspace, ctx.exec.device);
+        ops::copy(ctx.exec, logits, dlogits);
+      }
+      ops::gemm(ctx.exec, dlogits, false, head, false, dh.rows(r0, r1));
+      ops::gemm(ctx.exec, dlogits, true, hc, false, head_grad_, {.beta = 1.0});
     }
   }
   return {loss, count};
