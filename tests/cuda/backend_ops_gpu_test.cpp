@@ -11,6 +11,7 @@
 #include "../ops/backend_ops_table.h"
 #include "gpu_test_util.h"
 #include "ops/cuda/fp8_gemm.h"
+#include "ops/cuda/kernels.h"
 #include "tensor/backend.h"
 #include "tensor/cuda/caching_allocator.h"
 #include "tensor/cuda/cuda_backend.h"
@@ -94,6 +95,16 @@ TEST(BackendOpsGpu, EveryRowMatchesTheCpuOp) {
   ops::cuda::set_fp8_gemm_backend(ops::cuda::Fp8GemmBackend::CublasLt);
   run_rows(cases, gpu, seed, true);
   ops::cuda::set_fp8_gemm_backend(ops::cuda::Fp8GemmBackend::Auto);
+  // Both backends of the BF16/F32 grouped GEMM: the per-expert cuBLASLt default ran above; now the own kernels.
+  std::vector<BackendOpCase> grouped;
+  for (const BackendOpCase& c : cases)
+    if (c.op == "gemm_grouped") grouped.push_back(c);
+  ASSERT_FALSE(grouped.empty());
+  const ops::cuda::GroupedGemmBackend saved = ops::cuda::grouped_gemm_backend();
+  ops::cuda::set_grouped_gemm_backend(ops::cuda::GroupedGemmBackend::Own);
+  std::printf("gemm_grouped rows on fp8train's grouped kernels:\n");
+  run_rows(grouped, gpu, seed, false);
+  ops::cuda::set_grouped_gemm_backend(saved);
   poison_hook() = nullptr;
 }
 

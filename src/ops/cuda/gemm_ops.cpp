@@ -10,10 +10,10 @@
 //                 16-byte-pitched scratch (and c copied back), so every cuBLASLt call sees aligned matrices
 //                 k = 0: c = beta·c (zeros for beta 0, c not read); m or n = 0: nothing
 //                 f64: not implemented on cuda (the gradient-check models are CPU only)
-//   gemm_grouped  fp8train's grouped kernels (gemm_grouped.cu), which read the expert offsets on the device (no
-//                 host synchronization): BF16 × BF16 on tensor cores, any F32 operand on FP32 SIMT. With
-//                 FP8TRAIN_GROUPED_GEMM=cublaslt or set_grouped_gemm_backend(CublasLt): the offsets read to the
-//                 host (a stream synchronization per call) and one cuBLASLt gemm() per expert.
+//   gemm_grouped  by default the offsets read to the host (a stream synchronization per call) and one cuBLASLt
+//                 gemm() per expert; with FP8TRAIN_GROUPED_GEMM=own or set_grouped_gemm_backend(Own)
+//                 fp8train's grouped kernels (gemm_grouped.cu), which read the expert offsets on the device (no
+//                 host synchronization): BF16 × BF16 on tensor cores (mma.sync), any F32 operand on FP32 SIMT.
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -195,11 +195,13 @@ void gemm_grouped_host_offsets(const ExecCtx& ctx, const GroupedGemmProblem& p, 
   }
 }
 
-// The backend of gemm_grouped: fp8train's kernels, or FP8TRAIN_GROUPED_GEMM=cublaslt / set_grouped_gemm_backend.
+// The backend of gemm_grouped: per-expert cuBLASLt (the default: 3x the own kernels' speed at the benchmark's
+// MoE shapes, bench/RESULTS.md, at the price of one stream synchronization per call), or fp8train's kernels that
+// read the offsets on the device (FP8TRAIN_GROUPED_GEMM=own / set_grouped_gemm_backend).
 std::atomic<GroupedGemmBackend>& grouped_backend() {
   static std::atomic<GroupedGemmBackend> backend{[] {
     const char* v = std::getenv("FP8TRAIN_GROUPED_GEMM");
-    return v != nullptr && std::string(v) == "cublaslt" ? GroupedGemmBackend::CublasLt : GroupedGemmBackend::Own;
+    return v != nullptr && std::string(v) == "own" ? GroupedGemmBackend::Own : GroupedGemmBackend::CublasLt;
   }()};
   return backend;
 }

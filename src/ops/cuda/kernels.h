@@ -31,8 +31,9 @@ void install_attention_ops(OpTable& t);
 void install_moe_ops(OpTable& t);
 void install_train_ops(OpTable& t);
 
-// gemm_grouped's backend: fp8train's device-offset kernels (Own, the default), or the offsets read to the host
-// and one cuBLASLt GEMM per expert (CublasLt; also FP8TRAIN_GROUPED_GEMM=cublaslt at start-up).
+// gemm_grouped's backend: the offsets read to the host and one cuBLASLt GEMM per expert (CublasLt, the default:
+// faster at MoE shapes, one stream synchronization per call), or fp8train's kernels that read the offsets on the
+// device (Own; also FP8TRAIN_GROUPED_GEMM=own at start-up).
 enum class GroupedGemmBackend : uint8_t { Own, CublasLt };
 void set_grouped_gemm_backend(GroupedGemmBackend b);
 GroupedGemmBackend grouped_gemm_backend();
