@@ -1,8 +1,7 @@
 // `fp8train train --device cuda` end to end on a Hopper GPU, through the built CLI (FP8TRAIN_CLI):
 //   - the same tiny MLA + dense + MoE + MTP model, seed and batches trained 20 steps on the CPU and on the GPU
-//     give the same losses and gradient norms within a stated tolerance (fp32 recipe: the GPU's sums run in
-//     other orders, so agreement to ~1e-4 relative; bf16: BF16 roundings of activations that differ by one ulp
-//     between the backends compound over 20 steps, so ~2 %);
+//     give the same losses and gradient norms within stated tolerances (step 1 tighter than the steps after it;
+//     the bounds and what an H100 measured are beside each test);
 //   - a GPU run resumed from its step-10 checkpoint repeats the uninterrupted run's steps 11..20 bit for bit
 //     (every CUDA kernel of the training step is deterministic) and writes the same final weights;
 //   - a GPU checkpoint continues on the CPU (and is evaluated there);
@@ -138,12 +137,15 @@ class TrainGpu : public ::testing::Test {
   fs::path work_;
 };
 
-// fp32: the GPU's reductions run in other orders (GEMM tiles, warp trees), ~1e-6 relative per op.
-TEST_F(TrainGpu, Fp32TwentyStepsMatchTheCpu) { compare_devices("fp32", {1e-5, 1e-4}, {1e-3, 2e-2}); }
+// fp32: the GPU's reductions run in other orders (GEMM tiles, warp trees). Measured on an H100: step 1 loss
+// 7e-9 and gradient norm 1.5e-8 relative; over 20 steps at most 1.4e-8 and 3.2e-7.
+TEST_F(TrainGpu, Fp32TwentyStepsMatchTheCpu) { compare_devices("fp32", {1e-7, 1e-6}, {1e-6, 1e-5}); }
 
 // bf16: an activation whose FP32 value lands on a different side of a BF16 rounding boundary differs by one BF16
 // ulp (2^-8 relative); such differences are rare per element but compound through the layers and the steps.
-TEST_F(TrainGpu, Bf16TwentyStepsMatchTheCpu) { compare_devices("bf16", {2e-3, 2e-2}, {2e-2, 1e-1}); }
+// Measured on an H100: step 1 loss 2.9e-6, gradient norm 1.6e-5; over 20 steps at most 9e-4 and 3.3e-2 (a
+// spiky gradient norm of this tiny model).
+TEST_F(TrainGpu, Bf16TwentyStepsMatchTheCpu) { compare_devices("bf16", {5e-5, 2e-4}, {5e-3, 1e-1}); }
 
 TEST_F(TrainGpu, ResumeOnTheGpuRepeatsTheRunBitForBitAndMovesToTheCpu) {
   const CliResult full = run(train_args("full", "cuda") + " --save-every 10 --keep-last 0");
