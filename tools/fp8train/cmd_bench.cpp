@@ -1222,7 +1222,7 @@ void add_bench(CLI::App& root) {
 void add_bench(CLI::App& root) {
   auto* bench = root.add_subcommand("bench", "benchmarks (JSON lines on stdout, a table on stderr)");
   bench->require_subcommand(1);
-  for (const char* name : {"gemm", "quant"}) {
+  for (const char* name : {"gemm", "quant", "ops", "attention"}) {
     auto* sub = bench->add_subcommand(name, "GPU benchmark (needs a build with CUDA)");
     sub->allow_extras();
     sub->callback([] {
