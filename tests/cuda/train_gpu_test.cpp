@@ -4,7 +4,7 @@
 //     the bounds and what an H100 measured are beside each test);
 //   - a GPU run resumed from its step-10 checkpoint repeats the uninterrupted run's steps 11..20 bit for bit
 //     (every CUDA kernel of the training step is deterministic) and writes the same final weights;
-//   - a GPU checkpoint continues on the CPU (and is evaluated there);
+//   - a GPU checkpoint continues on the CPU (and is evaluated there); sampling on the GPU repeats itself;
 //   - bad input on the GPU path: no visible GPU with --device cuda, a model that does not fit in GPU memory, and
 //     a diverging run each give one clear error line and a non-zero exit, and leave no half-written checkpoint.
 #include <gtest/gtest.h>
@@ -176,6 +176,16 @@ TEST_F(TrainGpu, ResumeOnTheGpuRepeatsTheRunBitForBitAndMovesToTheCpu) {
               5e-2 * a.back()["loss"].get<double>());
   const CliResult eval = run("eval --checkpoint '" + (work_ / "full").string() + "' --device cpu --json");
   EXPECT_EQ(eval.exit_code, 0) << eval.err;
+  // Sampling on the GPU: the prompt and 24 sampled bytes, the same text on a second run (the kernels are
+  // deterministic); the CPU samples from the same checkpoint too.
+  const std::string gen = "generate --checkpoint '" + (work_ / "full").string() +
+                          "' --prompt 'The ' --max-new-tokens 24 --temperature 0.8 --seed 5 --device ";
+  const CliResult g1 = run(gen + "cuda"), g2 = run(gen + "cuda"), g_cpu = run(gen + "cpu");
+  ASSERT_EQ(g1.exit_code, 0) << g1.err;
+  ASSERT_EQ(g_cpu.exit_code, 0) << g_cpu.err;
+  EXPECT_EQ(g1.out.rfind("The ", 0), 0u) << g1.out;
+  EXPECT_GE(g1.out.size(), 5u) << g1.out;  // the prompt, what was sampled, a newline
+  EXPECT_EQ(g1.out, g2.out);
 }
 
 TEST_F(TrainGpu, NoVisibleGpuIsAClearError) {
