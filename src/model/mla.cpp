@@ -3,6 +3,7 @@
 
 #include "ops/attention.h"
 #include "ops/elementwise.h"
+#include "ops/heads.h"
 #include "ops/quantize.h"
 #include "ops/rope.h"
 
@@ -51,9 +52,8 @@ Tensor MLA::assemble_k(const StepContext& ctx, const Tensor& kv, const Tensor& k
   Tensor k = Tensor::empty({n, heads_, dqk}, kv.dtype(), MemCategory::Workspace, kv.device());
   // k^C_i: the first d_nope of each head's k|v, seen as [tokens·heads, d_nope] matrices
   ops::copy(ctx.exec, kv.as_strided({n * heads_, nope_}, {dkv, 1}), k.as_strided({n * heads_, nope_}, {dqk, 1}));
-  // k^R: the same rotated key for every head
-  for (int64_t h = 0; h < heads_; ++h)
-    ops::copy(ctx.exec, k_rope, k.as_strided({n, rope_}, {heads_ * dqk, 1}, h * dqk + nope_));
+  // k^R: the same rotated key for every head (one broadcast launch)
+  ops::repeat_heads(ctx.exec, k_rope, k.as_strided({n, heads_, rope_}, {heads_ * dqk, dqk, 1}, nope_));
   return k;
 }
 
@@ -154,9 +154,8 @@ void MLA::backward(const StepContext& ctx, const State& st, const Tensor& dy, co
   ops::copy(ctx.exec, dk.as_strided({n * heads_, nope_}, {dqk, 1}), dkv.as_strided({n * heads_, nope_}, {kv_width, 1}));
   const Tensor dkva = Tensor::empty({n, kv_rank_ + rope_}, dt, MemCategory::Workspace, dev);
   const Tensor dk_rope = dkva.cols(kv_rank_, kv_rank_ + rope_);
-  ops::copy(ctx.exec, dk.as_strided({n, rope_}, {heads_ * dqk, 1}, nope_), dk_rope);
-  for (int64_t i = 1; i < heads_; ++i)
-    ops::axpy(ctx.exec, 1.0, dk.as_strided({n, rope_}, {heads_ * dqk, 1}, i * dqk + nope_), dk_rope);
+  // (one launch, summed in the compute dtype and rounded once)
+  ops::sum_heads(ctx.exec, dk.as_strided({n, heads_, rope_}, {heads_ * dqk, dqk, 1}, nope_), dk_rope);
   ops::rope_(ctx.exec, dkva.as_strided({n, 1, rope_}, {kv_rank_ + rope_, rope_, 1}, kv_rank_), ctx.seq, theta_, true);
   ops::rope_(ctx.exec, dq.narrow(2, nope_, rope_), ctx.seq, theta_, true);
   // kv = [W_UK; W_UV]·c_KV;  c_KV = RMSNorm(c_KV pre-norm)

@@ -44,6 +44,7 @@ struct ColwiseProblem;       // ops/quantize.h
 struct ScaledGemmProblem;    // ops/scaled_gemm.h
 struct AdamWProblem;         // ops/adamw.h
 struct SumSquaresProblem;    // ops/sum_squares.h
+struct HeadsProblem;         // ops/heads.h
 
 // ---- launcher types (tier 2) -------------------------------------------------------------------------
 using GemmFn = void(const ExecCtx&, const GemmProblem&, const void* a, const void* b, void* c);
@@ -102,6 +103,9 @@ using ScaledGemmGroupedFn = void(const ExecCtx&, const ScaledGemmProblem&, const
 using AdamWFn = void(const ExecCtx&, const AdamWProblem&, float* param, const float* grad, void* exp_avg,
                      void* exp_avg_sq);
 using SumSquaresFn = void(const ExecCtx&, const SumSquaresProblem&, const void* x, const int64_t* bounds, double* out);
+// One [rows, dim] matrix and the same rows seen per head ([rows, heads, dim]): broadcast into and sum over heads.
+using RepeatHeadsFn = void(const ExecCtx&, const HeadsProblem&, const void* src, void* dst);
+using SumHeadsFn = void(const ExecCtx&, const HeadsProblem&, const void* src, void* dst);
 
 struct OpTable {
   std::string_view backend;  // "cpu", "cuda"
@@ -140,6 +144,9 @@ struct OpTable {
   // Optimizer and reductions over parameter arenas.
   AdamWFn* adamw = nullptr;
   SumSquaresFn* sum_squares = nullptr;
+  // Per-head broadcast and reduction (MLA's shared rotated key).
+  RepeatHeadsFn* repeat_heads = nullptr;
+  SumHeadsFn* sum_heads = nullptr;
 };
 
 // The table of a device type: the CPU's is built in; another backend's exists once registered.

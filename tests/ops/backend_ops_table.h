@@ -742,6 +742,7 @@ inline void gemm_cases(std::vector<BackendOpCase>& out) {
 #include "backend_rows_attention.h"
 #include "backend_rows_elementwise.h"
 #include "backend_rows_gemm.h"
+#include "backend_rows_heads.h"
 #include "backend_rows_moe.h"
 #include "backend_rows_train.h"
 
@@ -760,6 +761,7 @@ inline std::vector<BackendOpCase> backend_cases() {
   gemm_cases(out);
   gemm_op_cases(out);
   elementwise_op_cases(out);
+  heads_op_cases(out);
   attention_op_cases(out);
   moe_op_cases(out);
   train_op_cases(out);

@@ -47,6 +47,9 @@ ScaledGemmGroupedFn scaled_gemm_grouped_k;
 // Optimizer and reductions over parameter arenas.
 AdamWFn adamw;
 SumSquaresFn sum_squares;
+// Per-head broadcast and reduction.
+RepeatHeadsFn repeat_heads;
+SumHeadsFn sum_heads;
 
 // The CPU table (built on first use; pins OpenBLAS to one thread).
 const OpTable& cpu_op_table();

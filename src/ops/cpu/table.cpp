@@ -55,6 +55,9 @@ OpTable make_table() {
   // Optimizer and reductions over parameter arenas.
   t.adamw = adamw;
   t.sum_squares = sum_squares;
+  // Per-head broadcast and reduction.
+  t.repeat_heads = repeat_heads;
+  t.sum_heads = sum_heads;
   return t;
 }
 }  // namespace

@@ -1,15 +1,18 @@
-// CUDA launchers of axpby, fill, embedding, RMSNorm, RoPE and SwiGLU (ops/op_table.h) on the kernels of
-// elementwise_kernels.cu / elementwise_norm.cu (elementwise_launch.h). Every F32 / BF16 form the entry points
-// accept is served; F64 forms (the gradient-check models, CPU only) are refused with "not implemented on cuda".
-// Scratch (the embedding backward's sort, RMSNorm's dw chunk sums, RoPE's cos/sin table) comes from ctx.scratch and
-// is released after the kernels are enqueued (the caching allocator is stream-ordered on the op's stream).
+// CUDA launchers of axpby, fill, embedding, RMSNorm, RoPE, SwiGLU and the per-head broadcast / sum (ops/op_table.h)
+// on the kernels of elementwise_kernels.cu / elementwise_norm.cu (elementwise_launch.h) and heads_kernels.cu
+// (heads_launch.h). Every F32 / BF16 form the entry points accept is served; F64 forms (the gradient-check models, CPU
+// only) are refused with "not implemented on cuda". Scratch (the embedding backward's sort, RMSNorm's dw chunk sums,
+// RoPE's cos/sin table) comes from ctx.scratch and is released after the kernels are enqueued (the caching allocator is
+// stream-ordered on the op's stream).
 #include <cstring>
 
 #include "common/error.h"
 #include "ops/cuda/elementwise_launch.h"
+#include "ops/cuda/heads_launch.h"
 #include "ops/cuda/kernels.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
+#include "ops/heads.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/swiglu.h"
@@ -156,6 +159,26 @@ void swiglu_backward(const ExecCtx& ctx, const SwigluProblem& p, const void* in,
   check(ew::swiglu_backward(swiglu_args(p, "swiglu_backward"), in, dout, din, stream_of(ctx)), "swiglu_backward", ctx);
 }
 
+ew::HeadsArgs heads_args(const HeadsProblem& p, const char* op) {
+  ew::HeadsArgs a;
+  a.type = ty(p.dtype, op);
+  a.rows = p.rows;
+  a.heads = p.heads;
+  a.dim = p.dim;
+  a.ld_mat = p.ld_mat;
+  a.ld_heads = p.ld_heads;
+  a.head_stride = p.head_stride;
+  return a;
+}
+
+void repeat_heads(const ExecCtx& ctx, const HeadsProblem& p, const void* src, void* dst) {
+  check(ew::repeat_heads(heads_args(p, "repeat_heads"), src, dst, stream_of(ctx)), "repeat_heads", ctx);
+}
+
+void sum_heads(const ExecCtx& ctx, const HeadsProblem& p, const void* src, void* dst) {
+  check(ew::sum_heads(heads_args(p, "sum_heads"), src, dst, stream_of(ctx)), "sum_heads", ctx);
+}
+
 }  // namespace
 
 void install_elementwise_ops(OpTable& t) {
@@ -168,6 +191,8 @@ void install_elementwise_ops(OpTable& t) {
   t.rope = rope;
   t.swiglu_forward = swiglu_forward;
   t.swiglu_backward = swiglu_backward;
+  t.repeat_heads = repeat_heads;
+  t.sum_heads = sum_heads;
 }
 
 }  // namespace fp8train::ops::cuda
