@@ -1,11 +1,12 @@
 // Tensor-core attention forward and backward (BF16 storage, FP32 accumulation and softmax), flash-attention-2 style
-// on mma.sync.m16n8k16 (inline PTX) with ldmatrix operand loads and cp.async double-buffered tiles.
-// Forward: a CTA of 4 warps owns kBM = 64 queries of one (b, h) (16 per warp) and loops over key blocks of kBN = 64
-//   up to the causal limit (heaviest query blocks launched first). Scores S = Q·Kᵀ in FP32, online softmax in FP32
-//   in the log2 domain (scale·log2e folded into one multiply, exp2), P rounded to BF16 for P·V, o rounded once.
-//   Shared memory (BF16): Q [kBM][DQK + 8], K [2][kBN][DQK + 8], V [2][kBN][DV + 8]; the 8-element row pad makes
-//   every ldmatrix phase hit 8 distinct 16-byte bank groups. DQK / DV: qk_dim / v_dim rounded up to the kernel's
-//   instantiated widths, the extra columns zero.
+// on mma.sync.m16n8k16 (inline PTX) with ldmatrix operand loads and cp.async tiles.
+// Forward: a CTA of 8 warps owns kFwdBM = 128 queries of one (b, h) (16 per warp) and loops over key blocks of
+//   kBN = 64 up to the causal limit (heaviest query blocks launched first; a warp skips the block past its rows).
+//   Scores S = Q·Kᵀ in FP32, online softmax in FP32 in the log2 domain (scale·log2e folded into one multiply, exp2),
+//   P rounded to BF16 for P·V, o rounded once. Shared memory (BF16): Q [kFwdBM][DQK + 8], K [kBN][DQK + 8],
+//   V [kBN][DV + 8], K and V single-buffered but staggered (94 KB at 192 / 128: two CTAs an SM); the 8-element row
+//   pad makes every ldmatrix phase hit 8 distinct 16-byte bank groups. DQK / DV: qk_dim / v_dim rounded up to the
+//   kernel's instantiated widths, the extra columns zero.
 // Backward (deterministic, no atomics): delta = rowsum(dO∘O) (attention_simt.cu), then dkdv_mma (a CTA per key
 // block, Pᵀ and dSᵀ through shared memory) and dq_mma (a CTA per query block); see the backward section below.
 // Preconditions (attention_mma_supported): qk_dim, v_dim multiples of 8 in [8, 256], every base pointer 16-byte
@@ -20,7 +21,7 @@
 namespace fp8train::ops::cuda::detail {
 namespace {
 
-constexpr int kBM = 64, kBN = 64, kWarps = 4, kThreads = kWarps * 32;
+constexpr int kBM = 64, kBN = 64;  // backward query and key blocks; kBN: the forward's key blocks too
 constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -62,14 +63,24 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// Rows [row0, row0 + n_valid) of one head (dim columns, a multiple of 8) into shared [kRowsTile][ld]; the tile's
-// rows past n_valid are zero-filled. Columns dim..ld-1 are not touched.
-template <int kRowsTile>
-__device__ __forceinline__ void load_tile(__nv_bfloat16* dst, int ld, const void* base, AttnLayout l, int64_t row0,
-                                          int n_valid, int h, int dim) {
+// Forward tiles: kFwdWarps warps, kFwdBM = 16·kFwdWarps queries; K and V single-buffered but staggered (the load of
+// V[n] runs under S = Q·K[n]ᵀ and the softmax, the load of K[n + 1] under O += P·V[n]), so Q, K and V of the
+// 192 / 128 form fit in 94 KB and two CTAs share an SM.
+constexpr int kFwdWarps = 8, kFwdThreads = kFwdWarps * 32, kFwdBM = 16 * kFwdWarps;
+
+template <int DQK, int DV>
+struct FwdSmem {
+  static constexpr int kLdQ = DQK + 8, kLdV = DV + 8;
+  static constexpr int kQ = kFwdBM * kLdQ, kK = kBN * kLdQ, kV = kBN * kLdV;
+  static constexpr size_t kBytes = sizeof(__nv_bfloat16) * (kQ + kK + kV);
+};
+
+template <int kRowsTile, int kNThreads>
+__device__ __forceinline__ void load_tile_n(__nv_bfloat16* dst, int ld, const void* base, AttnLayout l, int64_t row0,
+                                            int n_valid, int h, int dim) {
   const int chunks = dim / 8;
   const auto* b = static_cast<const __nv_bfloat16*>(base) + static_cast<int64_t>(h) * l.head_stride;
-  for (int i = threadIdx.x; i < kRowsTile * chunks; i += kThreads) {
+  for (int i = threadIdx.x; i < kRowsTile * chunks; i += kNThreads) {
     const int r = i / chunks, c = (i % chunks) * 8;
     const bool ok = r < n_valid;
     const __nv_bfloat16* src = ok ? b + (row0 + r) * l.row_stride + c : b;
@@ -77,47 +88,37 @@ __device__ __forceinline__ void load_tile(__nv_bfloat16* dst, int ld, const void
   }
 }
 
-template <int DQK, int DV>
-struct FwdSmem {
-  static constexpr int kLdQ = DQK + 8, kLdV = DV + 8;
-  static constexpr int kQ = kBM * kLdQ, kK = kBN * kLdQ, kV = kBN * kLdV;
-  static constexpr size_t kBytes = sizeof(__nv_bfloat16) * (kQ + 2 * kK + 2 * kV);
-};
-
-template <int DQK, int DV>
-__global__ void __launch_bounds__(kThreads) forward_mma(AttnArgs a) {
+template <int DQK, int DV, int kMinBlocks>
+__global__ void __launch_bounds__(kFwdThreads, kMinBlocks) forward_mma(AttnArgs a) {
   using L = FwdSmem<DQK, DV>;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  __nv_bfloat16* const k0 = qs + L::kQ;      // K stages: k0 + stage·kK
-  __nv_bfloat16* const v0 = k0 + 2 * L::kK;  // V stages: v0 + stage·kV
+  __nv_bfloat16* const ks = qs + L::kQ;
+  __nv_bfloat16* const vs = ks + L::kK;
 
-  const int mblocks = (a.seq + kBM - 1) / kBM, bh_count = a.batch * a.heads;
+  const int mblocks = (a.seq + kFwdBM - 1) / kFwdBM, bh_count = a.batch * a.heads;
   const int mb = mblocks - 1 - static_cast<int>(blockIdx.x / bh_count);
   const int bh = static_cast<int>(blockIdx.x % bh_count), b = bh / a.heads, h = bh % a.heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
-  const int m0 = mb * kBM;
+  const int m0 = mb * kFwdBM;
   const int64_t row0 = static_cast<int64_t>(b) * a.seq;
 
   // Zero the padding columns once (cp.async never writes them): they enter Q·Kᵀ as zero products.
   if (DQK > a.qk_dim) {
     const int pad = DQK - a.qk_dim;
-    for (int i = threadIdx.x; i < (kBM + 2 * kBN) * pad; i += kThreads) {
-      const int r = i / pad, c = a.qk_dim + i % pad;
-      __nv_bfloat16* base = r < kBM ? qs + r * L::kLdQ : k0 + (r - kBM) * L::kLdQ;  // K stages are contiguous
-      base[c] = __float2bfloat16_rn(0.0f);
-    }
+    for (int i = threadIdx.x; i < (kFwdBM + kBN) * pad; i += kFwdThreads)
+      qs[(i / pad) * L::kLdQ + a.qk_dim + i % pad] = __float2bfloat16_rn(0.0f);  // Q rows, then K rows
   }
   if (DV > a.v_dim) {
     const int pad = DV - a.v_dim;
-    for (int i = threadIdx.x; i < 2 * kBN * pad; i += kThreads)
-      v0[(i / pad) * L::kLdV + a.v_dim + i % pad] = __float2bfloat16_rn(0.0f);
+    for (int i = threadIdx.x; i < kBN * pad; i += kFwdThreads)
+      vs[(i / pad) * L::kLdV + a.v_dim + i % pad] = __float2bfloat16_rn(0.0f);
   }
 
-  const int nblocks = mb + 1;  // key blocks 0..mb (kBN == kBM: the last one is the diagonal)
-  load_tile<kBM>(qs, L::kLdQ, a.q, a.lq, row0 + m0, min(kBM, a.seq - m0), h, a.qk_dim);
-  load_tile<kBN>(k0, L::kLdQ, a.k, a.lk, row0, min(kBN, a.seq), h, a.qk_dim);
-  load_tile<kBN>(v0, L::kLdV, a.v, a.lv, row0, min(kBN, a.seq), h, a.v_dim);
+  // key blocks 0.. up to the block's last real query
+  const int nblocks = (min(m0 + kFwdBM, a.seq) + kBN - 1) / kBN;
+  load_tile_n<kFwdBM, kFwdThreads>(qs, L::kLdQ, a.q, a.lq, row0 + m0, min(kFwdBM, a.seq - m0), h, a.qk_dim);
+  load_tile_n<kBN, kFwdThreads>(ks, L::kLdQ, a.k, a.lk, row0, min(kBN, a.seq), h, a.qk_dim);
   cp_async_commit();
 
   constexpr int kNt = kBN / 8;  // score n-tiles per warp row block
@@ -131,99 +132,101 @@ __global__ void __launch_bounds__(kThreads) forward_mma(AttnArgs a) {
   const int t_lo = m0 + qrow + g, t_hi = t_lo + 8;
 
   for (int nb = 0; nb < nblocks; ++nb) {
-    const int st = nb & 1;
-    if (nb + 1 < nblocks) {
-      const int n1 = (nb + 1) * kBN;
-      load_tile<kBN>((k0 + (st ^ 1) * L::kK), L::kLdQ, a.k, a.lk, row0 + n1, min(kBN, a.seq - n1), h, a.qk_dim);
-      load_tile<kBN>((v0 + (st ^ 1) * L::kV), L::kLdV, a.v, a.lv, row0 + n1, min(kBN, a.seq - n1), h, a.v_dim);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
+    const int n0 = nb * kBN;
+    cp_async_wait<0>();
+    __syncthreads();  // K[nb] landed; every warp is done with V[nb - 1]
+    load_tile_n<kBN, kFwdThreads>(vs, L::kLdV, a.v, a.lv, row0 + n0, min(kBN, a.seq - n0), h, a.v_dim);
+    cp_async_commit();
+    // The warp's rows see keys of this block (warp-uniform): key n0 ≤ its last row, hence ≤ its first (n0 and
+    // m0 + qrow are multiples of 16), so every row has a visible key in its first block and mx stays finite.
+    const bool active = n0 <= m0 + qrow + 15;
+    const bool masked = n0 + kBN - 1 > m0 + qrow;  // some key of the block lies past some row of the warp
 
     // S = Q·Kᵀ for the warp's 16 rows and the block's 64 keys.
     float s[kNt][4];
+    if (active) {
 #pragma unroll
-    for (int j = 0; j < kNt; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-    const __nv_bfloat16* kt = (k0 + st * L::kK);
+      for (int j = 0; j < kNt; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
 #pragma unroll
-    for (int kk = 0; kk < DQK / 16; ++kk) {
-      uint32_t qa[4];
-      ldmatrix_x4(qa, qs + (qrow + (lane & 7) + ((lane >> 3) & 1) * 8) * L::kLdQ + kk * 16 + (lane >> 4) * 8);
+      for (int kk = 0; kk < DQK / 16; ++kk) {
+        uint32_t qa[4];
+        ldmatrix_x4(qa, qs + (qrow + (lane & 7) + ((lane >> 3) & 1) * 8) * L::kLdQ + kk * 16 + (lane >> 4) * 8);
 #pragma unroll
-      for (int np = 0; np < kNt / 2; ++np) {
-        uint32_t kb[4];
-        ldmatrix_x4(kb, kt + (np * 16 + (lane & 7) + (lane >> 4) * 8) * L::kLdQ + kk * 16 + ((lane >> 3) & 1) * 8);
-        mma_bf16(s[2 * np], qa, kb[0], kb[1]);
-        mma_bf16(s[2 * np + 1], qa, kb[2], kb[3]);
+        for (int np = 0; np < kNt / 2; ++np) {
+          uint32_t kb[4];
+          ldmatrix_x4(kb, ks + (np * 16 + (lane & 7) + (lane >> 4) * 8) * L::kLdQ + kk * 16 + ((lane >> 3) & 1) * 8);
+          mma_bf16(s[2 * np], qa, kb[0], kb[1]);
+          mma_bf16(s[2 * np + 1], qa, kb[2], kb[3]);
+        }
       }
-    }
 
-    // Online softmax (log2 domain). Causal mask on the diagonal block (keys past the query; this also masks keys
-    // past the sequence for every real query).
-    const int n0 = nb * kBN;
-    const bool diag = nb == mb;
-    float mx[2] = {m_run[0], m_run[1]};
+      // Online softmax (log2 domain). Causal mask where the block crosses the warp's rows (keys past the query;
+      // this also masks keys past the sequence for every real query).
+      float mx[2] = {m_run[0], m_run[1]};
 #pragma unroll
-    for (int j = 0; j < kNt; ++j)
+      for (int j = 0; j < kNt; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = n0 + j * 8 + 2 * tig + (e & 1);
-        const int t = e < 2 ? t_lo : t_hi;
-        float x = s[j][e] * scale_log2;
-        if (diag && key > t) x = -INFINITY;
-        s[j][e] = x;
-        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        for (int e = 0; e < 4; ++e) {
+          const int key = n0 + j * 8 + 2 * tig + (e & 1);
+          const int t = e < 2 ? t_lo : t_hi;
+          float x = s[j][e] * scale_log2;
+          if (masked && key > t) x = -INFINITY;
+          s[j][e] = x;
+          mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      }
+      float corr[2], psum[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        corr[r] = exp2f(m_run[r] - mx[r]);
+        m_run[r] = mx[r];
       }
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-    }
-    // mx is finite: key n0 ≤ every row of the block is visible in the first block, and m_run carries it after.
-    float corr[2], psum[2] = {0.0f, 0.0f};
+      for (int j = 0; j < kNt; ++j)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      corr[r] = exp2f(m_run[r] - mx[r]);
-      m_run[r] = mx[r];
-    }
+        for (int e = 0; e < 4; ++e) {
+          const float p = exp2f(s[j][e] - mx[e >> 1]);
+          s[j][e] = p;
+          psum[e >> 1] += p;
+        }
 #pragma unroll
-    for (int j = 0; j < kNt; ++j)
+      for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * corr[r] + psum[r];  // per-thread partial, reduced at the end
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = exp2f(s[j][e] - mx[e >> 1]);
-        s[j][e] = p;
-        psum[e >> 1] += p;
-      }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) l_run[r] = l_run[r] * corr[r] + psum[r];  // per-thread partial, reduced at the end
-#pragma unroll
-    for (int j = 0; j < kOt; ++j) {
-      o[j][0] *= corr[0];
-      o[j][1] *= corr[0];
-      o[j][2] *= corr[1];
-      o[j][3] *= corr[1];
-    }
-
-    // O += P·V: P's accumulator layout is the A-operand layout of the next product (two n-tiles = one k-step).
-    const __nv_bfloat16* vt = (v0 + st * L::kV);
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-      const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                              pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-      for (int dp = 0; dp < DV / 16; ++dp) {
-        uint32_t vb[4];
-        ldmatrix_x4_trans(vb,
-                          vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * L::kLdV + dp * 16 + (lane >> 4) * 8);
-        mma_bf16(o[2 * dp], pa, vb[0], vb[1]);
-        mma_bf16(o[2 * dp + 1], pa, vb[2], vb[3]);
+      for (int j = 0; j < kOt; ++j) {
+        o[j][0] *= corr[0];
+        o[j][1] *= corr[0];
+        o[j][2] *= corr[1];
+        o[j][3] *= corr[1];
       }
     }
-    __syncthreads();  // the stage just read is the next iteration's load target
+    cp_async_wait<0>();
+    __syncthreads();  // V[nb] landed; every warp is done with K[nb]
+    if (nb + 1 < nblocks) {
+      const int n1 = n0 + kBN;
+      load_tile_n<kBN, kFwdThreads>(ks, L::kLdQ, a.k, a.lk, row0 + n1, min(kBN, a.seq - n1), h, a.qk_dim);
+      cp_async_commit();
+    }
+    if (active) {
+      // O += P·V: P's accumulator layout is the A-operand layout of the next product (two n-tiles = one k-step).
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                                pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int dp = 0; dp < DV / 16; ++dp) {
+          uint32_t vb[4];
+          ldmatrix_x4_trans(vb,
+                            vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * L::kLdV + dp * 16 + (lane >> 4) * 8);
+          mma_bf16(o[2 * dp], pa, vb[0], vb[1]);
+          mma_bf16(o[2 * dp + 1], pa, vb[2], vb[3]);
+        }
+      }
+    }
   }
 
   float l[2];
@@ -257,7 +260,8 @@ __global__ void __launch_bounds__(kThreads) forward_mma(AttnArgs a) {
 //            Pᵀ = exp2(Sᵀ·scale·log2e − lse·log2e) (causal, rows past the sequence: 0) and dSᵀ = Pᵀ∘(dPᵀ − D), both
 //            stored to shared memory in BF16 [64 keys][64 queries].
 //   phase 2: warp w accumulates keys 16·(w % 4).. and half (w / 4) of the columns: dV += Pᵀ·dO, dK += dSᵀ·Q.
-// dQ: a CTA of 4 warps per (b, h, block of 64 queries), 16 queries a warp; key blocks up to the diagonal:
+// dQ: a CTA of 8 warps per (b, h, block of 128 queries) (4 warps and 64 queries where the tiles of the widest
+//   dims do not fit), 16 queries a warp; K / V double-buffered, key blocks up to the diagonal:
 //   S = Q·Kᵀ, dP = dO·Vᵀ, P, dS as above (registers), dQ += dS·K. dK and dQ are scaled once at the end.
 template <int DQK, int DV>
 struct DkdvSmem {
@@ -275,19 +279,6 @@ __device__ __forceinline__ void zero_pad(__nv_bfloat16* base, int rows, int ld, 
   if (pad <= 0) return;
   for (int i = threadIdx.x; i < rows * pad; i += nthreads)
     base[(i / pad) * ld + dim + i % pad] = __float2bfloat16_rn(0.0f);
-}
-
-template <int kRowsTile, int kNThreads>
-__device__ __forceinline__ void load_tile_n(__nv_bfloat16* dst, int ld, const void* base, AttnLayout l, int64_t row0,
-                                            int n_valid, int h, int dim) {
-  const int chunks = dim / 8;
-  const auto* b = static_cast<const __nv_bfloat16*>(base) + static_cast<int64_t>(h) * l.head_stride;
-  for (int i = threadIdx.x; i < kRowsTile * chunks; i += kNThreads) {
-    const int r = i / chunks, c = (i % chunks) * 8;
-    const bool ok = r < n_valid;
-    const __nv_bfloat16* src = ok ? b + (row0 + r) * l.row_stride + c : b;
-    cp_async16(dst + r * ld + c, src, ok ? 16 : 0);
-  }
 }
 
 template <int DQK, int DV>
@@ -458,39 +449,41 @@ __global__ void __launch_bounds__(kBwdThreads) dkdv_mma(AttnArgs a) {
   }
 }
 
-template <int DQK, int DV>
+template <int DQK, int DV, int NW>
 struct DqSmem {
+  static constexpr int kBMq = 16 * NW;  // queries per CTA (16 per warp)
   static constexpr int kLdQ = DQK + 8, kLdV = DV + 8;
-  static constexpr int kQ = kBM * kLdQ, kO = kBM * kLdV, kK = kBN * kLdQ, kV = kBN * kLdV;
+  static constexpr int kQ = kBMq * kLdQ, kO = kBMq * kLdV, kK = kBN * kLdQ, kV = kBN * kLdV;
   static constexpr size_t kBytes = sizeof(__nv_bfloat16) * (kQ + kO + 2 * kK + 2 * kV);
 };
 
-template <int DQK, int DV>
-__global__ void __launch_bounds__(kThreads) dq_mma(AttnArgs a) {
-  using L = DqSmem<DQK, DV>;
+template <int DQK, int DV, int NW>
+__global__ void __launch_bounds__(NW * 32) dq_mma(AttnArgs a) {
+  using L = DqSmem<DQK, DV, NW>;
+  constexpr int kBMq = L::kBMq, kNThr = NW * 32;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   auto* qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   __nv_bfloat16* os = qs + L::kQ;
   __nv_bfloat16* const k0 = os + L::kO;      // K stages: k0 + stage·kK
   __nv_bfloat16* const v0 = k0 + 2 * L::kK;  // V stages: v0 + stage·kV
 
-  const int mblocks = (a.seq + kBM - 1) / kBM, bh_count = a.batch * a.heads;
+  const int mblocks = (a.seq + kBMq - 1) / kBMq, bh_count = a.batch * a.heads;
   const int mb = mblocks - 1 - static_cast<int>(blockIdx.x / bh_count);
   const int bh = static_cast<int>(blockIdx.x % bh_count), b = bh / a.heads, h = bh % a.heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
-  const int m0 = mb * kBM;
+  const int m0 = mb * kBMq;
   const int64_t row0 = static_cast<int64_t>(b) * a.seq;
 
-  zero_pad(qs, kBM, L::kLdQ, a.qk_dim, DQK, kThreads);
-  zero_pad(os, kBM, L::kLdV, a.v_dim, DV, kThreads);
-  zero_pad(k0, 2 * kBN, L::kLdQ, a.qk_dim, DQK, kThreads);
-  zero_pad(v0, 2 * kBN, L::kLdV, a.v_dim, DV, kThreads);
+  zero_pad(qs, kBMq, L::kLdQ, a.qk_dim, DQK, kNThr);
+  zero_pad(os, kBMq, L::kLdV, a.v_dim, DV, kNThr);
+  zero_pad(k0, 2 * kBN, L::kLdQ, a.qk_dim, DQK, kNThr);
+  zero_pad(v0, 2 * kBN, L::kLdV, a.v_dim, DV, kNThr);
 
-  const int nq = min(kBM, a.seq - m0);
-  load_tile_n<kBM, kThreads>(qs, L::kLdQ, a.q, a.lq, row0 + m0, nq, h, a.qk_dim);
-  load_tile_n<kBM, kThreads>(os, L::kLdV, a.dout, a.ldout, row0 + m0, nq, h, a.v_dim);
-  load_tile_n<kBN, kThreads>(k0, L::kLdQ, a.k, a.lk, row0, min(kBN, a.seq), h, a.qk_dim);
-  load_tile_n<kBN, kThreads>(v0, L::kLdV, a.v, a.lv, row0, min(kBN, a.seq), h, a.v_dim);
+  const int nq = min(kBMq, a.seq - m0);
+  load_tile_n<kBMq, kNThr>(qs, L::kLdQ, a.q, a.lq, row0 + m0, nq, h, a.qk_dim);
+  load_tile_n<kBMq, kNThr>(os, L::kLdV, a.dout, a.ldout, row0 + m0, nq, h, a.v_dim);
+  load_tile_n<kBN, kNThr>(k0, L::kLdQ, a.k, a.lk, row0, min(kBN, a.seq), h, a.qk_dim);
+  load_tile_n<kBN, kNThr>(v0, L::kLdV, a.v, a.lv, row0, min(kBN, a.seq), h, a.v_dim);
   cp_async_commit();
 
   const int qrow = warp * 16, t_lo = m0 + qrow + g, t_hi = t_lo + 8;
@@ -504,14 +497,15 @@ __global__ void __launch_bounds__(kThreads) dq_mma(AttnArgs a) {
 #pragma unroll
   for (int j = 0; j < kQt; ++j) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.0f;
 
-  for (int nb = 0; nb <= mb; ++nb) {
+  // key blocks 0.. up to the block's last real query
+  const int nblocks = (min(m0 + kBMq, a.seq) + kBN - 1) / kBN;
+  for (int nb = 0; nb < nblocks; ++nb) {
     const int st = nb & 1;
-    if (nb + 1 <= mb) {
+    if (nb + 1 < nblocks) {
       const int n1 = (nb + 1) * kBN;
-      load_tile_n<kBN, kThreads>((k0 + (st ^ 1) * L::kK), L::kLdQ, a.k, a.lk, row0 + n1, min(kBN, a.seq - n1), h,
-                                 a.qk_dim);
-      load_tile_n<kBN, kThreads>((v0 + (st ^ 1) * L::kV), L::kLdV, a.v, a.lv, row0 + n1, min(kBN, a.seq - n1), h,
-                                 a.v_dim);
+      load_tile_n<kBN, kNThr>((k0 + (st ^ 1) * L::kK), L::kLdQ, a.k, a.lk, row0 + n1, min(kBN, a.seq - n1), h,
+                              a.qk_dim);
+      load_tile_n<kBN, kNThr>((v0 + (st ^ 1) * L::kV), L::kLdV, a.v, a.lv, row0 + n1, min(kBN, a.seq - n1), h, a.v_dim);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -520,57 +514,59 @@ __global__ void __launch_bounds__(kThreads) dq_mma(AttnArgs a) {
     __syncthreads();
     const __nv_bfloat16* kt = (k0 + st * L::kK);
     const __nv_bfloat16* vt = (v0 + st * L::kV);
-    float s[kNt][4], dp[kNt][4];
-#pragma unroll
-    for (int j = 0; j < kNt; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < DQK / 16; ++kk) {
-      uint32_t qa[4];
-      ldmatrix_x4(qa, qs + (qrow + (lane & 7) + ((lane >> 3) & 1) * 8) * L::kLdQ + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-      for (int np = 0; np < kNt / 2; ++np) {
-        uint32_t kb[4];
-        ldmatrix_x4(kb, kt + (np * 16 + (lane & 7) + (lane >> 4) * 8) * L::kLdQ + kk * 16 + ((lane >> 3) & 1) * 8);
-        mma_bf16(s[2 * np], qa, kb[0], kb[1]);
-        mma_bf16(s[2 * np + 1], qa, kb[2], kb[3]);
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < DV / 16; ++kk) {
-      uint32_t oa[4];
-      ldmatrix_x4(oa, os + (qrow + (lane & 7) + ((lane >> 3) & 1) * 8) * L::kLdV + kk * 16 + (lane >> 4) * 8);
-#pragma unroll
-      for (int np = 0; np < kNt / 2; ++np) {
-        uint32_t vb[4];
-        ldmatrix_x4(vb, vt + (np * 16 + (lane & 7) + (lane >> 4) * 8) * L::kLdV + kk * 16 + ((lane >> 3) & 1) * 8);
-        mma_bf16(dp[2 * np], oa, vb[0], vb[1]);
-        mma_bf16(dp[2 * np + 1], oa, vb[2], vb[3]);
-      }
-    }
     const int n0 = nb * kBN;
+    if (n0 <= m0 + qrow + 15) {  // some key of the block is visible to the warp's rows (warp-uniform)
+      float s[kNt][4], dp[kNt][4];
 #pragma unroll
-    for (int j = 0; j < kNt; ++j)
+      for (int j = 0; j < kNt; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = n0 + j * 8 + 2 * tig + (e & 1), r = e >> 1;
-        const int t = r == 0 ? t_lo : t_hi;
-        const float p = key <= t && t < a.seq ? exp2f(s[j][e] * scale_log2 - lse2[r]) : 0.0f;
-        s[j][e] = p * (dp[j][e] - del[r]);  // dS
+        for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < DQK / 16; ++kk) {
+        uint32_t qa[4];
+        ldmatrix_x4(qa, qs + (qrow + (lane & 7) + ((lane >> 3) & 1) * 8) * L::kLdQ + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int np = 0; np < kNt / 2; ++np) {
+          uint32_t kb[4];
+          ldmatrix_x4(kb, kt + (np * 16 + (lane & 7) + (lane >> 4) * 8) * L::kLdQ + kk * 16 + ((lane >> 3) & 1) * 8);
+          mma_bf16(s[2 * np], qa, kb[0], kb[1]);
+          mma_bf16(s[2 * np + 1], qa, kb[2], kb[3]);
+        }
       }
 #pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-      const uint32_t da[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                              pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      for (int kk = 0; kk < DV / 16; ++kk) {
+        uint32_t oa[4];
+        ldmatrix_x4(oa, os + (qrow + (lane & 7) + ((lane >> 3) & 1) * 8) * L::kLdV + kk * 16 + (lane >> 4) * 8);
 #pragma unroll
-      for (int dpair = 0; dpair < DQK / 16; ++dpair) {
-        uint32_t kb[4];
-        ldmatrix_x4_trans(kb,
-                          kt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * L::kLdQ + dpair * 16 + (lane >> 4) * 8);
-        mma_bf16(dq[2 * dpair], da, kb[0], kb[1]);
-        mma_bf16(dq[2 * dpair + 1], da, kb[2], kb[3]);
+        for (int np = 0; np < kNt / 2; ++np) {
+          uint32_t vb[4];
+          ldmatrix_x4(vb, vt + (np * 16 + (lane & 7) + (lane >> 4) * 8) * L::kLdV + kk * 16 + ((lane >> 3) & 1) * 8);
+          mma_bf16(dp[2 * np], oa, vb[0], vb[1]);
+          mma_bf16(dp[2 * np + 1], oa, vb[2], vb[3]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kNt; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = n0 + j * 8 + 2 * tig + (e & 1), r = e >> 1;
+          const int t = r == 0 ? t_lo : t_hi;
+          const float p = key <= t && t < a.seq ? exp2f(s[j][e] * scale_log2 - lse2[r]) : 0.0f;
+          s[j][e] = p * (dp[j][e] - del[r]);  // dS
+        }
+#pragma unroll
+      for (int kk = 0; kk < kBN / 16; ++kk) {
+        const uint32_t da[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                                pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int dpair = 0; dpair < DQK / 16; ++dpair) {
+          uint32_t kb[4];
+          ldmatrix_x4_trans(
+              kb, kt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * L::kLdQ + dpair * 16 + (lane >> 4) * 8);
+          mma_bf16(dq[2 * dpair], da, kb[0], kb[1]);
+          mma_bf16(dq[2 * dpair + 1], da, kb[2], kb[3]);
+        }
       }
     }
     __syncthreads();
@@ -594,19 +590,24 @@ __global__ void __launch_bounds__(kThreads) dq_mma(AttnArgs a) {
 
 template <int DQK, int DV>
 cudaError_t launch_backward(const AttnArgs& a, cudaStream_t stream) {
-  const int64_t blocks = static_cast<int64_t>((a.seq + kBM - 1) / kBM) * a.batch * a.heads;
-  if (blocks == 0) return cudaSuccess;
-  if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  constexpr size_t smem_kv = DkdvSmem<DQK, DV>::kBytes, smem_q = DqSmem<DQK, DV>::kBytes;
+  const int64_t kv_blocks = static_cast<int64_t>((a.seq + kBN - 1) / kBN) * a.batch * a.heads;
+  if (kv_blocks == 0) return cudaSuccess;
+  if (kv_blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
+  // dQ: 128 queries (8 warps) a CTA where its double-buffered tiles fit in shared memory, else 64 (4 warps)
+  constexpr int kDqWarps = DqSmem<DQK, DV, 8>::kBytes <= 227 * 1024 ? 8 : 4;
+  constexpr int kDqBM = DqSmem<DQK, DV, kDqWarps>::kBMq;
+  const int64_t q_blocks = static_cast<int64_t>((a.seq + kDqBM - 1) / kDqBM) * a.batch * a.heads;
+  constexpr size_t smem_kv = DkdvSmem<DQK, DV>::kBytes, smem_q = DqSmem<DQK, DV, kDqWarps>::kBytes;
   cudaError_t e =
       cudaFuncSetAttribute(dkdv_mma<DQK, DV>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_kv));
   if (e != cudaSuccess) return e;
-  e = cudaFuncSetAttribute(dq_mma<DQK, DV>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_q));
+  const auto dq_kernel = dq_mma<DQK, DV, kDqWarps>;
+  e = cudaFuncSetAttribute(dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_q));
   if (e != cudaSuccess) return e;
-  dkdv_mma<DQK, DV><<<static_cast<unsigned>(blocks), kBwdThreads, smem_kv, stream>>>(a);
+  dkdv_mma<DQK, DV><<<static_cast<unsigned>(kv_blocks), kBwdThreads, smem_kv, stream>>>(a);
   e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  dq_mma<DQK, DV><<<static_cast<unsigned>(blocks), kThreads, smem_q, stream>>>(a);
+  dq_kernel<<<static_cast<unsigned>(q_blocks), kDqWarps * 32, smem_q, stream>>>(a);
   return cudaGetLastError();
 }
 
@@ -619,14 +620,15 @@ cudaError_t backward_dv(const AttnArgs& a, cudaStream_t stream) {
 
 template <int DQK, int DV>
 cudaError_t launch_forward(const AttnArgs& a, cudaStream_t stream) {
-  const int64_t blocks = static_cast<int64_t>((a.seq + kBM - 1) / kBM) * a.batch * a.heads;
+  const int64_t blocks = static_cast<int64_t>((a.seq + kFwdBM - 1) / kFwdBM) * a.batch * a.heads;
   if (blocks == 0) return cudaSuccess;
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
   constexpr size_t smem = FwdSmem<DQK, DV>::kBytes;
-  cudaError_t e =
-      cudaFuncSetAttribute(forward_mma<DQK, DV>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  constexpr int kMinBlocks = DV <= 128 ? 2 : 1;  // two CTAs an SM need <= 128 registers a thread
+  const auto kernel = forward_mma<DQK, DV, kMinBlocks>;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (e != cudaSuccess) return e;
-  forward_mma<DQK, DV><<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(a);
+  kernel<<<static_cast<unsigned>(blocks), kFwdThreads, smem, stream>>>(a);
   return cudaGetLastError();
 }
 
