@@ -38,7 +38,7 @@ namespace {
 
 struct BenchOpsOptions {
   int64_t tokens = 8192, hidden = 2048, heads = 16, rope = 64, experts = 64, top_k = 6, ffn = 1408;
-  int64_t vocab = 32768, ce_rows = 2048, params = 500000000;
+  int64_t vocab = 32768, ce_rows = 2048, params = int64_t{1} << 29;
   int repeats = 20, warmup = 3;
 };
 
