@@ -1,10 +1,12 @@
-// LR schedule phases (warmup, constant, cosine, final), batch-size warmup, and global-norm clipping over a gradient
-// arena (value against an FP64 reference and, bit for bit, against the per-parameter chunked sum; clipping rule;
-// thread-count independence).
+// LR schedule phases (warmup, constant, cosine, final), batch-size warmup, piecewise-constant schedules (text form,
+// DeepSeek-V3's λ and γ, the step each piece begins at, the error naming each bad piece), and global-norm clipping over
+// a gradient arena (value against an FP64 reference and, bit for bit, against the per-parameter chunked sum; clipping
+// rule; thread-count independence).
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "common/error.h"
@@ -52,6 +54,65 @@ TEST(BatchSizeSchedule, RampsLinearlyThenHolds) {
   EXPECT_EQ((BatchSizeSchedule{0, 16, 12}.at(0)), 16);  // no warmup
   EXPECT_THROW((BatchSizeSchedule{20, 16, 12}.validate()), Error);
   EXPECT_THROW((BatchSizeSchedule{0, 0, 0}.validate()), Error);
+}
+
+TEST(PiecewiseSchedule, DeepSeekV3sLambdaAndGammaSwitchAtTheRoundedStep) {
+  const PiecewiseSchedule lambda = parse_piecewise_schedule("0.3,0.1@0.676", 1000, 0, 10);
+  ASSERT_EQ(lambda.pieces.size(), 2u);
+  EXPECT_EQ(lambda.at(0), 0.3);
+  EXPECT_EQ(lambda.at(675), 0.3);
+  EXPECT_EQ(lambda.at(676), 0.1);
+  EXPECT_EQ(lambda.at(999), 0.1);
+  EXPECT_EQ(lambda.at(5000), 0.1);  // past the planned steps: the last piece holds
+  const PiecewiseSchedule gamma = parse_piecewise_schedule("0.001,0@0.966", 1000, 0, 1);
+  EXPECT_EQ(gamma.at(965), 0.001);
+  EXPECT_EQ(gamma.at(966), 0.0);
+  // Starts round to the nearest step as the LR decay points do (2.5 -> 3, 5 -> 5); spaces around pieces are fine.
+  const PiecewiseSchedule three = parse_piecewise_schedule(" 1, 2@0.25 ,3@0.5", 10, 0, 10);
+  EXPECT_EQ(three.at(2), 1.0);
+  EXPECT_EQ(three.at(3), 2.0);
+  EXPECT_EQ(three.at(4), 2.0);
+  EXPECT_EQ(three.at(5), 3.0);
+  // Two starts that round to the same step: the later piece wins from that step on.
+  const PiecewiseSchedule tight = parse_piecewise_schedule("1,2@0.5,3@0.55", 4, 0, 10);
+  EXPECT_EQ(tight.at(1), 1.0);
+  EXPECT_EQ(tight.at(2), 3.0);
+  EXPECT_EQ(parse_piecewise_schedule("0.5@0", 3, 0, 1).at(2), 0.5);  // the first start may be given as 0
+  const PiecewiseSchedule constant = PiecewiseSchedule::constant(0.25, 7);
+  constant.validate();
+  for (int64_t t = 0; t < 8; ++t) EXPECT_EQ(constant.at(t), 0.25);
+}
+
+TEST(PiecewiseSchedule, ErrorsNameTheBadPiece) {
+  const auto error_of = [](const std::string& text) -> std::string {
+    try {
+      parse_piecewise_schedule(text, 100, 0, 10);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_EQ(error_of(""), "the schedule is empty (expected VALUE or VALUE,VALUE@START,...)");
+  EXPECT_EQ(error_of("0.3,,0.1@0.5"), "piece 2 of '0.3,,0.1@0.5' is empty (expected VALUE or VALUE@START)");
+  EXPECT_EQ(error_of("0.3,"), "piece 2 of '0.3,' is empty (expected VALUE or VALUE@START)");
+  EXPECT_EQ(error_of("fast"), "piece 'fast': the value 'fast' is not a number");
+  EXPECT_EQ(error_of("0.3,nan@0.5"), "piece 'nan@0.5': the value 'nan' is not a number");
+  EXPECT_EQ(error_of("0.3x"), "piece '0.3x': the value '0.3x' is not a number");
+  EXPECT_EQ(error_of("0.3,0.1@half"), "piece '0.1@half': the start 'half' is not a number");
+  EXPECT_EQ(error_of("0.3,0.1@"), "piece '0.1@': the start '' is not a number");
+  EXPECT_EQ(error_of("0.3,0.1@1.5"), "piece '0.1@1.5': the start must be in [0, 1)");
+  EXPECT_EQ(error_of("0.3,0.1@1"), "piece '0.1@1': the start must be in [0, 1)");
+  EXPECT_EQ(error_of("0.3,0.1@-0.1"), "piece '0.1@-0.1': the start must be in [0, 1)");
+  EXPECT_EQ(error_of("0.3,0.1@0.5,0.2@0.5"), "piece '0.2@0.5': the start must come after the previous piece's (0.5)");
+  EXPECT_EQ(error_of("0.3,0.1@0.5,0.2@0.4"), "piece '0.2@0.4': the start must come after the previous piece's (0.5)");
+  EXPECT_EQ(error_of("0.3,0.1"), "piece '0.1': every piece after the first needs its start, as VALUE@START");
+  EXPECT_EQ(error_of("0.3@0.2"), "piece '0.3@0.2': the first piece starts at 0 (give its value alone)");
+  EXPECT_EQ(error_of("11"), "piece '11': the value must be in [0, 10]");
+  EXPECT_EQ(error_of("0.3,-1@0.5"), "piece '-1@0.5': the value must be in [0, 10]");
+  // A schedule built in code is checked too.
+  EXPECT_THROW((PiecewiseSchedule{{{1.0, 0.5}}, 10}.validate()), Error);
+  EXPECT_THROW((PiecewiseSchedule{{{1.0, 0.0}, {2.0, 0.0}}, 10}.validate()), Error);
+  EXPECT_THROW((PiecewiseSchedule{{}, 10}.validate()), Error);
 }
 
 namespace {
