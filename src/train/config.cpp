@@ -23,6 +23,8 @@ constexpr double kBig = 1e15;  // "no practical upper bound" for integer keys
 
 #define FP8T_REF(expr) [](TrainConfig& c) -> ValueRef { return &c.expr; }
 
+// The registry is a table, one key per line: clang-format would spread each entry over several.
+// clang-format off
 std::vector<ConfigKey> make_keys() {
   std::vector<ConfigKey> k;
   append_model_keys(k);
@@ -37,6 +39,8 @@ std::vector<ConfigKey> make_keys() {
   k.push_back({"train.threads", "threads", 0, 4096, {}, "CPU threads (0: OpenMP default); results are bit-identical for a fixed count", FP8T_REF(threads)});
   k.push_back({"train.device", "device", 0, 0, {"auto", "cpu", "cuda"}, "where the run computes: cpu, cuda (one Hopper GPU, cuda:0), or auto (cuda when a Hopper GPU is present); a resume keeps the checkpoint's device unless this is given (checkpoints move between CPU and GPU runs)", FP8T_REF(device)});
   k.push_back({"train.recipe", "recipe", 0, 0, {}, "precision recipe: fp32, bf16, fp8-deepseek, fp8-tensorwise, int8-blockwise, with optional :key=value overrides (src/recipe/recipe.h)", FP8T_REF(recipe)});
+  k.push_back({"train.mtp_lambda_schedule", "mtp-lambda-schedule", 0, 0, {}, "MTP loss weight lambda over the run, piecewise constant: VALUE, then VALUE@START pieces with START the fraction of the steps where each begins, e.g. 0.3,0.1@0.676 (DeepSeek-V3); empty: model.mtp_lambda throughout", FP8T_REF(mtp_lambda_schedule)});
+  k.push_back({"train.bias_update_speed_schedule", "bias-update-speed-schedule", 0, 0, {}, "router bias update speed gamma over the run, piecewise constant like --mtp-lambda-schedule, e.g. 0.001,0@0.966 (DeepSeek-V3); empty: model.bias_update_speed throughout", FP8T_REF(bias_update_speed_schedule)});
   k.push_back({"train.out", "out", 0, 0, {}, "run directory (empty: runs/<preset>-<date>-<time>)", FP8T_REF(out)});
   k.push_back({"train.save_every", "save-every", 0, kBig, {}, "checkpoint every N steps (0: only at the end)", FP8T_REF(save_every)});
   k.push_back({"train.keep_last", "keep-last", 0, kBig, {}, "checkpoints kept: the last N (0: all), plus those of --keep-every; the one 'latest' names is never deleted", FP8T_REF(keep_last)});
@@ -62,6 +66,7 @@ std::vector<ConfigKey> make_keys() {
   k.push_back({"optim.batch_warmup_steps", "batch-warmup-steps", 0, kBig, {}, "batch-size warmup length in steps", FP8T_REF(batch_warmup_steps)});
   return k;
 }
+// clang-format on
 #undef FP8T_REF
 
 }  // namespace
@@ -153,6 +158,29 @@ optim::BatchSizeSchedule TrainConfig::batch_schedule() const {
   return optim::BatchSizeSchedule{batch_warmup_start, batch_size, batch_warmup_steps};
 }
 
+namespace {
+// A schedule key's text as a schedule over the run, its values in the range of the constant key it replaces.
+optim::PiecewiseSchedule scalar_schedule(const std::string& text, const std::string& key,
+                                         const std::string& constant_key, double constant, int64_t steps) {
+  if (text.empty()) return optim::PiecewiseSchedule::constant(constant, steps);
+  const ConfigKey* range = find_key(constant_key);
+  try {
+    return optim::parse_piecewise_schedule(text, steps, range->min, range->max);
+  } catch (const Error& e) {
+    FP8T_FAIL("config key '{}': {}", key, e.what());
+  }
+}
+}  // namespace
+
+optim::PiecewiseSchedule TrainConfig::mtp_lambda_by_step() const {
+  return scalar_schedule(mtp_lambda_schedule, "train.mtp_lambda_schedule", "model.mtp_lambda", model.mtp_lambda, steps);
+}
+
+optim::PiecewiseSchedule TrainConfig::bias_update_speed_by_step() const {
+  return scalar_schedule(bias_update_speed_schedule, "train.bias_update_speed_schedule", "model.bias_update_speed",
+                         model.bias_update_speed, steps);
+}
+
 optim::AdamWConfig TrainConfig::adamw() const {
   optim::AdamWConfig a;
   a.beta1 = beta1;
@@ -236,6 +264,8 @@ void validate_config(const TrainConfig& c) {
              "config key 'optim.moment_dtype' is '{}' but the recipe '{}' asks for moments={}: give one of them",
              c.moment_dtype, c.recipe, rc.moment_dtype);
   c.batch_schedule().validate();
+  (void)c.mtp_lambda_by_step();
+  (void)c.bias_update_speed_by_step();
   validate_model_config(c);
 }
 

@@ -42,6 +42,10 @@ struct TrainConfig {
   int64_t threads = 0;            // OpenMP threads (0: OpenMP's default)
   std::string device = "auto";    // cpu, cuda (a Hopper GPU), or auto: cuda when a Hopper GPU is present
   std::string recipe = "bf16";    // a recipe spec for recipe::parse_recipe (fp32, bf16, fp8-deepseek, ...)
+  // Piecewise-constant schedules over the run (optim::PiecewiseSchedule's text form, e.g. DeepSeek-V3's
+  // "0.3,0.1@0.676" and "0.001,0@0.966"); empty: the constant model.mtp_lambda / model.bias_update_speed.
+  std::string mtp_lambda_schedule;
+  std::string bias_update_speed_schedule;
   std::string out;                // run directory (empty: runs/<preset>-<date>-<time>)
   int64_t save_every = 0;         // checkpoint every N steps (0: only at the end)
   int64_t keep_last = 3;          // checkpoints kept: the last N (0: all) ...
@@ -71,6 +75,9 @@ struct TrainConfig {
   // Derived objects.
   optim::LrSchedule lr_schedule() const;
   optim::BatchSizeSchedule batch_schedule() const;
+  // The MTP loss weight λ and router-bias update speed γ per step (throw Error naming the key when the text is bad).
+  optim::PiecewiseSchedule mtp_lambda_by_step() const;
+  optim::PiecewiseSchedule bias_update_speed_by_step() const;
   optim::AdamWConfig adamw() const;
   int64_t micro_batch() const { return micro_batch_size > 0 ? micro_batch_size : batch_size; }
 };

@@ -9,6 +9,8 @@ namespace fp8train::train {
 namespace detail {
 
 #define FP8T_REF(expr) [](TrainConfig& c) -> ValueRef { return &c.model.expr; }
+// The registry is a table, one key per line: clang-format would spread each entry over several.
+// clang-format off
 void append_model_keys(std::vector<ConfigKey>& k) {
   k.push_back({"model.vocab_size", "vocab-size", 2, 1e7, {}, "vocabulary (the byte tokenizer needs at least 259)", FP8T_REF(vocab_size)});
   k.push_back({"model.hidden_size", "hidden-size", 8, 65536, {}, "model width", FP8T_REF(hidden_size)});
@@ -28,15 +30,16 @@ void append_model_keys(std::vector<ConfigKey>& k) {
   k.push_back({"model.n_group", "n-group", 1, 65536, {}, "expert groups for group-limited routing", FP8T_REF(n_group)});
   k.push_back({"model.topk_group", "topk-group", 1, 65536, {}, "groups a token may route to", FP8T_REF(topk_group)});
   k.push_back({"model.routed_scaling_factor", "routed-scaling-factor", 0.0, 1000, {}, "scale of the routed experts' combined output", FP8T_REF(routed_scaling_factor)});
-  k.push_back({"model.bias_update_speed", "bias-update-speed", 0, 1, {}, "router bias update speed gamma (auxiliary-loss-free balancing)", FP8T_REF(bias_update_speed)});
+  k.push_back({"model.bias_update_speed", "bias-update-speed", 0, 1, {}, "router bias update speed gamma (auxiliary-loss-free balancing), the whole run unless train.bias_update_speed_schedule is given", FP8T_REF(bias_update_speed)});
   k.push_back({"model.seq_aux_loss_alpha", "seq-aux-loss-alpha", 0, 1, {}, "sequence-wise balance loss weight alpha", FP8T_REF(seq_aux_loss_alpha)});
   k.push_back({"model.mtp_depth", "mtp-depth", 0, 16, {}, "multi-token prediction modules D", FP8T_REF(mtp_depth)});
-  k.push_back({"model.mtp_lambda", "mtp-lambda", 0, 10, {}, "MTP loss weight lambda", FP8T_REF(mtp_lambda)});
+  k.push_back({"model.mtp_lambda", "mtp-lambda", 0, 10, {}, "MTP loss weight lambda, the whole run unless train.mtp_lambda_schedule is given", FP8T_REF(mtp_lambda)});
   k.push_back({"model.rope_theta", "rope-theta", 1, 1e9, {}, "RoPE base", FP8T_REF(rope_theta)});
   k.push_back({"model.init_std", "init-std", 1e-6, 1, {}, "standard deviation of the weight initialisation", FP8T_REF(init_std)});
   k.push_back({"model.rms_norm_eps", "rms-norm-eps", 1e-12, 1e-2, {}, "RMSNorm epsilon", FP8T_REF(rms_norm_eps)});
   k.push_back({"model.tie_embeddings", "tie-embeddings", 0, 0, {}, "share the embedding and output head weights", FP8T_REF(tie_embeddings)});
 }
+// clang-format on
 #undef FP8T_REF
 
 }  // namespace detail

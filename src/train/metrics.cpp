@@ -149,6 +149,8 @@ nlohmann::ordered_json step_metrics_json(const StepMetrics& m) {
   j["loss_mtp"] = finite_or_null(m.loss_mtp);
   j["loss_balance"] = finite_or_null(m.loss_balance);
   j["lr"] = finite_or_null(m.lr);
+  j["mtp_lambda"] = finite_or_null(m.mtp_lambda);
+  j["bias_update_speed"] = finite_or_null(m.bias_update_speed);
   j["tokens_per_s"] = finite_or_null(m.tokens_per_s);
   j["grad_norm"] = finite_or_null(m.grad_norm);
   j["max_expert_load_ratio"] = finite_or_null(m.max_expert_load_ratio);

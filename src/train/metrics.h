@@ -1,9 +1,10 @@
 // Run logs, one JSON object per line, appended and flushed as the run goes (a crash loses at most a line):
 //   metrics.jsonl      one object per optimizer step with exactly these keys:
-//                      {"step", "loss", "loss_main", "loss_mtp", "loss_balance", "lr", "tokens_per_s",
-//                       "grad_norm", "max_expert_load_ratio"}
+//                      {"step", "loss", "loss_main", "loss_mtp", "loss_balance", "lr", "mtp_lambda",
+//                       "bias_update_speed", "tokens_per_s", "grad_norm", "max_expert_load_ratio"}
 //                      step is 1-based (the number of steps done); a non-finite value is written as null
-//                      (JSON has no NaN), which is how a skipped step shows
+//                      (JSON has no NaN), which is how a skipped step shows; lr, mtp_lambda (MTP loss weight λ)
+//                      and bias_update_speed (router-bias update speed γ) are the scheduled values the step used
 //   eval.jsonl         {"step", "eval_loss", "eval_bpb"} at each evaluation (bits per byte = per token for the
 //                      byte tokenizer; for token files the key is "eval_bits_per_token")
 //   expert_load.jsonl  {"step", "layers": [MoE layer names], "load": [[fraction of routed assignments per
@@ -31,7 +32,8 @@ namespace fp8train::train {
 struct StepMetrics {
   int64_t step = 0;
   double loss = 0, loss_main = 0, loss_mtp = 0, loss_balance = 0;
-  double lr = 0, tokens_per_s = 0, grad_norm = 0, max_expert_load_ratio = 0;
+  double lr = 0, mtp_lambda = 0, bias_update_speed = 0;
+  double tokens_per_s = 0, grad_norm = 0, max_expert_load_ratio = 0;
 };
 
 // The metrics.jsonl object for one step (keys in the documented order).

@@ -115,6 +115,11 @@ std::vector<std::string> DeepSeekTrainable::moe_layer_names() {
   return names;
 }
 
+void DeepSeekTrainable::set_scheduled_values(double mtp_lambda, double bias_update_speed) {
+  model_->set_mtp_lambda(mtp_lambda);
+  model_->set_bias_update_speed(bias_update_speed);
+}
+
 void DeepSeekTrainable::after_step() {
   model_->update_router_biases();
   model_->mark_parameters_updated();  // the GEMMs' compute copies of the weights refresh at the next forward

@@ -28,6 +28,7 @@ class DeepSeekTrainable : public TrainableModel {
   int64_t vocab_size() const override;
   MicroBatchResult forward_backward(const Token* inputs, const Token* targets, int64_t batch, int64_t seq_len,
                                     double grad_scale) override;
+  void set_scheduled_values(double mtp_lambda, double bias_update_speed) override;
   void after_step() override;
   void parameters_changed() override;
   void discard_step() override;

@@ -117,11 +117,16 @@ Scalars tensorboard_scalars(const nlohmann::json& row) {
     if (row.contains("eval_bits_per_token")) add(s, "eval/bits_per_token", row["eval_bits_per_token"]);
     return s;
   }
-  const std::pair<const char*, const char*> keys[] = {
-      {"loss", "train/loss"},           {"loss_main", "train/loss_next_token"},
-      {"loss_mtp", "train/loss_mtp"},   {"loss_balance", "train/loss_balance"},
-      {"lr", "train/learning_rate"},    {"grad_norm", "train/grad_norm"},
-      {"tokens_per_s", "train/tokens_per_s"}, {"max_expert_load_ratio", "train/max_expert_load_ratio"}};
+  const std::pair<const char*, const char*> keys[] = {{"loss", "train/loss"},
+                                                      {"loss_main", "train/loss_next_token"},
+                                                      {"loss_mtp", "train/loss_mtp"},
+                                                      {"loss_balance", "train/loss_balance"},
+                                                      {"lr", "train/learning_rate"},
+                                                      {"mtp_lambda", "train/mtp_lambda"},
+                                                      {"bias_update_speed", "train/bias_update_speed"},
+                                                      {"grad_norm", "train/grad_norm"},
+                                                      {"tokens_per_s", "train/tokens_per_s"},
+                                                      {"max_expert_load_ratio", "train/max_expert_load_ratio"}};
   for (const auto& [key, tag] : keys)
     if (row.contains(key)) add(s, tag, row[key]);
   if (row.contains("gemm_error") && row["gemm_error"].is_object())

@@ -52,7 +52,8 @@ class EventFileWriter {
 
 // What a metrics.jsonl row or an eval.jsonl row shows in TensorBoard (tag, value):
 //   train/loss (total: next-token + MTP + balance), train/loss_next_token, train/loss_mtp, train/loss_balance,
-//   train/learning_rate, train/grad_norm, train/tokens_per_s, train/max_expert_load_ratio;
+//   train/learning_rate, train/mtp_lambda, train/bias_update_speed, train/grad_norm, train/tokens_per_s,
+//   train/max_expert_load_ratio;
 //   on health-sampled steps numerics/gemm_rel_error_<fprop|dgrad|wgrad> (mean over the Linears),
 //   numerics/saturation_<activations|weights|gradients> (fraction of the quantized elements clamped),
 //   numerics/underflow_<...> (fraction of the nonzero elements flushed to zero), memory/<category>_bytes;

@@ -54,6 +54,15 @@ class TrainableModel {
   virtual MicroBatchResult forward_backward(const Token* inputs, const Token* targets, int64_t batch,
                                             int64_t seq_len, double grad_scale) = 0;
 
+  // The scheduled values of the step about to run (train.mtp_lambda_schedule, train.bias_update_speed_schedule):
+  // the MTP loss weight λ its forward uses and the router-bias update speed γ of its after_step. The trainer
+  // calls it at the start of every step, so a resumed run recomputes them from the step. The default ignores them
+  // (a model without MTP or router biases).
+  virtual void set_scheduled_values(double mtp_lambda, double bias_update_speed) {
+    (void)mtp_lambda;
+    (void)bias_update_speed;
+  }
+
   // Called once per applied optimizer step, after the update: e.g. the auxiliary-loss-free router bias
   // update from the loads of the step just taken.
   virtual void after_step() = 0;

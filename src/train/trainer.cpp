@@ -94,10 +94,16 @@ std::vector<std::string> resume_warnings(const CheckpointMeta& checkpoint, const
   std::vector<std::string> out;
   for (const std::string& key : config_differences(checkpoint.config, config)) {
     if (!config_key_changes_training(key)) continue;
+    // The schedule keys came later: a checkpoint without them ran the constants that their empty default keeps.
+    if ((key == "train.mtp_lambda_schedule" || key == "train.bias_update_speed_schedule") &&
+        config_value_text(checkpoint.config, key) == "(missing)" && config_value_text(config, key) == "(none)")
+      continue;
     std::string why = "the run no longer continues the computation the checkpoint started";
     if (key == "train.steps")
-      why = "the learning-rate schedule (warmup, decay start and end) is recomputed for the new total, so the "
-            "steps from here differ from the run as first planned";
+      why =
+          "the learning-rate schedule (warmup, decay start and end) and the starts of the MTP-weight and "
+          "router-bias-speed schedules' pieces are recomputed for the new total, so the steps from here differ "
+          "from the run as first planned";
     else if (key == "train.threads")
       why = "results are bit-identical only for a fixed thread count";
     else if (key == "train.device")
@@ -225,6 +231,8 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
   optim::AdamW optimizer(config.adamw(), params);
   const optim::LrSchedule lr_schedule = config.lr_schedule();
   const optim::BatchSizeSchedule batch_schedule = config.batch_schedule();
+  const optim::PiecewiseSchedule mtp_lambda_schedule = config.mtp_lambda_by_step();
+  const optim::PiecewiseSchedule bias_update_speed_schedule = config.bias_update_speed_by_step();
   const std::string fingerprint = data_fingerprint(data);
 
   TrainerState state;
@@ -335,6 +343,10 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
     for (int64_t step = state.step; step < config.steps; ++step) {
       const auto step_start = Clock::now();
       const bool sample_health = config.health_every > 0 && (step + 1) % config.health_every == 0;
+      // Set from the step alone (never carried over from the step before), so a resume continues bit for bit.
+      const double mtp_lambda = mtp_lambda_schedule.at(step);
+      const double bias_update_speed = bias_update_speed_schedule.at(step);
+      model.set_scheduled_values(mtp_lambda, bias_update_speed);
       model.begin_step(step, sample_health);
       backend(default_device()).allocator().reset_peaks();  // this step's peaks (memory_json)
       const double lr = lr_schedule.at(step);
@@ -389,6 +401,8 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       m.loss_mtp = loss.mtp;
       m.loss_balance = loss.balance;
       m.lr = lr;
+      m.mtp_lambda = mtp_lambda;
+      m.bias_update_speed = bias_update_speed;
       m.tokens_per_s = tps;
       m.grad_norm = grad_norm;
       m.max_expert_load_ratio = max_expert_load_ratio(expert_tokens);

@@ -3,6 +3,7 @@
 //   - train writes metrics.jsonl (one line per step, the documented keys), eval.jsonl, checkpoints, report.html;
 //   - eval and generate read the checkpoint;
 //   - resuming from step 3 reproduces the uninterrupted run's step 4..6 losses bit for bit (real model);
+//   - the MTP weight and router-bias speed schedules switch at their step (loss_mtp, the router biases);
 //   - bad inputs (missing file, bad JSON, unknown key, out-of-range value, truncated checkpoint, non-UTF-8 data,
 //     unknown preset, an existing run directory) each give exactly one line "fp8train: error: ..." naming the
 //     problem (a human sentence: no source location, no raw bytes), and a non-zero exit;
@@ -27,6 +28,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "train/safetensors.h"
 #include "train/token_file.h"
 
 namespace fs = std::filesystem;
@@ -158,8 +160,11 @@ TEST_F(TrainCli, TrainsEvaluatesAndGenerates) {
   const auto metrics = jsonl(work_ / "a" / "metrics.jsonl");
   ASSERT_EQ(metrics.size(), 6u);
   for (const auto& m : metrics) {
-    EXPECT_EQ(m.size(), 9u) << m.dump();
+    EXPECT_EQ(m.size(), 11u) << m.dump();
     EXPECT_TRUE(m["loss_mtp"].get<double>() > 0) << "the MTP module contributes";
+    // No schedules given: the constants (model.mtp_lambda's default, the tiny preset's model.bias_update_speed).
+    EXPECT_EQ(m["mtp_lambda"].get<double>(), 0.3) << m.dump();
+    EXPECT_EQ(m["bias_update_speed"].get<double>(), 0.01) << m.dump();
     EXPECT_TRUE(m["max_expert_load_ratio"].get<double>() >= 1.0);
   }
   EXPECT_EQ(jsonl(work_ / "a" / "eval.jsonl").size(), 2u);
@@ -184,6 +189,47 @@ TEST_F(TrainCli, TrainsEvaluatesAndGenerates) {
   ASSERT_EQ(g.exit_code, 0) << g.err;
   EXPECT_EQ(g.out.rfind("The ", 0), 0u) << g.out;
   EXPECT_GT(g.out.size(), 4u);
+}
+
+// The schedules reach the real model: from step 4 of 6 (0.5 of the run), λ = 0 removes the MTP loss and γ = 0
+// freezes the router biases (the step-3 and step-6 checkpoints hold the same ones).
+TEST_F(TrainCli, SchedulesSwitchTheMtpWeightAndTheRouterBiasSpeed) {
+  const CliResult r =
+      run(train_args("s") + " --save-every 3 --mtp-lambda-schedule 0.3,0@0.5 --bias-update-speed-schedule 0.01,0@0.5");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto metrics = jsonl(work_ / "s" / "metrics.jsonl");
+  ASSERT_EQ(metrics.size(), 6u);
+  for (const auto& m : metrics) {
+    const bool second = m["step"].get<int64_t>() > 3;
+    EXPECT_EQ(m["mtp_lambda"].get<double>(), second ? 0.0 : 0.3) << m.dump();
+    EXPECT_EQ(m["bias_update_speed"].get<double>(), second ? 0.0 : 0.01) << m.dump();
+    if (second)
+      EXPECT_EQ(m["loss_mtp"].get<double>(), 0.0) << m.dump();
+    else
+      EXPECT_GT(m["loss_mtp"].get<double>(), 0.0) << m.dump();
+  }
+  const auto router_biases = [&](const char* step) {
+    const fp8train::train::StFile f = fp8train::train::decode_safetensors(
+        slurp(work_ / "s" / "checkpoints" / step / "model.safetensors"), "model.safetensors");
+    std::map<std::string, std::vector<float>> biases;
+    for (const auto& t : f.tensors)
+      if (t.name.find(".gate.bias") != std::string::npos) biases[t.name] = fp8train::train::st_to_f32(t);
+    return biases;
+  };
+  const auto at3 = router_biases("step-00000003"), at6 = router_biases("step-00000006");
+  ASSERT_FALSE(at3.empty());
+  EXPECT_EQ(at3, at6);
+  bool moved = false;  // ... which steps 1-3 (γ = 0.01) did move away from zero
+  for (const auto& [name, values] : at3)
+    for (float v : values) moved = moved || v != 0.0f;
+  EXPECT_TRUE(moved);
+  // The schedules are saved with the run's config, so a resume keeps them.
+  const nlohmann::json config = nlohmann::json::parse(slurp(work_ / "s" / "config.json"));
+  EXPECT_EQ(config["train"]["mtp_lambda_schedule"], "0.3,0@0.5");
+  EXPECT_EQ(config["train"]["bias_update_speed_schedule"], "0.01,0@0.5");
+  // A bad schedule is one sentence naming the key and the piece.
+  expect_one_line_error(train_args("bad") + " --mtp-lambda-schedule 0.3,0.1@1.5",
+                        "config key 'train.mtp_lambda_schedule': piece '0.1@1.5': the start must be in [0, 1)");
 }
 
 TEST_F(TrainCli, ResumeFromStepThreeReproducesTheUninterruptedRunBitForBit) {

@@ -1,6 +1,7 @@
 // Config: presets, JSON and flag layering, the exact error sentences for unknown keys / wrong types /
 // out-of-range values, cross-key checks, the JSON round trip and the printed table; the one rule for the
-// optimizer moments of a recipe; warnings; differences between two configs; defaults in the flags' help.
+// optimizer moments of a recipe; warnings; differences between two configs; defaults in the flags' help; the MTP
+// weight and router-bias speed schedules (DeepSeek-V3's, the constants by default, errors naming key and piece).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -117,6 +118,61 @@ TEST(Config, LrScheduleFollowsTheStepFractions) {
   EXPECT_EQ(s.decay_start, 500);
   EXPECT_EQ(s.decay_end, 900);
   EXPECT_EQ(s.at(950), c.final_lr);
+}
+
+TEST(Config, MtpLambdaAndBiasUpdateSpeedSchedules) {
+  TrainConfig c = preset_config("tiny");
+  c.steps = 1000;
+  // Empty (the default): the constant model keys, every step.
+  EXPECT_EQ(c.mtp_lambda_schedule, "");
+  EXPECT_EQ(c.bias_update_speed_schedule, "");
+  for (int64_t step : {0, 500, 999}) {
+    EXPECT_EQ(c.mtp_lambda_by_step().at(step), c.model.mtp_lambda);
+    EXPECT_EQ(c.bias_update_speed_by_step().at(step), c.model.bias_update_speed);
+  }
+  // DeepSeek-V3's: λ 0.3 for 10T of 14.8T tokens then 0.1; γ 0.001 for 14.3T then 0.
+  ConfigSources sources;
+  apply_config_flag(c, "mtp-lambda-schedule", "0.3,0.1@0.676", &sources);
+  apply_config_flag(c, "bias-update-speed-schedule", "0.001,0@0.966", &sources);
+  EXPECT_EQ(sources.at("train.mtp_lambda_schedule"), "flag");
+  EXPECT_NO_THROW(validate_config(c));
+  EXPECT_EQ(c.mtp_lambda_by_step().at(675), 0.3);
+  EXPECT_EQ(c.mtp_lambda_by_step().at(676), 0.1);
+  EXPECT_EQ(c.bias_update_speed_by_step().at(965), 0.001);
+  EXPECT_EQ(c.bias_update_speed_by_step().at(966), 0.0);
+  // Saved with the config and read back from it.
+  const nlohmann::json j = config_to_json(c);
+  EXPECT_EQ(j["train"]["mtp_lambda_schedule"], "0.3,0.1@0.676");
+  TrainConfig d = preset_config("tiny");
+  apply_config_json(d, nlohmann::json::parse(R"({"train": {"bias_update_speed_schedule": "0.01,0@0.5"}})"), "file",
+                    nullptr);
+  EXPECT_EQ(d.bias_update_speed_schedule, "0.01,0@0.5");
+
+  // Bad texts: validation names the key, then the piece and what is wrong with it.
+  const auto error_of_schedule = [](const std::string& flag, const std::string& text) {
+    TrainConfig bad = preset_config("tiny");
+    apply_config_flag(bad, flag, text, nullptr);
+    return error_of([&] { validate_config(bad); });
+  };
+  EXPECT_EQ(error_of_schedule("mtp-lambda-schedule", "0.3,0.1@1.5"),
+            "config key 'train.mtp_lambda_schedule': piece '0.1@1.5': the start must be in [0, 1)");
+  EXPECT_EQ(error_of_schedule("mtp-lambda-schedule", "0.3,,0.1@0.5"),
+            "config key 'train.mtp_lambda_schedule': piece 2 of '0.3,,0.1@0.5' is empty (expected VALUE or "
+            "VALUE@START)");
+  EXPECT_EQ(error_of_schedule("mtp-lambda-schedule", "0.3,high@0.5"),
+            "config key 'train.mtp_lambda_schedule': piece 'high@0.5': the value 'high' is not a number");
+  EXPECT_EQ(error_of_schedule("mtp-lambda-schedule", "0.3,0.2@0.6,0.1@0.6"),
+            "config key 'train.mtp_lambda_schedule': piece '0.1@0.6': the start must come after the previous "
+            "piece's (0.6)");
+  EXPECT_EQ(error_of_schedule("mtp-lambda-schedule", "11"),
+            "config key 'train.mtp_lambda_schedule': piece '11': the value must be in [0, 10]");
+  EXPECT_EQ(error_of_schedule("bias-update-speed-schedule", "0.001,2@0.5"),
+            "config key 'train.bias_update_speed_schedule': piece '2@0.5': the value must be in [0, 1]");
+  EXPECT_EQ(error_of_schedule("bias-update-speed-schedule", "0.001,0@-0.5"),
+            "config key 'train.bias_update_speed_schedule': piece '0@-0.5': the start must be in [0, 1)");
+  EXPECT_EQ(error_of_schedule("bias-update-speed-schedule", "0.001,0"),
+            "config key 'train.bias_update_speed_schedule': piece '0': every piece after the first needs its "
+            "start, as VALUE@START");
 }
 
 TEST(Config, TheRecipeDecidesTheMomentDtypeUnlessTheConfigDoes) {

@@ -104,8 +104,13 @@ TEST(Metrics, StepObjectHasTheDocumentedKeysInOrderAndNullsForNonFinite) {
   m.step = 7;
   m.loss = std::nan("");
   m.lr = 1e-3;
+  m.mtp_lambda = 0.3;
+  m.bias_update_speed = 0.0;
   const std::string line = step_metrics_json(m).dump();
-  EXPECT_EQ(line.rfind(R"({"step":7,"loss":null,"loss_main":0.0,"loss_mtp":0.0,"loss_balance":0.0,"lr":0.001,)", 0), 0u)
+  EXPECT_EQ(line.rfind(R"({"step":7,"loss":null,"loss_main":0.0,"loss_mtp":0.0,"loss_balance":0.0,"lr":0.001,)"
+                       R"("mtp_lambda":0.3,"bias_update_speed":0.0,)",
+                       0),
+            0u)
       << line;
   EXPECT_NE(line.find(R"("tokens_per_s":0.0,"grad_norm":0.0,"max_expert_load_ratio":0.0})"), std::string::npos)
       << line;

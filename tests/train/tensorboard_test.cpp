@@ -222,7 +222,7 @@ TEST(TensorBoard, EventFileRoundTrips) {
 TEST(TensorBoard, HealthCountersBecomeScalars) {
   const nlohmann::json row = nlohmann::json::parse(R"({
     "step": 4, "loss": 2.0, "loss_main": 1.5, "loss_mtp": 0.4, "loss_balance": 0.1, "lr": 0.001,
-    "tokens_per_s": 1000.0, "grad_norm": 0.5, "max_expert_load_ratio": 1.25,
+    "mtp_lambda": 0.3, "bias_update_speed": 0.0005, "tokens_per_s": 1000.0, "grad_norm": 0.5, "max_expert_load_ratio": 1.25,
     "memory": {"master_weights_bytes": 100},
     "health": [
       {"linear": "l0", "gemm": "fprop", "rel_error": 0.01, "err_sq": 1, "ref_sq": 10000,
@@ -240,6 +240,8 @@ TEST(TensorBoard, HealthCountersBecomeScalars) {
   EXPECT_EQ(s.at("train/loss"), 2.0);
   EXPECT_EQ(s.at("train/loss_next_token"), 1.5);
   EXPECT_EQ(s.at("train/learning_rate"), 0.001);
+  EXPECT_EQ(s.at("train/mtp_lambda"), 0.3);
+  EXPECT_EQ(s.at("train/bias_update_speed"), 0.0005);
   EXPECT_EQ(s.at("train/grad_norm"), 0.5);
   EXPECT_EQ(s.at("train/tokens_per_s"), 1000.0);
   EXPECT_EQ(s.at("numerics/gemm_rel_error_wgrad"), 0.03);

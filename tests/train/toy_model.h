@@ -7,12 +7,14 @@
 // W and b live in a value arena and their gradients in a gradient arena (W in the decay range, b in the no-decay
 // range), as a real model's parameters do; the arithmetic below works on host pointers into them.
 // nan_at_steps: forward_backward returns a NaN loss and NaN gradients while the step counter is in the set.
+// The scheduled MTP weight λ and router-bias speed γ are only recorded (the model has neither), for the tests.
 #pragma once
 #include <array>
 #include <cmath>
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "train/trainable.h"
@@ -91,6 +93,10 @@ class BigramModel : public TrainableModel {
     return r;
   }
 
+  void set_scheduled_values(double mtp_lambda, double bias_update_speed) override {
+    scheduled.push_back({mtp_lambda, bias_update_speed});
+  }
+
   void after_step() override {
     double mean = 0;
     for (double l : step_loads_) mean += l / 4;
@@ -129,6 +135,7 @@ class BigramModel : public TrainableModel {
   void set_step(int64_t s) { step_ = s; }
 
   std::set<int64_t> nan_at_steps;  // 0-based optimizer steps whose forward is poisoned
+  std::vector<std::pair<double, double>> scheduled;  // the trainer's set_scheduled_values calls (λ, γ), in order
   int64_t applied_ = 0;
 
  private:

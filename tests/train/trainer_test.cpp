@@ -4,7 +4,8 @@
 // checkpoints refuse truncation/corruption and survive a killed writer; the report is self-contained SVG; after a
 // resume the summary covers the whole run; the final checkpoint is on disk before the final evaluation starts,
 // and a run stopped during that evaluation (or by non-finite steps) is finished by resuming it; retention never
-// deletes the checkpoint "latest" names; a report of a run without evaluations draws no empty panel.
+// deletes the checkpoint "latest" names; a report of a run without evaluations draws no empty panel; the MTP
+// weight and router-bias speed schedules reach the model and metrics.jsonl at their steps, also after a resume.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -122,12 +123,26 @@ TEST(Trainer, LossFallsAndLogsTheDocumentedKeys) {
   EXPECT_EQ(r.steps_done, 40);
   const auto rows = read_jsonl((dir.path / "metrics.jsonl").string());
   ASSERT_EQ(rows.size(), 40u);
-  const std::vector<std::string> keys{"step", "loss", "loss_main", "loss_mtp", "loss_balance", "lr",
-                                      "tokens_per_s", "grad_norm", "max_expert_load_ratio"};
+  const std::vector<std::string> keys{"step",
+                                      "loss",
+                                      "loss_main",
+                                      "loss_mtp",
+                                      "loss_balance",
+                                      "lr",
+                                      "mtp_lambda",
+                                      "bias_update_speed",
+                                      "tokens_per_s",
+                                      "grad_norm",
+                                      "max_expert_load_ratio"};
   for (const auto& row : rows) {
     ASSERT_EQ(row.size(), keys.size()) << row.dump();
     for (const auto& k : keys) ASSERT_TRUE(row.contains(k)) << k;
+    // No schedule given: the constant model keys, logged on every step.
+    EXPECT_EQ(row["mtp_lambda"].get<double>(), c.model.mtp_lambda);
+    EXPECT_EQ(row["bias_update_speed"].get<double>(), c.model.bias_update_speed);
   }
+  ASSERT_EQ(model.scheduled.size(), 40u);
+  EXPECT_EQ(model.scheduled.back(), std::make_pair(c.model.mtp_lambda, c.model.bias_update_speed));
   EXPECT_EQ(rows.front()["step"], 1);
   EXPECT_LT(rows.back()["loss"].get<double>(), 0.8 * rows.front()["loss"].get<double>());
   EXPECT_GT(rows.front()["max_expert_load_ratio"].get<double>(), 1.0);
@@ -173,6 +188,75 @@ TEST(Trainer, ResumeReproducesTheUninterruptedRunBitForBit) {
   const auto ev_res = read_jsonl((resumed.path / "eval.jsonl").string());
   ASSERT_EQ(ev_res.size(), 2u);
   EXPECT_EQ(ev_res.back().dump(), ev_full.back().dump());
+}
+
+TEST(Trainer, SchedulesSwitchAtTheirStepsAndAResumeRecomputesThem) {
+  TempDir full("sched_full"), resumed("sched_resumed");
+  TrainConfig c = toy_config();  // 12 steps
+  c.save_every = 5;
+  c.mtp_lambda_schedule = "0.3,0.1@0.5";          // 0-based steps 0..5: 0.3, from step 6 (row 7): 0.1
+  c.bias_update_speed_schedule = "0.001,0@0.75";  // from step 9 (row 10): 0
+  BigramModel a(kByteVocabSize);
+  run_toy(c, a, full.path);
+  const auto rows = read_jsonl((full.path / "metrics.jsonl").string());
+  ASSERT_EQ(rows.size(), 12u);
+  for (const auto& row : rows) {
+    const int64_t step = row["step"].get<int64_t>();
+    EXPECT_EQ(row["mtp_lambda"].get<double>(), step <= 6 ? 0.3 : 0.1) << row.dump();
+    EXPECT_EQ(row["bias_update_speed"].get<double>(), step <= 9 ? 0.001 : 0.0) << row.dump();
+  }
+  // The model got the step's values before its forward, once per step.
+  ASSERT_EQ(a.scheduled.size(), 12u);
+  EXPECT_EQ(a.scheduled[5], std::make_pair(0.3, 0.001));
+  EXPECT_EQ(a.scheduled[6], std::make_pair(0.1, 0.001));
+  EXPECT_EQ(a.scheduled[9], std::make_pair(0.1, 0.0));
+
+  // A resume from step 5 starts from the values of step 5 (nothing carried over) and logs the same rows.
+  const CheckpointMeta meta = read_checkpoint_meta((full.path / "checkpoints" / "step-00000005").string());
+  BigramModel b(kByteVocabSize, /*seed=*/999);
+  b.set_step(5);
+  run_toy(c, b, resumed.path, &meta);
+  ASSERT_EQ(b.scheduled.size(), 7u);
+  EXPECT_EQ(b.scheduled.front(), std::make_pair(0.3, 0.001));
+  const auto rows_full = deterministic_metrics(full.path);
+  const auto rows_resumed = deterministic_metrics(resumed.path);
+  ASSERT_EQ(rows_resumed.size(), 7u);
+  for (size_t i = 0; i < rows_resumed.size(); ++i) EXPECT_EQ(rows_resumed[i].dump(), rows_full[i + 5].dump());
+}
+
+TEST(Trainer, AResumeWarnsOfAChangedScheduleButNotOfOneTheCheckpointPredates) {
+  TempDir first("sched_first"), older("sched_older"), changed("sched_changed");
+  TrainConfig c = toy_config();
+  c.steps = 6;
+  c.save_every = 3;
+  BigramModel a(kByteVocabSize);
+  run_toy(c, a, first.path);
+  const std::string step3 = (first.path / "checkpoints" / "step-00000003").string();
+  const auto schedule_warnings = [](const fs::path& run) {
+    std::vector<std::string> out;
+    for (const auto& e : read_jsonl((run / "events.jsonl").string()))
+      if (e["event"] == "warning" && e["detail"].get<std::string>().find("_schedule'") != std::string::npos)
+        out.push_back(e["detail"].get<std::string>());
+    return out;
+  };
+  // A checkpoint written before the schedule keys existed, resumed with their empty default: the same computation.
+  CheckpointMeta meta = read_checkpoint_meta(step3);
+  meta.config["train"].erase("mtp_lambda_schedule");
+  meta.config["train"].erase("bias_update_speed_schedule");
+  BigramModel b(kByteVocabSize);
+  b.set_step(3);
+  run_toy(c, b, older.path, &meta);
+  EXPECT_TRUE(schedule_warnings(older.path).empty());
+  // A schedule other than the checkpoint's run had: warned, naming the key.
+  TrainConfig other = c;
+  other.mtp_lambda_schedule = "0.3,0.1@0.5";
+  const CheckpointMeta meta2 = read_checkpoint_meta(step3);
+  BigramModel d(kByteVocabSize);
+  d.set_step(3);
+  run_toy(other, d, changed.path, &meta2);
+  const std::vector<std::string> warned = schedule_warnings(changed.path);
+  ASSERT_EQ(warned.size(), 1u);
+  EXPECT_NE(warned[0].find("'train.mtp_lambda_schedule' = 0.3,0.1@0.5"), std::string::npos) << warned[0];
 }
 
 TEST(Trainer, ResumeInPlaceDropsLogLinesPastTheCheckpoint) {
