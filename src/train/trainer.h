@@ -1,8 +1,9 @@
-// The training loop: for each optimizer step, sample the step's batch (batch-size schedule) in micro-batches,
-// accumulate gradients, check the loss and gradients are finite (else skip the step, count and log it; stop
-// after `max_bad_steps` in a row), clip by global norm, AdamW with the scheduled LR, router-bias update; log
-// metrics, evaluate on the held-out split, checkpoint; at the end save the final checkpoint first, then run the
-// final evaluation (train.final_eval_windows windows, with progress), then write summary.json and report.html.
+// The training loop: for each optimizer step, set the model's scheduled MTP weight λ and router-bias speed γ
+// (train.*_schedule), sample the step's batch (batch-size schedule) in micro-batches, accumulate gradients, check
+// the loss and gradients are finite (else skip the step, count and log it; stop after `max_bad_steps` in a row),
+// clip by global norm, AdamW with the scheduled LR, router-bias update; log metrics, evaluate on the held-out
+// split, checkpoint; at the end save the final checkpoint first, then run the final evaluation
+// (train.final_eval_windows windows, with progress), then write summary.json and report.html.
 //
 // Run directory (RUN = TrainOptions::run_dir):
 //   config.json, metrics.jsonl, eval.jsonl, expert_load.jsonl, events.jsonl, train.log, summary.json,
