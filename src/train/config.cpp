@@ -37,10 +37,10 @@ std::vector<ConfigKey> make_keys() {
   k.push_back({"train.seq_len", "seq-len", 1, 1e6, {}, "tokens per sequence", FP8T_REF(seq_len)});
   k.push_back({"train.seed", "seed", 0, 9007199254740991.0, {}, "seed of initialisation and data sampling", FP8T_REF(seed)});
   k.push_back({"train.threads", "threads", 0, 4096, {}, "CPU threads (0: OpenMP default); results are bit-identical for a fixed count", FP8T_REF(threads)});
-  k.push_back({"train.device", "device", 0, 0, {"auto", "cpu", "cuda"}, "where the run computes: cpu, cuda (one Hopper GPU, cuda:0), or auto (cuda when a Hopper GPU is present); a resume keeps the checkpoint's device unless this is given (checkpoints move between CPU and GPU runs)", FP8T_REF(device)});
+  k.push_back({"train.device", "device", 0, 0, {"auto", "cpu", "cuda"}, "where the run computes: cpu, cuda (one Hopper GPU, cuda:0), or auto (cuda when a Hopper GPU is present); a resume keeps the checkpoint's device unless this is given (checkpoints move between CPU and GPU runs)", FP8T_REF(device), "cpu"});
   k.push_back({"train.recipe", "recipe", 0, 0, {}, "precision recipe: fp32, bf16, fp8-deepseek, fp8-tensorwise, int8-blockwise, with optional :key=value overrides (src/recipe/recipe.h)", FP8T_REF(recipe)});
-  k.push_back({"train.mtp_lambda_schedule", "mtp-lambda-schedule", 0, 0, {}, "MTP loss weight lambda over the run, piecewise constant: VALUE, then VALUE@START pieces with START the fraction of the steps where each begins, e.g. 0.3,0.1@0.676 (DeepSeek-V3); empty: model.mtp_lambda throughout", FP8T_REF(mtp_lambda_schedule)});
-  k.push_back({"train.bias_update_speed_schedule", "bias-update-speed-schedule", 0, 0, {}, "router bias update speed gamma over the run, piecewise constant like --mtp-lambda-schedule, e.g. 0.001,0@0.966 (DeepSeek-V3); empty: model.bias_update_speed throughout", FP8T_REF(bias_update_speed_schedule)});
+  k.push_back({"train.mtp_lambda_schedule", "mtp-lambda-schedule", 0, 0, {}, "MTP loss weight lambda over the run, piecewise constant: VALUE, then VALUE@START pieces with START the fraction of the steps where each begins, e.g. 0.3,0.1@0.676 (DeepSeek-V3); empty: model.mtp_lambda throughout", FP8T_REF(mtp_lambda_schedule), ""});
+  k.push_back({"train.bias_update_speed_schedule", "bias-update-speed-schedule", 0, 0, {}, "router bias update speed gamma over the run, piecewise constant like --mtp-lambda-schedule, e.g. 0.001,0@0.966 (DeepSeek-V3); empty: model.bias_update_speed throughout", FP8T_REF(bias_update_speed_schedule), ""});
   k.push_back({"train.out", "out", 0, 0, {}, "run directory (empty: runs/<preset>-<date>-<time>)", FP8T_REF(out)});
   k.push_back({"train.save_every", "save-every", 0, kBig, {}, "checkpoint every N steps (0: only at the end)", FP8T_REF(save_every)});
   k.push_back({"train.keep_last", "keep-last", 0, kBig, {}, "checkpoints kept: the last N (0: all), plus those of --keep-every; the one 'latest' names is never deleted", FP8T_REF(keep_last)});
@@ -303,14 +303,19 @@ const nlohmann::json* find_dotted(const nlohmann::json& config, const std::strin
 
 std::vector<std::string> config_differences(const nlohmann::json& a, const nlohmann::json& b,
                                             const std::vector<std::string>& ignore) {
-  std::vector<std::string> keys{"preset"};
-  for (const ConfigKey& k : config_keys()) keys.push_back(k.key);
+  std::vector<std::pair<std::string, const char*>> keys{{"preset", nullptr}};
+  for (const ConfigKey& k : config_keys()) keys.emplace_back(k.key, k.legacy);
+  // A side without a key that has a legacy value computed with that value.
+  auto same_as_legacy = [](const nlohmann::json* v, const char* legacy) {
+    return legacy != nullptr && v->is_string() && v->get<std::string>() == legacy;
+  };
   std::vector<std::string> out;
-  for (const std::string& key : keys) {
+  for (const auto& [key, legacy] : keys) {
     if (std::find(ignore.begin(), ignore.end(), key) != ignore.end()) continue;
     const nlohmann::json* x = find_dotted(a, key);
     const nlohmann::json* y = find_dotted(b, key);
-    if (!x || !y || *x != *y) out.push_back(key);
+    const bool same = x && y ? *x == *y : (x || y) && same_as_legacy(x ? x : y, legacy);
+    if (!same) out.push_back(key);
   }
   return out;
 }

@@ -117,7 +117,8 @@ void resolve_moment_dtype(TrainConfig& config, ConfigSources* sources);
 std::vector<std::string> config_warnings(const TrainConfig& config);
 
 // The dotted keys (e.g. "optim.lr", and "preset") whose values differ between two config JSONs, in table order;
-// keys listed in `ignore` are left out. A key missing on one side counts as different.
+// keys listed in `ignore` are left out. A key missing on one side counts as different, unless it is a key added
+// later whose other side holds the value configs saved before it computed with (e.g. train.device "cpu").
 std::vector<std::string> config_differences(const nlohmann::json& a, const nlohmann::json& b,
                                             const std::vector<std::string>& ignore = {});
 // The value of a dotted key in a config JSON, as the table prints it ("(missing)" when absent).

@@ -94,10 +94,6 @@ std::vector<std::string> resume_warnings(const CheckpointMeta& checkpoint, const
   std::vector<std::string> out;
   for (const std::string& key : config_differences(checkpoint.config, config)) {
     if (!config_key_changes_training(key)) continue;
-    // The schedule keys came later: a checkpoint without them ran the constants that their empty default keeps.
-    if ((key == "train.mtp_lambda_schedule" || key == "train.bias_update_speed_schedule") &&
-        config_value_text(checkpoint.config, key) == "(missing)" && config_value_text(config, key) == "(none)")
-      continue;
     std::string why = "the run no longer continues the computation the checkpoint started";
     if (key == "train.steps")
       why =

@@ -224,6 +224,19 @@ TEST(Config, DifferencesNameTheKeys) {
   nlohmann::json old = ja;  // a config saved before a key existed
   old["train"].erase("keep_last");
   EXPECT_EQ(config_differences(ja, old), (std::vector<std::string>{"train.keep_last"}));
+  // Keys added later: a config without them ran on the CPU with constant MTP weight and bias speed.
+  nlohmann::json before = config_to_json(a);
+  for (const char* k : {"device", "mtp_lambda_schedule", "bias_update_speed_schedule"}) before["train"].erase(k);
+  nlohmann::json now = before;
+  now["train"]["device"] = "cpu";
+  now["train"]["mtp_lambda_schedule"] = "";
+  now["train"]["bias_update_speed_schedule"] = "";
+  EXPECT_TRUE(config_differences(before, now).empty());
+  EXPECT_TRUE(config_differences(now, before).empty());
+  now["train"]["device"] = "cuda";
+  now["train"]["mtp_lambda_schedule"] = "0.3,0.1@0.5";
+  EXPECT_EQ(config_differences(before, now),
+            (std::vector<std::string>{"train.device", "train.mtp_lambda_schedule"}));
   EXPECT_EQ(config_value_text(jb, "optim.lr"), "0.0001");
   EXPECT_EQ(config_value_text(old, "train.keep_last"), "(missing)");
   EXPECT_TRUE(config_key_changes_training("optim.lr"));
