@@ -1,9 +1,13 @@
-// CUDA launchers of the attention core (ops/op_table.h, ops/attention.h):
-//   BF16 with qk_dim, v_dim multiples of 8 (≤ 256) and 16-byte aligned rows: tensor-core kernels (attention_mma.cu)
-//   F32, and BF16 forms the tensor-core kernels do not serve: SIMT FP32 kernels (attention_simt.cu)
-// FP8TRAIN_ATTENTION=simt sends every form to the SIMT kernels (to tell the two paths apart when a result looks
-// wrong). Head dims above 256 and F64 are refused. The backward is deterministic (no atomics): delta = rowsum(dO∘O) in
-// F32 scratch, then dK / dV per key block and dQ per query block.
+// CUDA launchers of the attention core (ops/op_table.h, ops/attention.h). BF16 goes to cuDNN's fused flash
+// attention (attention_cudnn.cpp) when cuDNN has an engine for the form, else to the own tensor-core kernels
+// (attention_mma.cu: qk_dim, v_dim multiples of 8 up to 256, 16-byte aligned rows), else to the SIMT kernels
+// (attention_simt.cu), which also serve F32. F64 and head dims above 256 are refused.
+// FP8TRAIN_ATTENTION picks the path: auto (default, as above), cudnn (every BF16 form on cuDNN, or an error saying
+// why not), own (the own kernels only), simt (SIMT only; to tell the paths apart when a result looks wrong).
+// Determinism of the backward: the own kernels are deterministic (delta = rowsum(dO∘O) in F32 scratch, then
+// dK / dV per key block and dQ per query block, no atomics); cuDNN's backward is deterministic unless
+// FP8TRAIN_ATTENTION_BACKWARD=fast selects its engine that accumulates dQ with atomics (the deterministic one
+// keeps dP in its workspace, so it runs over slices of the heads of at most 512 MiB of dP each).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -13,6 +17,7 @@
 
 #include "common/error.h"
 #include "ops/attention.h"
+#include "ops/cuda/attention_cudnn.h"
 #include "ops/cuda/attention_launch.h"
 #include "ops/cuda/kernels.h"
 
@@ -47,13 +52,51 @@ detail::AttnArgs args_of(const char* op, const AttentionProblem& p) {
   return a;
 }
 
-// The tensor-core kernels serve the form, unless FP8TRAIN_ATTENTION=simt (read once).
-bool use_mma(const detail::AttnArgs& a, bool backward) {
-  static const bool simt_only = [] {
+enum class Path { Auto, Cudnn, Own, Simt };
+
+// FP8TRAIN_ATTENTION (read once).
+Path path_setting() {
+  static const Path path = [] {
     const char* e = std::getenv("FP8TRAIN_ATTENTION");
-    return e != nullptr && std::string(e) == "simt";
+    const std::string v = e == nullptr ? "auto" : e;
+    if (v == "auto" || v.empty()) return Path::Auto;
+    if (v == "cudnn") return Path::Cudnn;
+    if (v == "own") return Path::Own;
+    if (v == "simt") return Path::Simt;
+    throw Error("FP8TRAIN_ATTENTION='" + v + "' is not one of auto, cudnn, own, simt");
   }();
-  return !simt_only && a.bf16 && detail::attention_mma_supported(a, backward);
+  return path;
+}
+
+// FP8TRAIN_ATTENTION_BACKWARD=fast: cuDNN's nondeterministic backward (read once).
+bool deterministic_backward() {
+  static const bool det = [] {
+    const char* e = std::getenv("FP8TRAIN_ATTENTION_BACKWARD");
+    const std::string v = e == nullptr ? "deterministic" : e;
+    if (v == "deterministic" || v.empty()) return true;
+    if (v == "fast") return false;
+    throw Error("FP8TRAIN_ATTENTION_BACKWARD='" + v + "' is not one of deterministic, fast");
+  }();
+  return det;
+}
+
+bool use_mma(const detail::AttnArgs& a, bool backward) {
+  return path_setting() != Path::Simt && a.bf16 && detail::attention_mma_supported(a, backward);
+}
+
+// Runs the form with cuDNN when the setting allows and cuDNN can; returns whether it did.
+bool try_cudnn(const char* op, const ExecCtx& ctx, const detail::AttnArgs& a, bool backward) {
+  const Path path = path_setting();
+  if (path == Path::Own || path == Path::Simt || !a.bf16) return false;  // F32 goes to SIMT under any setting
+  Tensor ws;  // kept alive until the work is enqueued: the caching allocator is stream-ordered on ctx's stream
+  const std::string why_not = detail::cudnn_attention_try(a, backward, deterministic_backward(),
+                                                          static_cast<cudaStream_t>(ctx.stream), [&](int64_t bytes) {
+                                                            ws = ctx.scratch({bytes}, DType::U8);
+                                                            return ws.data<uint8_t>();
+                                                          });
+  FP8T_CHECK(why_not.empty() || path != Path::Cudnn, "{}: FP8TRAIN_ATTENTION=cudnn, but cuDNN cannot run it: {}", op,
+             why_not);
+  return why_not.empty();
 }
 
 void check(const char* op, cudaError_t e) {
@@ -70,6 +113,7 @@ void attention_forward(const ExecCtx& ctx, const AttentionProblem& p, const void
   a.v = v;
   a.o = o;
   a.lse = static_cast<float*>(lse);
+  if (try_cudnn(op, ctx, a, false)) return;
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
   if (use_mma(a, false))
     check(op, detail::launch_attention_forward_mma(a, stream));
@@ -90,6 +134,7 @@ void attention_backward(const ExecCtx& ctx, const AttentionProblem& p, const voi
   a.dq = dq;
   a.dk = dk;
   a.dv = dv;
+  if (try_cudnn(op, ctx, a, true)) return;
   // kept alive until the kernels are enqueued: the caching allocator is stream-ordered on ctx's stream
   const Tensor delta = ctx.scratch({std::max<int64_t>(1, p.batch * p.heads * p.seq)}, DType::F32);
   a.delta = delta.data<float>();
