@@ -55,8 +55,9 @@ inline constexpr int64_t kRmsNormRowsPerChunk = 64;
 cudaError_t rmsnorm_backward(const RmsNormArgs& args, const void* x, const float* w, const float* rstd, const void* dy,
                              void* dx, float* dw, float* dw_partial, cudaStream_t stream);
 
-// RoPE in place on x [rows, heads, rope_dim] (unit last stride): cos / sin of pos·theta^(−2i/rope_dim) computed
-// in double into `table` (F32 [seq_len, rope_dim / 2, 2] scratch) and rounded to F32, as the CPU does.
+// RoPE in place on x [rows, heads, rope_dim] (unit last stride) with `table` (F32 [seq_len, rope_dim / 2, 2]):
+// rope_table fills it with cos / sin of pos·theta^(−2i/rope_dim) computed in double and rounded to F32, as the CPU
+// does (the launcher keeps one table per setting, so a step computes it once).
 struct RopeArgs {
   Ty type = Ty::F32;
   int64_t rows = 0, heads = 0, rope_dim = 0;
@@ -65,7 +66,8 @@ struct RopeArgs {
   double theta = 10000.0;
   bool inverse = false;
 };
-cudaError_t rope(const RopeArgs& args, void* x, float* table, cudaStream_t stream);
+cudaError_t rope_table(const RopeArgs& args, float* table, cudaStream_t stream);
+cudaError_t rope(const RopeArgs& args, void* x, const float* table, cudaStream_t stream);
 
 // SwiGLU on in [rows, 2F] (gate | up) -> out [rows, F]; backward din [rows, 2F] (row stride ld_in).
 struct SwigluArgs {

@@ -142,6 +142,111 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The same two kernels with the row held in registers (as stored: 16 bytes per 8 BF16 values) between the
+// reduction and the output, one warp per row for rows of up to 8·kCache·32 values: x (and dy) read from memory
+// once, every load of a row in flight at once, no CTA barrier. Same summation order as the kernels above (lane
+// sums over j, then the shuffle tree), so the results are identical to theirs.
+template <class S>
+struct alignas(16) Raw8 {
+  S e[8];
+};
+__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ float widen(uint16_t v) { return bf16_widen(v); }
+
+template <class S, int kCache>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_forward_cached_kernel(RmsNormArgs p, const S* x, const float* w, S* y, float* rstd) {
+  using T = Team<true>;
+  const int64_t nvec = p.dim / 8;
+  for (int64_t r = T::first_row(); r < p.rows; r += T::row_step()) {
+    const auto* xr = reinterpret_cast<const Raw8<S>*>(x + r * p.ld_x);
+    S* yr = y + r * p.ld_y;
+    Raw8<S> v[kCache];
+#pragma unroll
+    for (int j = 0; j < kCache; ++j) {
+      const int64_t i = T::lane() + 32 * j;
+      if (i < nvec) v[j] = xr[i];
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kCache; ++j) {
+      if (T::lane() + 32 * j < nvec) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) ss = fmaf(widen(v[j].e[k]), widen(v[j].e[k]), ss);
+      }
+    }
+    ss = T::sum(ss, nullptr);
+    const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(p.dim)), p.eps)));
+    if (rstd != nullptr && T::lane() == 0) rstd[r] = rs;
+#pragma unroll
+    for (int j = 0; j < kCache; ++j) {
+      const int64_t i = T::lane() + 32 * j;
+      if (i < nvec) {
+        float g[8], o[8];
+        ld8(w + 8 * i, g);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) o[k] = __fmul_rn(__fmul_rn(widen(v[j].e[k]), rs), g[k]);
+        st8(yr + 8 * i, o);
+      }
+    }
+  }
+}
+
+template <class S, int kCache>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_dx_cached_kernel(RmsNormArgs p, const S* x, const float* w, const float* rstd, const S* dy, S* dx) {
+  using T = Team<true>;
+  const int64_t nvec = p.dim / 8;
+  const float inv_dim = __fdiv_rn(1.0f, static_cast<float>(p.dim));
+  for (int64_t r = T::first_row(); r < p.rows; r += T::row_step()) {
+    const auto* xr = reinterpret_cast<const Raw8<S>*>(x + r * p.ld_x);
+    const auto* dyr = reinterpret_cast<const Raw8<S>*>(dy + r * p.ld_dy);
+    S* dxr = dx + r * p.ld_dx;
+    Raw8<S> a[kCache], b[kCache];
+#pragma unroll
+    for (int j = 0; j < kCache; ++j) {
+      const int64_t i = T::lane() + 32 * j;
+      if (i < nvec) {
+        a[j] = dyr[i];
+        b[j] = xr[i];
+      }
+    }
+    float dot = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kCache; ++j) {
+      const int64_t i = T::lane() + 32 * j;
+      if (i < nvec) {
+        float g[8];
+        ld8(w + 8 * i, g);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) dot = fmaf(__fmul_rn(widen(a[j].e[k]), g[k]), widen(b[j].e[k]), dot);
+      }
+    }
+    dot = T::sum(dot, nullptr);
+    const float rs = rstd[r];
+    const float k = __fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(rs, rs), rs), dot), inv_dim);
+#pragma unroll
+    for (int j = 0; j < kCache; ++j) {
+      const int64_t i = T::lane() + 32 * j;
+      if (i < nvec) {
+        float g[8], o[8];
+        ld8(w + 8 * i, g);
+        if (p.accumulate_dx) ld8(dxr + 8 * i, o);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          const float d = __fsub_rn(__fmul_rn(__fmul_rn(rs, widen(a[j].e[q])), g[q]), __fmul_rn(widen(b[j].e[q]), k));
+          o[q] = p.accumulate_dx ? __fadd_rn(o[q], d) : d;
+        }
+        st8(dxr + 8 * i, o);
+      }
+    }
+  }
+}
+
+// Whether the cached kernels serve a row (vectorized rows of up to 8·kRmsNormCache·32 values).
+inline constexpr int kRmsNormCache = 8;
+bool rmsnorm_cached(int64_t dim) { return dim % 8 == 0 && dim / 8 <= int64_t{kRmsNormCache} * 32; }
+
 // partial[ch, c] = Σ_{r in chunk ch, in order} dy[r, c]·x[r, c]·rstd[r] (grid: x over columns, y over chunks).
 template <class S>
 __global__ void __launch_bounds__(kThreads)
@@ -176,7 +281,11 @@ cudaError_t rmsnorm_forward_t(const RmsNormArgs& p, const void* x, const float* 
   auto* py = static_cast<S*>(y);
   const bool warp = p.dim <= kWarpRowDim;
   const unsigned blocks = team_blocks(p.rows, warp);
-  if (vec && warp) rmsnorm_forward_kernel<S, true, true><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
+  if (vec && rmsnorm_cached(p.dim)) {
+    rmsnorm_forward_cached_kernel<S, kRmsNormCache>
+        <<<team_blocks(p.rows, true), kThreads, 0, stream>>>(p, px, w, py, rstd);
+  } else if (vec && warp)
+    rmsnorm_forward_kernel<S, true, true><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
   else if (vec) rmsnorm_forward_kernel<S, true, false><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
   else if (warp) rmsnorm_forward_kernel<S, false, true><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
   else rmsnorm_forward_kernel<S, false, false><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
@@ -193,7 +302,11 @@ cudaError_t rmsnorm_backward_t(const RmsNormArgs& p, const void* x, const float*
   auto* pdx = static_cast<S*>(dx);
   const bool warp = p.dim <= kWarpRowDim;
   const unsigned blocks = team_blocks(p.rows, warp);
-  if (vec && warp) rmsnorm_dx_kernel<S, true, true><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
+  if (vec && rmsnorm_cached(p.dim)) {
+    rmsnorm_dx_cached_kernel<S, kRmsNormCache>
+        <<<team_blocks(p.rows, true), kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
+  } else if (vec && warp)
+    rmsnorm_dx_kernel<S, true, true><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
   else if (vec) rmsnorm_dx_kernel<S, true, false><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
   else if (warp) rmsnorm_dx_kernel<S, false, true><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
   else rmsnorm_dx_kernel<S, false, false><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
@@ -241,6 +354,33 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(RopeArgs p, S* x, const 
       const float x0 = ld1(v), x1 = ld1(v + 1);
       st1(v, __fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y)));
       st1(v + 1, __fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x)));
+    }
+  }
+}
+
+// Four pairs per thread (16-byte accesses of BF16, two of F32): rope_dim/2 a multiple of 4 and aligned rows and heads.
+template <class S>
+__global__ void __launch_bounds__(kThreads) rope_vec_kernel(RopeArgs p, S* x, const float* table) {
+  const int64_t half = p.rope_dim / 2, quads = half / 4;
+  const int64_t items = p.heads * quads;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+  const int64_t rstep = static_cast<int64_t>(gridDim.y) * blockDim.y;
+  for (int64_t r = r0; r < p.rows; r += rstep) {
+    const float* tr = table + 2 * (r % p.seq_len) * half;
+    for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < items; j += step) {
+      const int64_t h = j / quads, i = 4 * (j - h * quads);  // first pair of the four
+      S* v = x + r * p.ld + h * p.head_stride + 2 * i;
+      float e[8], cs[8];
+      ld8(v, e);
+      ld8(tr + 2 * i, cs);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float x0 = e[2 * q], x1 = e[2 * q + 1], c = cs[2 * q], sn = cs[2 * q + 1];
+        e[2 * q] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn));
+        e[2 * q + 1] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, c));
+      }
+      st8(v, e);
     }
   }
 }
@@ -343,14 +483,28 @@ cudaError_t rmsnorm_backward(const RmsNormArgs& p, const void* x, const float* w
   return rmsnorm_backward_t<float>(p, x, w, rstd, dy, dx, dw, dw_partial, stream);
 }
 
-cudaError_t rope(const RopeArgs& p, void* x, float* table, cudaStream_t stream) {
-  const int64_t half = p.rope_dim / 2;
-  if (p.rows <= 0 || p.heads <= 0 || half <= 0) return cudaSuccess;
-  const int64_t entries = p.seq_len * half;
+cudaError_t rope_table(const RopeArgs& p, float* table, cudaStream_t stream) {
+  const int64_t entries = p.seq_len * (p.rope_dim / 2);
+  if (entries <= 0) return cudaSuccess;
   rope_table_kernel<<<static_cast<unsigned>(std::min<int64_t>(ceil_div(entries, kThreads), 4096)), kThreads, 0,
                       stream>>>(p, table);
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return err;
+  return cudaGetLastError();
+}
+
+cudaError_t rope(const RopeArgs& p, void* x, const float* table, cudaStream_t stream) {
+  const int64_t half = p.rope_dim / 2;
+  if (p.rows <= 0 || p.heads <= 0 || half <= 0) return cudaSuccess;
+  const int64_t es = static_cast<int64_t>(size_of(p.type));
+  const bool vec = half % 4 == 0 && aligned16(x) && (p.rows <= 1 || (p.ld * es) % 16 == 0) &&
+                   (p.heads <= 1 || (p.head_stride * es) % 16 == 0) && aligned16(table);
+  if (vec) {
+    const Shape2d sh = shape_2d(p.rows, p.heads * half / 4);
+    if (p.type == Ty::BF16)
+      rope_vec_kernel<uint16_t><<<sh.grid, sh.block, 0, stream>>>(p, static_cast<uint16_t*>(x), table);
+    else
+      rope_vec_kernel<float><<<sh.grid, sh.block, 0, stream>>>(p, static_cast<float*>(x), table);
+    return cudaGetLastError();
+  }
   const Shape2d sh = shape_2d(p.rows, p.heads * half);
   if (p.type == Ty::BF16)
     rope_kernel<uint16_t><<<sh.grid, sh.block, 0, stream>>>(p, static_cast<uint16_t*>(x), table);

@@ -5,6 +5,9 @@
 // RoPE's cos/sin table) comes from ctx.scratch and is released after the kernels are enqueued (the caching allocator is
 // stream-ordered on the op's stream).
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
 
 #include "common/error.h"
 #include "ops/cuda/elementwise_launch.h"
@@ -124,6 +127,22 @@ void rmsnorm_backward(const ExecCtx& ctx, const RmsNormProblem& p, const void* x
         "rmsnorm_backward", ctx);
 }
 
+// The cos/sin table of a RoPE setting (device, seq_len, rope_dim, theta, direction), computed on first use and kept:
+// a step applies the same few settings to every layer, and the table costs double-precision pow/sin/cos per entry.
+const float* rope_table(const ExecCtx& ctx, const ew::RopeArgs& a) {
+  static std::mutex mutex;
+  static auto* tables = new std::map<std::string, Tensor>();  // leaked: device memory outlives static destructors
+  const std::string key = fmt::format("{}:{}:{}:{}:{}", ctx.device.index, a.seq_len, a.rope_dim, a.theta, a.inverse);
+  std::lock_guard lock(mutex);
+  auto it = tables->find(key);
+  if (it == tables->end()) {
+    Tensor t = Tensor::empty({a.seq_len * (a.rope_dim / 2) * 2}, DType::F32, MemCategory::Workspace, ctx.device);
+    check(ew::rope_table(a, t.data<float>(), stream_of(ctx)), "rope", ctx);
+    it = tables->emplace(key, std::move(t)).first;
+  }
+  return it->second.data<float>();
+}
+
 void rope(const ExecCtx& ctx, const RopeProblem& p, void* x) {
   ew::RopeArgs a;
   a.type = ty(p.dtype, "rope");
@@ -137,8 +156,7 @@ void rope(const ExecCtx& ctx, const RopeProblem& p, void* x) {
   a.inverse = p.inverse;
   const int64_t half = p.rope_dim / 2;
   if (p.rows <= 0 || p.heads <= 0 || half <= 0) return;
-  const Tensor table = ctx.scratch({p.seq_len * half * 2}, DType::F32);
-  check(ew::rope(a, x, table.data<float>(), stream_of(ctx)), "rope", ctx);
+  check(ew::rope(a, x, rope_table(ctx, a), stream_of(ctx)), "rope", ctx);
 }
 
 ew::SwigluArgs swiglu_args(const SwigluProblem& p, const char* op) {
