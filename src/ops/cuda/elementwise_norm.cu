@@ -1,11 +1,13 @@
 // CUDA kernels of RMSNorm (forward, backward), RoPE and SwiGLU (forward, backward) (elementwise_launch.h).
-//   RMSNorm  one warp per row up to dim 1024 (8 rows per CTA), else one CTA of 256 threads per row (grid-stride
-//            over rows): Σx² by warp shuffles and a fixed tree (the order differs from the CPU's sequential
-//            sum: rstd, y and dx within rounding of it), then the row is read again (L1/L2) to write y or dx. dw: per 64-row chunk a column-parallel sequential sum into
+//   RMSNorm  one warp per row holding the row in registers for 16-byte-aligned rows up to dim 2048; otherwise one
+//            warp per row up to dim 1024 (8 rows per CTA), else one CTA of 256 threads per row (grid-stride over
+//            rows), reading the row again (L1/L2) to write y or dx. Σx² by warp shuffles and a fixed tree (the
+//            order differs from the CPU's sequential sum: rstd, y and dx within rounding of it). dw: per 64-row chunk a column-parallel sequential sum into
 //            F32 scratch, then the chunks added into dw in order — the CPU's exact order, so dw is bit-exact.
 //   RoPE     a cos/sin table [seq_len, rope_dim/2] computed in double and rounded to F32 (the CPU's table; device
 //            pow/sin/cos are within 2 ulp of double, so an entry can differ from the CPU's by 1 F32 ulp only
-//            when the double lands within ~2^-28 relative of an F32 rounding boundary), then one thread per pair.
+//            when the double lands within ~2^-28 relative of an F32 rounding boundary; the launcher keeps it per
+//            setting), then one thread per 4 pairs (16-byte accesses when aligned) or per pair.
 //   SwiGLU   one thread per 8 columns (16-byte accesses when aligned) or per column; σ(g) = 1/(1 + e^−g) with
 //            e^−g computed in double and rounded to F32 (the CPU's expf is within ~0.5 ulp: the two agree but
 //            for rare near-ties).
