@@ -2,15 +2,17 @@
 //   RMSNorm  one warp per row holding the row in registers for 16-byte-aligned rows up to dim 2048; otherwise one
 //            warp per row up to dim 1024 (8 rows per CTA), else one CTA of 256 threads per row (grid-stride over
 //            rows), reading the row again (L1/L2) to write y or dx. Σx² by warp shuffles and a fixed tree (the
-//            order differs from the CPU's sequential sum: rstd, y and dx within rounding of it). dw: per 64-row chunk a column-parallel sequential sum into
-//            F32 scratch, then the chunks added into dw in order — the CPU's exact order, so dw is bit-exact.
+//            order differs from the CPU's sequential sum: rstd, y and dx within rounding of it). dw: per 64-row chunk a
+//            column-parallel sequential sum into F32 scratch, then the chunks added into dw in order — the CPU's exact
+//            order, so dw is bit-exact.
 //   RoPE     a cos/sin table [seq_len, rope_dim/2] computed in double and rounded to F32 (the CPU's table; device
 //            pow/sin/cos are within 2 ulp of double, so an entry can differ from the CPU's by 1 F32 ulp only
 //            when the double lands within ~2^-28 relative of an F32 rounding boundary; the launcher keeps it per
 //            setting), then one thread per 4 pairs (16-byte accesses when aligned) or per pair.
 //   SwiGLU   one thread per 8 columns (16-byte accesses when aligned) or per column; σ(g) = 1/(1 + e^−g) with
-//            e^−g computed in double and rounded to F32 (the CPU's expf is within ~0.5 ulp: the two agree but
-//            for rare near-ties).
+//            the device's expf (within 2 ulp; the CPU's glibc expf within ~0.5 ulp, so σ and the outputs can differ
+//            by an ulp or two). e^−g in double, rounded to F32, agreed with the CPU but for rare near-ties and held
+//            SwiGLU at ~61 % of the copy bandwidth: FP64 issues at half the FP32 rate and the exp is ~20 of them.
 // All products and sums are rounded one by one (__fmul_rn / __fadd_rn: no FMA contraction), as the CPU computes.
 #include <algorithm>
 
@@ -249,6 +251,82 @@ __global__ void __launch_bounds__(kThreads)
 inline constexpr int kRmsNormCache = 8;
 bool rmsnorm_cached(int64_t dim) { return dim % 8 == 0 && dim / 8 <= int64_t{kRmsNormCache} * 32; }
 
+// The whole backward of 16-byte-aligned rows of up to 2048 values in one pass over x and dy: one CTA per
+// 64-row chunk of the dw order, each thread owning one 8-column vector. Rows go in groups of kGroup (all their
+// loads in flight at once); each row's Σ dy·w·x is reduced over the CTA (per thread over its 8 columns, then the
+// warp's shuffle tree, then the warps in order), dx written, and the thread's dw partial sums advanced in row
+// order — the partial kernel's exact sums, so dw stays bit-exact. The chunk's partials go to `partial`; the sum
+// kernel adds them into dw as before.
+inline constexpr int kRmsNormGroup = 8;
+template <class S>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_backward_fused_kernel(RmsNormArgs p, const S* x, const float* w, const float* rstd, const S* dy, S* dx,
+                                  float* partial) {
+  __shared__ float red[kThreads / 32][kRmsNormGroup];
+  __shared__ float dots[kRmsNormGroup];
+  const int64_t i = threadIdx.x;  // this thread's vector
+  const bool mine = i < p.dim / 8;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float inv_dim = __fdiv_rn(1.0f, static_cast<float>(p.dim));
+  float g[8], acc[8];
+  if (mine) ld8(w + 8 * i, g);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
+  const int64_t ch = blockIdx.x;
+  const int64_t r_end = std::min(p.rows, (ch + 1) * kRmsNormRowsPerChunk);
+  for (int64_t r0 = ch * kRmsNormRowsPerChunk; r0 < r_end; r0 += kRmsNormGroup) {
+    Raw8<S> a[kRmsNormGroup], b[kRmsNormGroup];
+#pragma unroll
+    for (int q = 0; q < kRmsNormGroup; ++q)
+      if (mine && r0 + q < r_end) {
+        a[q] = *reinterpret_cast<const Raw8<S>*>(dy + (r0 + q) * p.ld_dy + 8 * i);
+        b[q] = *reinterpret_cast<const Raw8<S>*>(x + (r0 + q) * p.ld_x + 8 * i);
+      }
+    float dot[kRmsNormGroup];
+#pragma unroll
+    for (int q = 0; q < kRmsNormGroup; ++q) {
+      dot[q] = 0.0f;
+      if (mine && r0 + q < r_end) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) dot[q] = fmaf(__fmul_rn(widen(a[q].e[k]), g[k]), widen(b[q].e[k]), dot[q]);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) dot[q] += __shfl_xor_sync(0xFFFFFFFFu, dot[q], o);
+    }
+    __syncthreads();  // red and dots may still be read for the previous group
+    if (lane == 0) {
+#pragma unroll
+      for (int q = 0; q < kRmsNormGroup; ++q) red[warp][q] = dot[q];
+    }
+    __syncthreads();
+    if (threadIdx.x < kRmsNormGroup) {
+      float t = 0.0f;
+      for (int w8 = 0; w8 < kThreads / 32; ++w8) t = __fadd_rn(t, red[w8][threadIdx.x]);
+      dots[threadIdx.x] = t;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < kRmsNormGroup; ++q) {
+      const int64_t r = r0 + q;
+      if (!mine || r >= r_end) continue;
+      const float rs = rstd[r];
+      const float kk = __fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(rs, rs), rs), dots[q]), inv_dim);
+      S* dxr = dx + r * p.ld_dx + 8 * i;
+      float o[8];
+      if (p.accumulate_dx) ld8(dxr, o);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const float av = widen(a[q].e[k]), bv = widen(b[q].e[k]);
+        const float d = __fsub_rn(__fmul_rn(__fmul_rn(rs, av), g[k]), __fmul_rn(bv, kk));
+        o[k] = p.accumulate_dx ? __fadd_rn(o[k], d) : d;
+        acc[k] = __fadd_rn(acc[k], __fmul_rn(__fmul_rn(av, bv), rs));
+      }
+      st8(dxr, o);
+    }
+  }
+  if (mine) st8(partial + ch * p.dim + 8 * i, acc);
+}
+
 // partial[ch, c] = Σ_{r in chunk ch, in order} dy[r, c]·x[r, c]·rstd[r] (grid: x over columns, y over chunks).
 template <class S>
 __global__ void __launch_bounds__(kThreads)
@@ -304,6 +382,16 @@ cudaError_t rmsnorm_backward_t(const RmsNormArgs& p, const void* x, const float*
   auto* pdx = static_cast<S*>(dx);
   const bool warp = p.dim <= kWarpRowDim;
   const unsigned blocks = team_blocks(p.rows, warp);
+  const int64_t chunks = ceil_div(p.rows, kRmsNormRowsPerChunk);
+  if (vec && dw != nullptr && p.dim % 8 == 0 && p.dim / 8 <= kThreads && aligned16(dw_partial) && chunks <= 65535) {
+    rmsnorm_backward_fused_kernel<S>
+        <<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx, dw_partial);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    rmsnorm_dw_sum_kernel<<<static_cast<unsigned>(ceil_div(p.dim, kThreads)), kThreads, 0, stream>>>(p.dim, chunks,
+                                                                                                     dw_partial, dw);
+    return cudaGetLastError();
+  }
   if (vec && rmsnorm_cached(p.dim)) {
     rmsnorm_dx_cached_kernel<S, kRmsNormCache>
         <<<team_blocks(p.rows, true), kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
@@ -314,7 +402,6 @@ cudaError_t rmsnorm_backward_t(const RmsNormArgs& p, const void* x, const float*
   else rmsnorm_dx_kernel<S, false, false><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || dw == nullptr) return err;
-  const int64_t chunks = ceil_div(p.rows, kRmsNormRowsPerChunk);
   const dim3 grid(static_cast<unsigned>(ceil_div(p.dim, kThreads)),
                   static_cast<unsigned>(std::min<int64_t>(chunks, 65535)));
   rmsnorm_dw_partial_kernel<S><<<grid, kThreads, 0, stream>>>(p, px, rstd, pdy, dw_partial);
@@ -388,10 +475,7 @@ __global__ void __launch_bounds__(kThreads) rope_vec_kernel(RopeArgs p, S* x, co
 }
 
 // ---- SwiGLU ----------------------------------------------------------------------------------------------------
-__device__ __forceinline__ float sigmoid(float g) {
-  const float e = static_cast<float>(exp(-static_cast<double>(g)));
-  return __fdiv_rn(1.0f, __fadd_rn(1.0f, e));
-}
+__device__ __forceinline__ float sigmoid(float g) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g))); }
 
 template <class S, bool kVec>
 __global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(SwigluArgs p, const S* in, S* out) {
