@@ -29,6 +29,7 @@ std::vector<ConfigKey> make_keys() {
   std::vector<ConfigKey> k;
   append_model_keys(k);
   k.push_back({"data.path", "data", 0, 0, {}, "training data: UTF-8 text or a token file (empty: the embedded corpus)", FP8T_REF(data_path)});
+  k.push_back({"data.format", "data-format", 0, 0, {"text", "sft"}, "what data.path holds: text (UTF-8 or a token file) or sft (JSONL, one {\"prompt\", \"response\"} object per line; the loss counts the response tokens only)", FP8T_REF(data_format), "text"});
   k.push_back({"data.corpus_bytes", "corpus-bytes", 10000, 1e9, {}, "size of the embedded corpus in bytes", FP8T_REF(corpus_bytes)});
   k.push_back({"data.eval_fraction", "eval-fraction", 0.001, 0.5, {}, "fraction of the data held out for evaluation (the tail)", FP8T_REF(eval_fraction)});
   k.push_back({"train.steps", "steps", 1, kBig, {}, "optimizer steps", FP8T_REF(steps)});
@@ -245,6 +246,8 @@ void validate_config(const TrainConfig& c) {
   // Each key's own range (a config built in code bypasses the parsers).
   for (const ConfigKey& k : config_keys()) set_value(const_cast<TrainConfig&>(c), k, get_value(c, k), "config key");
   FP8T_CHECK(c.final_lr <= c.lr, "config key 'optim.final_lr' ({}) must not exceed 'optim.lr' ({})", c.final_lr, c.lr);
+  FP8T_CHECK(c.data_format != "sft" || !c.data_path.empty(),
+             "config key 'data.format' is sft but 'data.path' is empty: give the JSONL file (e.g. --sft FILE)");
   FP8T_CHECK(c.decay_start <= c.decay_end, "config key 'optim.decay_start' ({}) must not exceed 'optim.decay_end' ({})",
              c.decay_start, c.decay_end);
   FP8T_CHECK(c.micro_batch_size <= c.batch_size,

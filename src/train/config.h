@@ -30,6 +30,7 @@ struct TrainConfig {
 
   // data
   std::string data_path;        // empty: the embedded corpus
+  std::string data_format = "text";  // text (UTF-8 or a token file) or sft (JSONL prompt/response, train/sft.h)
   int64_t corpus_bytes = 3000000;
   double eval_fraction = 0.1;
 

@@ -155,12 +155,16 @@ std::string data_fingerprint(const TokenData& data) {
   bytes.reserve(data.tokens.size() * 4);
   for (Token t : data.tokens)
     for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<char>((t >> (8 * i)) & 0xff));
+  for (uint8_t m : data.loss_mask) bytes.push_back(static_cast<char>(m));
   return fnv1a64_hex(bytes);
 }
 
 double evaluate_loss(TrainableModel& model, const std::vector<Token>& tokens, const std::vector<int64_t>& starts,
-                     int64_t seq_len, int64_t batch, const EvalProgress& progress) {
+                     int64_t seq_len, int64_t batch, const EvalProgress& progress,
+                     const std::vector<uint8_t>& loss_mask) {
   FP8T_CHECK(!starts.empty(), "no held-out windows to evaluate (the held-out data is shorter than seq_len + 1)");
+  FP8T_CHECK(loss_mask.empty() || loss_mask.size() == tokens.size(), "the loss mask has {} entries for {} tokens",
+             loss_mask.size(), tokens.size());
   std::vector<Token> inputs, targets;
   double sum = 0.0;
   int64_t count = 0;
@@ -171,13 +175,15 @@ double evaluate_loss(TrainableModel& model, const std::vector<Token>& tokens, co
     for (size_t r = 0; r < rows; ++r)
       for (int64_t i = 0; i < seq_len; ++i) {
         const size_t at = static_cast<size_t>(starts[first + r] + i);
+        const bool target = loss_mask.empty() || loss_mask[at + 1] != 0;
         inputs[r * static_cast<size_t>(seq_len) + static_cast<size_t>(i)] = tokens[at];
-        targets[r * static_cast<size_t>(seq_len) + static_cast<size_t>(i)] = tokens[at + 1];
+        targets[r * static_cast<size_t>(seq_len) + static_cast<size_t>(i)] = target ? tokens[at + 1] : kIgnoreTarget;
+        count += target ? 1 : 0;
       }
     sum += model.eval_loss_sum(inputs.data(), targets.data(), static_cast<int64_t>(rows), seq_len);
-    count += static_cast<int64_t>(rows) * seq_len;
     if (progress) progress(first + rows, starts.size());
   }
+  FP8T_CHECK(count > 0, "the evaluated windows hold no loss target (the loss mask excludes every token)");
   return sum / static_cast<double>(count);
 }
 
@@ -211,8 +217,9 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
   config.out = options.run_dir;
   const nlohmann::json config_json = config_to_json(config);
 
-  const TrainEvalSplit split = split_train_eval(data.tokens, config.eval_fraction, config.seq_len);
-  BatchSampler sampler(split.train, config.seq_len, derive_seed(static_cast<uint64_t>(config.seed), 1));
+  const TrainEvalSplit split = split_train_eval(data.tokens, config.eval_fraction, config.seq_len, data.loss_mask);
+  BatchSampler sampler(split.train, config.seq_len, derive_seed(static_cast<uint64_t>(config.seed), 1),
+                       &split.train_mask);
   const std::vector<int64_t> eval_starts =
       eval_window_starts(split.eval.size(), config.seq_len, config.eval_batches * config.micro_batch());
   // The final evaluation: train.final_eval_windows windows of the held-out split (0: the periodic ones).
@@ -316,7 +323,8 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
                                                       static_cast<double>(total - done))));
         };
       }
-      const double loss = evaluate_loss(model, split.eval, starts, config.seq_len, config.micro_batch(), on_batch);
+      const double loss =
+          evaluate_loss(model, split.eval, starts, config.seq_len, config.micro_batch(), on_batch, split.eval_mask);
       const double bits = loss / std::numbers::ln2;
       nlohmann::ordered_json j;
       j["step"] = state.step;

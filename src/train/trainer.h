@@ -59,11 +59,14 @@ struct TrainResult {
 // Called after each batch of an evaluation with the windows done and the total; it may throw to abandon it.
 using EvalProgress = std::function<void(size_t done, size_t total)>;
 
-// Mean held-out loss over the given windows (batched by `batch`), forward only, nats per token.
+// Mean held-out loss over the given windows (batched by `batch`), forward only, nats per token. With a loss mask
+// (one entry per token, TokenData::loss_mask) only the targets whose entry is 1 count (SFT: the responses).
 double evaluate_loss(TrainableModel& model, const std::vector<Token>& tokens, const std::vector<int64_t>& starts,
-                     int64_t seq_len, int64_t batch, const EvalProgress& progress = {});
+                     int64_t seq_len, int64_t batch, const EvalProgress& progress = {},
+                     const std::vector<uint8_t>& loss_mask = {});
 
-// FNV-1a 64 of the tokens (as little-endian uint32): tells whether a resume trains on the same data.
+// FNV-1a 64 of the tokens (as little-endian uint32, then the loss mask's bytes when there is one): tells whether a
+// resume trains on the same data.
 std::string data_fingerprint(const TokenData& data);
 
 // Refuses a resume into `run_dir` that cannot continue: a checkpoint past train.steps, or a finished run (the

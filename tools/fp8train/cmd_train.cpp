@@ -35,6 +35,7 @@
 #include "train/model_adapter.h"
 #include "train/progress.h"
 #include "train/rng.h"
+#include "train/sft.h"
 #include "train/trainer.h"
 #ifdef FP8TRAIN_HAVE_CUDA
 #include "tensor/cuda/device.h"
@@ -48,7 +49,7 @@ using namespace fp8train::train;
 
 // ---- train -----------------------------------------------------------------------------------------------
 struct TrainArgs {
-  std::string preset, config_file, resume;
+  std::string preset, config_file, resume, sft;
   std::map<std::string, std::string> flag_values;  // flag name → text, for every config flag given
 };
 
@@ -77,6 +78,7 @@ std::string device_description() {
 namespace {
 
 TokenData load_data(const TrainConfig& c) {
+  if (c.data_format == "sft") return load_sft_data(c.data_path, byte_sft_tokenizer());
   return c.data_path.empty() ? embedded_corpus_data(static_cast<uint64_t>(c.seed), static_cast<size_t>(c.corpus_bytes))
                              : load_token_data(c.data_path);
 }
@@ -111,6 +113,10 @@ void run_train(const TrainArgs& args) {
   }
   if (!args.config_file.empty())
     apply_config_json(config, file_json, fmt::format("config file '{}'", args.config_file), &sources);
+  if (!args.sft.empty()) {  // --sft FILE = --data FILE --data-format sft
+    apply_config_flag(config, "data", args.sft, &sources);
+    apply_config_flag(config, "data-format", "sft", &sources);
+  }
   for (const auto& [flag, text] : args.flag_values) apply_config_flag(config, flag, text, &sources);
   validate_config(config);
   resolve_moment_dtype(config, &sources);
@@ -185,7 +191,7 @@ LoadedModel load_model(const std::string& checkpoint, int64_t threads, const std
 
 // ---- eval ------------------------------------------------------------------------------------------------
 struct EvalArgs {
-  std::string checkpoint, data;
+  std::string checkpoint, data, sft;
   int64_t seq_len = 0, batch = 8, max_windows = 0, threads = 0;
   std::string device = "auto";
   bool json = false;
@@ -196,10 +202,20 @@ void run_eval(const EvalArgs& a) {
   FP8T_CHECK(a.seq_len >= 0 && a.max_windows >= 0, "--seq-len and --max-windows must be non-negative");
   LoadedModel m = load_model(a.checkpoint, a.threads, a.device);
   const int64_t seq_len = a.seq_len > 0 ? a.seq_len : m.config.seq_len;
+  FP8T_CHECK(a.data.empty() || a.sft.empty(), "give --data or --sft, not both");
   std::vector<Token> tokens;
+  std::vector<uint8_t> mask;
   std::string source;
   bool bytes = true;
-  if (!a.data.empty()) {
+  if (!a.sft.empty()) {  // the response tokens of chat / SFT data
+    TokenData d = load_sft_data(a.sft, byte_sft_tokenizer());
+    FP8T_CHECK(d.vocab_size <= static_cast<uint32_t>(m.model->vocab_size()),
+               "'{}' has a vocabulary of {}, the model's is {}", a.sft, d.vocab_size, m.model->vocab_size());
+    tokens = std::move(d.tokens);
+    mask = std::move(d.loss_mask);
+    source = d.source;
+    bytes = d.byte_tokens;
+  } else if (!a.data.empty()) {
     TokenData d = load_token_data(a.data);
     tokens = std::move(d.tokens);
     source = a.data;
@@ -208,7 +224,9 @@ void run_eval(const EvalArgs& a) {
                "'{}' has a vocabulary of {}, the model's is {}", a.data, d.vocab_size, m.model->vocab_size());
   } else {  // the run's own held-out split
     TokenData d = load_data(m.config);
-    tokens = split_train_eval(d.tokens, m.config.eval_fraction, m.config.seq_len).eval;
+    TrainEvalSplit split = split_train_eval(d.tokens, m.config.eval_fraction, m.config.seq_len, d.loss_mask);
+    tokens = std::move(split.eval);
+    mask = std::move(split.eval_mask);
     source = d.source + " (held-out split)";
     bytes = d.byte_tokens;
   }
@@ -216,10 +234,15 @@ void run_eval(const EvalArgs& a) {
   FP8T_CHECK(!starts.empty(), "'{}' has {} tokens, fewer than one window of seq_len + 1 = {}", source, tokens.size(),
              seq_len + 1);
   const auto t0 = std::chrono::steady_clock::now();
-  const double loss = evaluate_loss(*m.model, tokens, starts, seq_len, a.batch);
+  const double loss = evaluate_loss(*m.model, tokens, starts, seq_len, a.batch, {}, mask);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double bits = loss / std::numbers::ln2;
-  const int64_t scored = static_cast<int64_t>(starts.size()) * seq_len;
+  int64_t scored = static_cast<int64_t>(starts.size()) * seq_len;
+  if (!mask.empty()) {  // only the response tokens are scored
+    scored = 0;
+    for (int64_t s : starts)
+      for (int64_t i = 1; i <= seq_len; ++i) scored += mask[static_cast<size_t>(s + i)];
+  }
   if (a.json) {
     nlohmann::ordered_json j;
     j["checkpoint"] = m.meta.dir;
@@ -301,6 +324,9 @@ void add_train(CLI::App& root) {
   train->add_option("--preset", train_args.preset, "tiny | small | base (on --resume: the checkpoint's)")
       ->default_str("small");
   train->add_option("--config", train_args.config_file, "JSON config file (layout: src/train/config.h)");
+  train->add_option("--sft", train_args.sft,
+                    "train on chat / SFT data: a JSONL file of {\"prompt\", \"response\"} objects, loss on the "
+                    "responses only (= --data FILE --data-format sft)");
   train->add_option("--resume", train_args.resume,
                     "continue from a checkpoint: a run directory, its checkpoints/ folder or a step directory");
   std::vector<std::pair<std::string, CLI::Option*>> options;
@@ -321,6 +347,8 @@ void add_train(CLI::App& root) {
   eval->option_defaults()->always_capture_default();
   eval->add_option("--checkpoint", eval_args.checkpoint, "run directory, checkpoints/ folder or step directory")->required();
   eval->add_option("--data", eval_args.data, "UTF-8 text or token file (default: the run's held-out split)");
+  eval->add_option("--sft", eval_args.sft,
+                   "chat / SFT JSONL file: the loss of the responses given their prompts (format: src/train/sft.h)");
   eval->add_option("--seq-len", eval_args.seq_len, "window length (default: the training seq_len)");
   eval->add_option("--batch", eval_args.batch, "windows per forward pass");
   eval->add_option("--max-windows", eval_args.max_windows, "evaluate at most this many windows (0: the whole file)");
