@@ -87,6 +87,21 @@ void set_threads(int64_t threads) {
   if (threads > 0) omp_set_num_threads(static_cast<int>(threads));
 }
 
+// The distillation teacher of train.teacher: its own checkpoint's model config and recipe, its master weights; it
+// only runs forward (no optimizer, and its gradient buffers are never written).
+std::unique_ptr<DeepSeekTrainable> load_teacher(const std::string& path) {
+  const CheckpointMeta meta = read_checkpoint_meta(resolve_checkpoint_dir(path), CheckpointUse::Inference);
+  TrainConfig c = preset_config(meta.config.value("preset", "small"));
+  apply_config_json(c, meta.config, fmt::format("teacher checkpoint '{}'", meta.dir), nullptr);
+  validate_config(c);
+  auto teacher = std::make_unique<DeepSeekTrainable>(c.model, 0, c.recipe);
+  load_checkpoint(meta, *teacher, nullptr);
+  std::printf("teacher: %s (step %lld), %lld parameters (%s), recipe %s\n", meta.dir.c_str(),
+              static_cast<long long>(meta.state.step), static_cast<long long>(teacher->parameter_count()),
+              c.model.describe().c_str(), c.recipe.c_str());
+  return teacher;
+}
+
 void run_train(const TrainArgs& args) {
   // Resolve the config: preset < checkpoint < file < flags.
   std::optional<CheckpointMeta> resume;
@@ -140,6 +155,7 @@ void run_train(const TrainArgs& args) {
   config.device = start_device(config.device);  // config.json records where the run computed
 
   DeepSeekTrainable model(config.model, derive_seed(static_cast<uint64_t>(config.seed), 0), config.recipe);
+  const std::unique_ptr<DeepSeekTrainable> teacher = config.teacher.empty() ? nullptr : load_teacher(config.teacher);
   std::printf("fp8train train: DeepSeek-V3-style model, %lld parameters (%s)\n",
               static_cast<long long>(model.parameter_count()), config.model.describe().c_str());
   std::printf("data: %s, %zu tokens; recipe %s; %s; run directory %s\n", data.source.c_str(), data.tokens.size(),
@@ -158,6 +174,7 @@ void run_train(const TrainArgs& args) {
   options.out = stdout;
   options.terminal = ::isatty(::fileno(stdout)) != 0;
   options.device = device_description();
+  options.teacher = teacher.get();
   const TrainResult r = run_training(config, model, data, options);
   std::printf("done: %lld steps in %s (%lld skipped); held-out loss %.4f = %.4f bits per %s; final train loss "
               "(total, mean of the last 10 steps) %.4f\n",
@@ -175,9 +192,12 @@ struct LoadedModel {
   CheckpointMeta meta;
 };
 
-LoadedModel load_model(const std::string& checkpoint, int64_t threads, const std::string& device) {
+// ema: the checkpoint's weight EMA in place of its master weights (eval --ema).
+LoadedModel load_model(const std::string& checkpoint, int64_t threads, const std::string& device, bool ema = false) {
   LoadedModel m;
   m.meta = read_checkpoint_meta(resolve_checkpoint_dir(checkpoint), CheckpointUse::Inference);
+  FP8T_CHECK(!ema || checkpoint_has_ema(m.meta),
+             "checkpoint '{}' holds no weight EMA (train with --ema-decay D, e.g. 0.999, to keep one)", m.meta.dir);
   const std::string preset = m.meta.config.value("preset", "small");
   m.config = preset_config(preset);
   apply_config_json(m.config, m.meta.config, "checkpoint", nullptr);
@@ -186,6 +206,7 @@ LoadedModel load_model(const std::string& checkpoint, int64_t threads, const std
   m.config.device = start_device(device);
   m.model = std::make_unique<DeepSeekTrainable>(m.config.model, 0, m.config.recipe);
   load_checkpoint(m.meta, *m.model, nullptr);
+  if (ema) load_ema_weights(m.meta, *m.model);
   return m;
 }
 
@@ -195,12 +216,13 @@ struct EvalArgs {
   int64_t seq_len = 0, batch = 8, max_windows = 0, threads = 0;
   std::string device = "auto";
   bool json = false;
+  bool ema = false;
 };
 
 void run_eval(const EvalArgs& a) {
   FP8T_CHECK(a.batch >= 1, "--batch must be at least 1, got {}", a.batch);
   FP8T_CHECK(a.seq_len >= 0 && a.max_windows >= 0, "--seq-len and --max-windows must be non-negative");
-  LoadedModel m = load_model(a.checkpoint, a.threads, a.device);
+  LoadedModel m = load_model(a.checkpoint, a.threads, a.device, a.ema);
   const int64_t seq_len = a.seq_len > 0 ? a.seq_len : m.config.seq_len;
   FP8T_CHECK(a.data.empty() || a.sft.empty(), "give --data or --sft, not both");
   std::vector<Token> tokens;
@@ -246,6 +268,7 @@ void run_eval(const EvalArgs& a) {
   if (a.json) {
     nlohmann::ordered_json j;
     j["checkpoint"] = m.meta.dir;
+    j["weights"] = a.ema ? "ema" : "master";
     j["data"] = source;
     j["tokens"] = scored;
     j["loss"] = loss;
@@ -254,9 +277,9 @@ void run_eval(const EvalArgs& a) {
     j["seconds"] = seconds;
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("checkpoint %s (step %lld) on %s: %lld tokens in %zu windows of %lld\n", m.meta.dir.c_str(),
-                static_cast<long long>(m.meta.state.step), source.c_str(), static_cast<long long>(scored),
-                starts.size(), static_cast<long long>(seq_len));
+    std::printf("checkpoint %s (step %lld%s) on %s: %lld tokens in %zu windows of %lld\n", m.meta.dir.c_str(),
+                static_cast<long long>(m.meta.state.step), a.ema ? ", EMA weights" : "", source.c_str(),
+                static_cast<long long>(scored), starts.size(), static_cast<long long>(seq_len));
     std::printf("loss %.4f nats/token, perplexity %.3f, %.4f bits per %s (%.1f s)\n", loss, std::exp(loss), bits,
                 bytes ? "byte" : "token", seconds);
   }
@@ -355,6 +378,7 @@ void add_train(CLI::App& root) {
   eval->add_option("--threads", eval_args.threads, "CPU threads (0: the run's setting)");
   eval->add_option("--device", eval_args.device, "cpu, cuda or auto (cuda when a Hopper GPU is present)");
   eval->add_flag("--json", eval_args.json, "print one JSON line instead of text");
+  eval->add_flag("--ema", eval_args.ema, "evaluate the checkpoint's weight EMA (trained with --ema-decay)");
   eval->callback([] { run_eval(eval_args); });
 
   static GenerateArgs gen_args;
