@@ -1,9 +1,15 @@
 // The host-side weight EMA (see ema.h).
 #include "train/ema.h"
 
+#include <chrono>
+
 #include "common/error.h"
 
 namespace fp8train::train {
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+}  // namespace
 
 WeightEma::WeightEma(const Tensor& weights, double decay) : weights_(weights), decay_(decay) {
   FP8T_CHECK(weights.defined() && weights.dtype() == DType::F32 && weights.is_contiguous(),
@@ -42,6 +48,7 @@ void WeightEma::worker() {
       if (jobs_.empty()) return;  // stopping, nothing left
       buffer = jobs_.front();
     }
+    const auto start = Clock::now();
     try {
       const float* w = nullptr;
       if (buffer < 0) {
@@ -61,6 +68,7 @@ void WeightEma::worker() {
       std::lock_guard<std::mutex> lock(mutex_);
       jobs_.pop_front();
       ++completed_;
+      blend_seconds_ += seconds_since(start);
     }
     cv_.notify_all();
   }
@@ -72,16 +80,19 @@ void WeightEma::wait_idle(std::unique_lock<std::mutex>& lock) {
 }
 
 void WeightEma::before_weights_change() {
+  const auto start = Clock::now();
   if (staging_[0]) {
     // A device-side wait: the compute stream's next work (the optimizer step) follows the last copy.
     if (last_buffer_ >= 0) staging_[last_buffer_]->order_before_compute();
-    return;
+  } else {
+    std::unique_lock<std::mutex> lock(mutex_);
+    wait_idle(lock);  // the host thread has finished reading the arena in place
   }
-  std::unique_lock<std::mutex> lock(mutex_);
-  wait_idle(lock);  // the host thread has finished reading the arena in place
+  step_seconds_ += seconds_since(start);
 }
 
 void WeightEma::update() {
+  const auto start = Clock::now();
   int buffer = -1;
   if (staging_[0]) {
     buffer = next_buffer_;
@@ -103,6 +114,12 @@ void WeightEma::update() {
     ++submitted_;
   }
   cv_.notify_all();
+  step_seconds_ += seconds_since(start);
+}
+
+double WeightEma::blend_seconds() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return blend_seconds_;
 }
 
 const std::vector<float>& WeightEma::values() {

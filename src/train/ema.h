@@ -48,6 +48,10 @@ class WeightEma {
   const std::vector<float>& values();
   // Replaces the EMA (a checkpoint's); waits for the queued updates first. Size must match.
   void set_values(std::vector<float> values);
+  // Its cost, in seconds so far: the host thread's blending (and waiting for the copies on a GPU), and the training
+  // thread's time inside before_weights_change and update (what the steps actually waited for).
+  double blend_seconds();
+  double step_seconds() const { return step_seconds_; }
 
  private:
   void worker();
@@ -64,6 +68,7 @@ class WeightEma {
   std::condition_variable cv_;
   std::deque<int> jobs_;  // staging buffer of each queued update (-1: the arena in place)
   int64_t submitted_ = 0, completed_ = 0;
+  double blend_seconds_ = 0, step_seconds_ = 0;
   bool stop_ = false;
   std::exception_ptr error_;
   std::thread thread_;

@@ -553,6 +553,11 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
     summary["wall time this session (s)"] = std::round(result.session_seconds * 100) / 100;
     summary["parameters"] = params.layout().view_elements();
     summary["memory (bytes, max over steps)"] = result.memory;
+    if (ema) {  // this session's cost of the weight EMA: the host thread's work, and what the steps waited for it
+      summary["weight EMA decay"] = ema->decay();
+      summary["weight EMA host-thread time this session (s)"] = ema->blend_seconds();
+      summary["weight EMA time spent by the steps this session (s)"] = ema->step_seconds();
+    }
     progress.message(fmt::format(
         "memory (max over steps): master weights {} B, compute weights {} B, gradients {} B, optimizer state {} B, "
         "peak cached activations {} B",
