@@ -144,6 +144,11 @@ TEST_F(PostTrainingCli, EmaIsCheckpointedResumedBitExactAndEvaluated) {
   const CliResult none = run("eval --checkpoint '" + (work_ / "plain").string() + "' --ema --threads 1 --device cpu");
   EXPECT_NE(none.exit_code, 0);
   EXPECT_NE(none.err.find("holds no weight EMA"), std::string::npos) << none.err;
+  // Turning the EMA on at a resume: it starts from the checkpoint's weights, with a warning saying so.
+  const CliResult late = run("train --resume '" + (work_ / "plain").string() + "' --steps 2 --ema-decay 0.9");
+  ASSERT_EQ(late.exit_code, 0) << late.out << late.err;
+  EXPECT_NE(late.out.find("the checkpoint holds no weight EMA"), std::string::npos) << late.out;
+  EXPECT_TRUE(fs::exists(work_ / "plain" / "checkpoints" / "step-00000002" / "ema.safetensors"));
 }
 
 TEST_F(PostTrainingCli, DistillationMovesTheStudentTowardTheTeacher) {
