@@ -2,8 +2,10 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "ops/cross_entropy.h"
+#include "ops/distill.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
 #include "ops/gemm.h"
@@ -178,7 +180,8 @@ void DeepSeekV3Model::clear_expert_loads() {
 }
 
 std::pair<double, int64_t> DeepSeekV3Model::head_loss(const StepContext& ctx, const Tensor& h, const Tensor& targets,
-                                                      double scale, const Tensor& dh) {
+                                                      double scale, const Tensor& dh, const DistillTargets* distill,
+                                                      double* kl_sum) {
   const int64_t n = h.size(0), vocab = config_.vocab_size;
   // Rows per chunk: at most ~4M FP32 logits live at once on the CPU, ~64M (256 MiB) on a GPU, whose GEMMs want
   // many rows per call; whatever the vocabulary, the whole batch's logits are never materialized.
@@ -197,10 +200,19 @@ std::pair<double, int64_t> DeepSeekV3Model::head_loss(const StepContext& ctx, co
     // [rows, vocab] FP32 logits (the head and the loss stay high precision)
     const Tensor logits =
         ops::matmul(ctx.exec, hc, false, head, true, MemCategory::Workspace, {}, fp8train::compute_dtype(ctx.dtype));
-    const ops::CrossEntropyResult ce =
-        ops::cross_entropy_fused(ctx.exec, logits, targets.narrow(0, r0, r1 - r0), dh.defined(), scale);
-    loss += ce.loss_sum;
-    count += ce.count;
+    if (distill) {
+      const ops::DistillResult dr =
+          ops::cross_entropy_distill(ctx.exec, logits, targets.narrow(0, r0, r1 - r0), distill->ids.rows(r0, r1),
+                                     distill->probs.rows(r0, r1), distill->weight, dh.defined(), scale);
+      loss += dr.ce_sum;
+      count += dr.count;
+      if (kl_sum) *kl_sum += dr.kl_sum;
+    } else {
+      const ops::CrossEntropyResult ce =
+          ops::cross_entropy_fused(ctx.exec, logits, targets.narrow(0, r0, r1 - r0), dh.defined(), scale);
+      loss += ce.loss_sum;
+      count += ce.count;
+    }
     if (dh.defined()) {  // logits now hold ∂(scale·CE)/∂logits
       Tensor dlogits = logits;
       if (narrow_grad) {
@@ -244,9 +256,18 @@ LossBreakdown DeepSeekV3Model::run(const Tensor& inputs, const Tensor& targets, 
   const std::vector<int32_t> tg = targets.to_vector<int32_t>();
   const int64_t main_count = std::count_if(tg.begin(), tg.end(), [](int32_t t) { return t >= 0; });
   const Tensor dhn = training ? Tensor::empty({n, d}, dt, MemCategory::Workspace, dev) : Tensor();
-  const auto [main_sum, counted] = head_loss(ctx, hn, targets, grad_scale / std::max<int64_t>(main_count, 1), dhn);
+  double kl_sum = 0;
+  if (distill_)
+    FP8T_CHECK(distill_->ids.dim() == 2 && distill_->ids.size(0) == n,
+               "distillation targets are for {} positions, the batch has {}", distill_->ids.size(0), n);
+  const auto [main_sum, counted] =
+      head_loss(ctx, hn, targets, grad_scale / std::max<int64_t>(main_count, 1), dhn, distill_, &kl_sum);
   out.main = counted > 0 ? main_sum / static_cast<double>(counted) : 0.0;
   out.main_tokens = counted;
+  if (distill_ && counted > 0) {
+    out.distill_kl = kl_sum / static_cast<double>(counted);
+    out.distill = distill_->weight * out.distill_kl;
+  }
 
   // MTP: module k predicts t_{i+k+1} from h^{k−1}_i and Emb(t_{i+k})
   std::vector<Mtp::State> mtp_states(include_mtp ? mtp_.size() : 0);
@@ -288,7 +309,7 @@ LossBreakdown DeepSeekV3Model::run(const Tensor& inputs, const Tensor& targets, 
     }
   }
   out.balance = balance;
-  out.total = out.main + out.mtp + out.balance;
+  out.total = out.main + out.distill + out.mtp + out.balance;
   if (!training) return out;
 
   // backward: MTP modules in reverse, then the final norm, the blocks and the embedding
@@ -343,6 +364,52 @@ Tensor DeepSeekV3Model::last_logits(const Tensor& inputs, int64_t batch) {
   const Tensor hn = norm_.forward(ctx, last, nullptr);
   return ops::matmul(ctx.exec, hn, false, head_compute(ctx), true, MemCategory::Workspace, {},
                      fp8train::compute_dtype(dt));
+}
+
+TopK DeepSeekV3Model::top_k(const Tensor& inputs, int64_t batch, int64_t k) {
+  FP8T_CHECK(
+      inputs.defined() && inputs.dtype() == DType::I32 && inputs.dim() == 1 && batch > 0 && inputs.numel() % batch == 0,
+      "top_k: inputs must be i32 [batch·seq], got {} for batch {}", inputs.str(), batch);
+  const int64_t vocab = config_.vocab_size;
+  FP8T_CHECK(k >= 1 && k <= vocab, "top_k: k = {} must be in [1, {}] (the vocabulary)", k, vocab);
+  const int64_t n = inputs.numel(), seq = n / batch, d = config_.hidden_size;
+  const Device dev = inputs.device();
+  const StepContext ctx = make_context(dev, batch, seq, false, 1.0);
+  const DType dt = ctx.dtype;
+  Tensor x = Tensor::empty({n, d}, dt, MemCategory::Workspace, dev);
+  ops::embedding_forward(ctx.exec, inputs, embed_, x);
+  for (auto& layer : layers_) x = layer->forward(ctx, x, nullptr, nullptr);
+  const Tensor hn = norm_.forward(ctx, x, nullptr);
+  TopK out;
+  out.k = k;
+  out.ids.resize(static_cast<size_t>(n * k));
+  out.probs.resize(static_cast<size_t>(n * k));
+  // Logits in row chunks (as head_loss), each copied to the host where the top k are picked.
+  const int64_t budget = dev.is_cpu() ? (int64_t{1} << 22) : (int64_t{1} << 26);
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(n, budget / vocab));
+  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+    const int64_t r1 = std::min(n, r0 + chunk);
+    const Tensor logits = ops::matmul(ctx.exec, hn.rows(r0, r1), false, head_compute(ctx), true, MemCategory::Workspace,
+                                      {}, fp8train::compute_dtype(dt));
+    FP8T_CHECK(logits.dtype() == DType::F32, "top_k needs FP32 logits (a model of FP32 or BF16 compute dtype)");
+    const std::vector<float> z = logits.to_vector<float>();
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* zr = z.data() + (r - r0) * vocab;
+      for (int64_t c = 0; c < vocab; ++c) order[static_cast<size_t>(c)] = static_cast<int32_t>(c);
+      // Ties go to the lower token id, so the pick does not depend on the sort's implementation.
+      std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                        [&](int32_t a, int32_t b) { return zr[a] > zr[b] || (zr[a] == zr[b] && a < b); });
+      double sum = 0;
+      for (int64_t j = 0; j < k; ++j) sum += std::exp(static_cast<double>(zr[order[j]]) - zr[order[0]]);
+      for (int64_t j = 0; j < k; ++j) {
+        out.ids[static_cast<size_t>(r * k + j)] = order[static_cast<size_t>(j)];
+        out.probs[static_cast<size_t>(r * k + j)] =
+            static_cast<float>(std::exp(static_cast<double>(zr[order[j]]) - zr[order[0]]) / sum);
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace fp8train::model

@@ -53,6 +53,23 @@ struct LossBreakdown {
   double balance = 0.0;   // Σ_layers α·L_bal
   std::vector<double> mtp_per_depth;  // L^k, k = 1..D (unweighted)
   int64_t main_tokens = 0;            // targeted positions of the main loss
+  double distill = 0.0;               // w·KL: the distillation term (with distillation targets set), included in total
+  double distill_kl = 0.0;            // mean over the main loss's targeted positions of KL(teacher top-k ‖ student)
+};
+
+// Knowledge distillation from a teacher's top-k distribution (ops/distill.h), for the main head only:
+// ids i32 and probs F32 [batch·seq, k] on the model's device, probs renormalised over each row's k tokens.
+struct DistillTargets {
+  Tensor ids, probs;
+  double weight = 0.0;  // w: total = main + w·KL + MTP + balance
+};
+
+// A teacher's distribution at every position: its k most likely next tokens and their probabilities renormalised
+// over those k, host vectors [rows, k] (rows = batch·seq).
+struct TopK {
+  int64_t k = 0;
+  std::vector<int32_t> ids;
+  std::vector<float> probs;
 };
 
 struct ExpertLoad {
@@ -83,6 +100,11 @@ class DeepSeekV3Model {
   LossBreakdown forward(const Tensor& inputs, const Tensor& targets, int64_t batch, bool include_mtp = false);
   // Forward only: logits [batch, vocab] at each sequence's last position (generation).
   Tensor last_logits(const Tensor& inputs, int64_t batch);
+  // Forward only (no MTP, nothing kept): the top-k distribution at every position (a distillation teacher).
+  TopK top_k(const Tensor& inputs, int64_t batch, int64_t k);
+  // With targets set (not owned; null: none), the main loss of the following passes adds w·KL to the teacher's
+  // top-k distribution (LossBreakdown::distill, distill_kl) and its gradient.
+  void set_distill_targets(const DistillTargets* targets) { distill_ = targets; }
 
   // The parameters changed (optimizer step, checkpoint load, a test's edit): compute copies refresh next forward.
   void mark_parameters_updated() { params_.mark_updated(); }
@@ -121,8 +143,10 @@ class DeepSeekV3Model {
                     double grad_scale);
   // Fused head + cross-entropy over row chunks; with dh defined, writes ∂(scale·Σ CE)/∂h into it and accumulates
   // the head weight's gradient. Returns Σ CE and the number of targeted rows.
+  // With `distill`, the cross-entropy is fused with its KL term (ops/distill.h); *kl_sum receives Σ KL.
   std::pair<double, int64_t> head_loss(const StepContext& ctx, const Tensor& h, const Tensor& targets, double scale,
-                                       const Tensor& dh);
+                                       const Tensor& dh, const DistillTargets* distill = nullptr,
+                                       double* kl_sum = nullptr);
 
   ModelConfig config_;
   DType dtype_;
@@ -134,6 +158,7 @@ class DeepSeekV3Model {
   int64_t step_ = 0;
   bool sample_health_ = false;
   OpProfile* profile_ = nullptr;
+  const DistillTargets* distill_ = nullptr;
   Tensor head_compute_;
   uint64_t head_version_ = ~uint64_t{0};
   std::vector<const Linear*> linears_;

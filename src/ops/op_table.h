@@ -35,6 +35,7 @@ struct BalanceLossProblem;   // ops/router.h
 struct MoePlanProblem;       // ops/moe_dispatch.h
 struct MoePermuteProblem;    // ops/moe_dispatch.h
 struct CrossEntropyProblem;  // ops/cross_entropy.h
+struct DistillProblem;       // ops/distill.h
 // quantization and scaled GEMMs
 struct QuantizeProblem;      // ops/quantize.h
 struct QuantizedOut;         // ops/quantize.h
@@ -85,6 +86,9 @@ using MoeUnpermuteBackwardFn = void(const ExecCtx&, const MoePermuteProblem&, co
                                     const int32_t* choice_slot, const void* gates, void* dyp, void* dgates);
 using CrossEntropyFn = void(const ExecCtx&, const CrossEntropyProblem&, void* logits, const int32_t* targets,
                             double* row_loss);
+using CrossEntropyDistillFn = void(const ExecCtx&, const DistillProblem&, void* logits, const int32_t* targets,
+                                   const int32_t* teacher_ids, const float* teacher_probs, double* row_ce,
+                                   double* row_kl);
 
 // ---- quantization and scaled GEMMs (ops/quantize.h, ops/scaled_gemm.h) -------------------------------------
 // A payload the problem does not ask for has null pointers.
@@ -132,6 +136,7 @@ struct OpTable {
   MoeUnpermuteFn* moe_unpermute = nullptr;
   MoeUnpermuteBackwardFn* moe_unpermute_backward = nullptr;
   CrossEntropyFn* cross_entropy = nullptr;
+  CrossEntropyDistillFn* cross_entropy_distill = nullptr;  // CPU only so far
 
   // ---- quantization and scaled GEMMs ----
   QuantizeFn* quantize = nullptr;

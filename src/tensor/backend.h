@@ -13,6 +13,23 @@
 
 namespace fp8train {
 
+// Host memory that device memory is copied into on a side queue, for work done on host threads (the weight EMA,
+// train/ema.h): page-locked on CUDA, so the copy is a true asynchronous DMA that the compute stream never waits for.
+class HostStaging {
+ public:
+  virtual ~HostStaging() = default;
+  // The staging buffer: the `bytes` given to Backend::host_staging.
+  virtual void* data() = 0;
+  // Queues a copy of the buffer's bytes from device memory `src` on a side queue, to start once everything queued
+  // so far on the compute stream has finished; returns at once.
+  virtual void copy_async(const void* src) = 0;
+  // Blocks the calling host thread until the last copy_async has landed in data().
+  virtual void wait_copied() = 0;
+  // Makes the work queued next on the compute stream wait for the last copy_async, without a host wait: called
+  // before that work overwrites the copy's source.
+  virtual void order_before_compute() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -26,6 +43,12 @@ class Backend {
   virtual void synchronize() = 0;
   // The queue ops launch on by default (ExecCtx::on): a cudaStream_t on CUDA, null on the CPU.
   virtual void* stream() const { return nullptr; }
+  // A staging buffer of `bytes` for asynchronous device-to-host copies (HostStaging); null where the device's
+  // memory is host memory already (the CPU) and a consumer reads it in place.
+  virtual std::unique_ptr<HostStaging> host_staging(size_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
 };
 
 class CpuBackend final : public Backend {

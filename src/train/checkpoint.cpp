@@ -108,6 +108,7 @@ StTensor st_exact(const std::string& name, const Tensor& host) {
 }
 
 constexpr const char* kRecipeStateFile = "recipe_state.safetensors";  // only when the recipe has state
+constexpr const char* kEmaFile = "ema.safetensors";                   // only when the run keeps a weight EMA
 
 }  // namespace
 
@@ -179,6 +180,16 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointWrite& w
     for (const NamedTensor& t : recipe_state) rs.tensors.push_back(st_exact(t.name, on_host(t.value)));
     put(kRecipeStateFile, encode_safetensors(rs));
   }
+  if (what.ema) {
+    const std::vector<float>& ema = what.ema->values();  // waits for the queued updates
+    FP8T_CHECK(ema.size() == static_cast<size_t>(params.values.flat().numel()),
+               "save_checkpoint: the EMA does not cover the model's parameter arena");
+    StFile ef;
+    ef.metadata = {{"fp8train_step", step_text}, {"decay", fmt::format("{}", what.ema->decay())}};
+    for (const ArenaLayout::View& v : layout.views())
+      ef.tensors.push_back(st_from_f32(v.name, v.shape, ema.data() + v.offset));
+    put(kEmaFile, encode_safetensors(ef));
+  }
   put("config.json", what.config->dump(2) + "\n");
   nlohmann::json state = {{"format", kFormat}, {"files", files}};
   state.update(state_to_json(what.state));
@@ -247,6 +258,7 @@ CheckpointMeta read_checkpoint_meta(const std::string& step_dir, CheckpointUse u
   }
   std::vector<const char*> files(std::begin(kDataFiles), std::end(kDataFiles));
   if (meta.files.is_object() && meta.files.contains(kRecipeStateFile)) files.push_back(kRecipeStateFile);
+  if (meta.files.is_object() && meta.files.contains(kEmaFile)) files.push_back(kEmaFile);
   for (const char* file : files) {
     if (use == CheckpointUse::Inference && std::string(file) == "optimizer.safetensors") continue;
     FP8T_CHECK(meta.files.contains(file), "{} is corrupted: state.json does not list {}", where, file);
@@ -388,6 +400,59 @@ bool load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::A
   }
   optimizer->set_step_count(step_count);
   return recipe_state_restored;
+}
+
+bool checkpoint_has_ema(const CheckpointMeta& meta) { return meta.files.is_object() && meta.files.contains(kEmaFile); }
+
+std::vector<NamedTensor> read_ema_weights(const CheckpointMeta& meta) {
+  FP8T_CHECK(checkpoint_has_ema(meta), "checkpoint '{}' holds no weight EMA (it was trained without --ema-decay)",
+             meta.dir);
+  const std::string where = fmt::format("checkpoint '{}' {}", meta.dir, kEmaFile);
+  const StFile f = read_safetensors((fs::path(meta.dir) / kEmaFile).string());
+  std::vector<NamedTensor> out;
+  for (const StTensor& t : f.tensors) {
+    FP8T_CHECK(t.dtype == StDtype::F32, "{}: '{}' is {}, expected F32", where, t.name, st_dtype_name(t.dtype));
+    out.push_back({t.name, host_tensor(t)});
+  }
+  return out;
+}
+
+bool load_ema(const CheckpointMeta& meta, const ArenaLayout& layout, WeightEma& ema) {
+  if (!checkpoint_has_ema(meta)) return false;
+  const std::string where = fmt::format("checkpoint '{}' {}", meta.dir, kEmaFile);
+  const std::vector<NamedTensor> weights = read_ema_weights(meta);
+  FP8T_CHECK(weights.size() == layout.views().size(), "{}: holds {} tensors, the model has {} parameters", where,
+             weights.size(), layout.views().size());
+  std::vector<float> values(static_cast<size_t>(layout.elements()), 0.0f);
+  for (const NamedTensor& w : weights) {
+    const ArenaLayout::View* v = layout.find(w.name);
+    FP8T_CHECK(v != nullptr, "{}: '{}' is not a parameter of the model", where, w.name);
+    FP8T_CHECK(w.value.shape() == v->shape, "{}: '{}' has shape [{}], the model's is [{}]", where, w.name,
+               fmt::join(w.value.shape(), ", "), fmt::join(v->shape, ", "));
+    std::memcpy(values.data() + v->offset, w.value.data<float>(), static_cast<size_t>(v->numel) * sizeof(float));
+  }
+  ema.set_values(std::move(values));
+  return true;
+}
+
+void load_ema_weights(const CheckpointMeta& meta, TrainableModel& model) {
+  const std::string where = fmt::format("checkpoint '{}' {}", meta.dir, kEmaFile);
+  const std::vector<NamedTensor> weights = read_ema_weights(meta);
+  const optim::ParamArenas& params = model.parameters();
+  const ArenaLayout& layout = params.layout();
+  FP8T_CHECK(weights.size() == layout.views().size(), "{}: holds {} tensors, the model has {} parameters", where,
+             weights.size(), layout.views().size());
+  std::vector<std::pair<Tensor, const Tensor*>> copies;
+  for (const NamedTensor& w : weights) {
+    const ArenaLayout::View* v = layout.find(w.name);
+    FP8T_CHECK(v != nullptr, "{}: '{}' is not a parameter of the model", where, w.name);
+    const Tensor dst = params.values.view(w.name);
+    FP8T_CHECK(w.value.shape() == dst.shape(), "{}: '{}' has shape [{}], the model's is [{}]", where, w.name,
+               fmt::join(w.value.shape(), ", "), fmt::join(dst.shape(), ", "));
+    copies.emplace_back(dst, &w.value);
+  }
+  for (auto& [dst, src] : copies) dst.copy_from(*src);
+  model.parameters_changed();
 }
 
 }  // namespace fp8train::train

@@ -6,6 +6,8 @@
 //                            readable by PyTorch / Hugging Face tools; __metadata__ holds step and config
 //     master.safetensors     FP32 master weights (exact)
 //     optimizer.safetensors  AdamW moments "exp_avg.<name>" / "exp_avg_sq.<name>" in the moment dtype
+//     ema.safetensors        only with train.ema_decay > 0: the host-side EMA of the master weights (train/ema.h),
+//                            F32 under the parameters' names; __metadata__ holds the decay
 //     state.json             step, tokens seen, data sampler (RNG state, windows drawn), skipped-step counters,
 //                            the run's history so far (training wall time, the last 10 applied steps' losses,
 //                            the memory maximum, the data's fingerprint), and the byte size + FNV-1a 64
@@ -28,6 +30,7 @@
 
 #include "optim/adamw.h"
 #include "train/dataset.h"
+#include "train/ema.h"
 #include "train/trainable.h"
 
 namespace fp8train::train {
@@ -50,6 +53,7 @@ struct CheckpointWrite {
   bool bf16_weights = true;                // model.safetensors dtype: BF16 (true) or F32
   TrainableModel* model = nullptr;
   const optim::AdamW* optimizer = nullptr;
+  WeightEma* ema = nullptr;  // the weight EMA of the model's parameter arena, when the run keeps one
   TrainerState state;
 };
 
@@ -89,6 +93,16 @@ std::vector<std::string> prune_checkpoints(const std::string& run_dir, int64_t k
 // checkpoint holds exactly the model's recipe-state tensors. Returns false when the model has recipe state that
 // was not restored (another recipe's checkpoint, an older one, another amax-history length): it starts fresh.
 bool load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::AdamW* optimizer);
+
+// The weight EMA (ema.safetensors). checkpoint_has_ema: whether the checkpoint holds one. load_ema: restores `ema`
+// (the EMA of an arena of `layout`), checking names and shapes; false when the checkpoint has none.
+// read_ema_weights: the EMA weights by parameter name as host F32 tensors (what an export of the EMA writes);
+// load_ema_weights: copies them into the model's parameters in place of the master weights (eval --ema). Both throw
+// naming the checkpoint when it has no EMA.
+bool checkpoint_has_ema(const CheckpointMeta& meta);
+bool load_ema(const CheckpointMeta& meta, const ArenaLayout& layout, WeightEma& ema);
+std::vector<NamedTensor> read_ema_weights(const CheckpointMeta& meta);
+void load_ema_weights(const CheckpointMeta& meta, TrainableModel& model);
 
 // FNV-1a 64 of bytes, as 16 lower-case hex digits.
 std::string fnv1a64_hex(std::string_view bytes);

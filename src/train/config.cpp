@@ -29,6 +29,7 @@ std::vector<ConfigKey> make_keys() {
   std::vector<ConfigKey> k;
   append_model_keys(k);
   k.push_back({"data.path", "data", 0, 0, {}, "training data: UTF-8 text or a token file (empty: the embedded corpus)", FP8T_REF(data_path)});
+  k.push_back({"data.format", "data-format", 0, 0, {"text", "sft"}, "what data.path holds: text (UTF-8 or a token file) or sft (JSONL, one {\"prompt\", \"response\"} object per line; the loss counts the response tokens only)", FP8T_REF(data_format), "text"});
   k.push_back({"data.corpus_bytes", "corpus-bytes", 10000, 1e9, {}, "size of the embedded corpus in bytes", FP8T_REF(corpus_bytes)});
   k.push_back({"data.eval_fraction", "eval-fraction", 0.001, 0.5, {}, "fraction of the data held out for evaluation (the tail)", FP8T_REF(eval_fraction)});
   k.push_back({"train.steps", "steps", 1, kBig, {}, "optimizer steps", FP8T_REF(steps)});
@@ -50,6 +51,10 @@ std::vector<ConfigKey> make_keys() {
   k.push_back({"train.final_eval_windows", "final-eval-windows", 0, kBig, {}, "held-out windows in the final evaluation, at most the whole held-out split (0: the periodic evaluation's windows)", FP8T_REF(final_eval_windows)});
   k.push_back({"train.log_every", "log-every", 1, kBig, {}, "steps between progress lines when the output is not a terminal", FP8T_REF(log_every)});
   k.push_back({"train.health_every", "health-every", 0, kBig, {}, "steps between numerics-health samples (per-GEMM saturation, underflow, scale range, relative error vs an FP32 GEMM) and memory in metrics.jsonl (0: never)", FP8T_REF(health_every)});
+  k.push_back({"train.teacher", "teacher", 0, 0, {}, "knowledge distillation from this fp8train checkpoint (run, checkpoints/ or step directory; same vocabulary): run forward-only beside the student, its top-k distribution adds distill_weight * KL to the loss (empty: none)", FP8T_REF(teacher), ""});
+  k.push_back({"train.distill_weight", "distill-weight", 0, 1e6, {}, "weight w of the distillation term: loss = CE + w*KL(teacher top-k || student) + MTP + balance", FP8T_REF(distill_weight), "1"});
+  k.push_back({"train.distill_top_k", "distill-top-k", 1, 1e6, {}, "the teacher's distribution is kept on its k most likely tokens (renormalised)", FP8T_REF(distill_top_k), "16"});
+  k.push_back({"train.ema_decay", "ema-decay", 0, 0.999999999, {}, "keep an exponential moving average of the weights in host memory, updated asynchronously after each step: ema = d*ema + (1-d)*w (0: none); saved in checkpoints, evaluated with eval --ema", FP8T_REF(ema_decay), "0"});
   k.push_back({"train.max_bad_steps", "max-bad-steps", 1, 1e6, {}, "consecutive non-finite steps (skipped) before the run stops", FP8T_REF(max_bad_steps)});
   k.push_back({"optim.lr", "lr", 1e-12, 10, {}, "peak learning rate", FP8T_REF(lr)});
   k.push_back({"optim.final_lr", "final-lr", 0, 10, {}, "learning rate after the cosine decay (constant to the end)", FP8T_REF(final_lr)});
@@ -245,6 +250,11 @@ void validate_config(const TrainConfig& c) {
   // Each key's own range (a config built in code bypasses the parsers).
   for (const ConfigKey& k : config_keys()) set_value(const_cast<TrainConfig&>(c), k, get_value(c, k), "config key");
   FP8T_CHECK(c.final_lr <= c.lr, "config key 'optim.final_lr' ({}) must not exceed 'optim.lr' ({})", c.final_lr, c.lr);
+  FP8T_CHECK(c.distill_top_k <= c.model.vocab_size,
+             "config key 'train.distill_top_k' ({}) must not exceed 'model.vocab_size' ({})", c.distill_top_k,
+             c.model.vocab_size);
+  FP8T_CHECK(c.data_format != "sft" || !c.data_path.empty(),
+             "config key 'data.format' is sft but 'data.path' is empty: give the JSONL file (e.g. --sft FILE)");
   FP8T_CHECK(c.decay_start <= c.decay_end, "config key 'optim.decay_start' ({}) must not exceed 'optim.decay_end' ({})",
              c.decay_start, c.decay_end);
   FP8T_CHECK(c.micro_batch_size <= c.batch_size,
@@ -307,7 +317,8 @@ std::vector<std::string> config_differences(const nlohmann::json& a, const nlohm
   for (const ConfigKey& k : config_keys()) keys.emplace_back(k.key, k.legacy);
   // A side without a key that has a legacy value computed with that value.
   auto same_as_legacy = [](const nlohmann::json* v, const char* legacy) {
-    return legacy != nullptr && v->is_string() && v->get<std::string>() == legacy;
+    return legacy != nullptr && ((v->is_string() && v->get<std::string>() == legacy) ||
+                                 (v->is_number() && v->get<double>() == std::strtod(legacy, nullptr)));
   };
   std::vector<std::string> out;
   for (const auto& [key, legacy] : keys) {
@@ -332,7 +343,7 @@ bool config_key_changes_training(const std::string& key) {
                                              "train.max_bad_steps", "preset"};
   for (const char* k : kBookkeeping)
     if (key == k) return false;
-  return true;
+  return key != "train.ema_decay";  // the weight EMA is read from the weights, never fed back into them
 }
 
 nlohmann::json config_to_json(const TrainConfig& config) {

@@ -30,6 +30,7 @@ struct TrainConfig {
 
   // data
   std::string data_path;        // empty: the embedded corpus
+  std::string data_format = "text";  // text (UTF-8 or a token file) or sft (JSONL prompt/response, train/sft.h)
   int64_t corpus_bytes = 3000000;
   double eval_fraction = 0.1;
 
@@ -55,6 +56,10 @@ struct TrainConfig {
   int64_t final_eval_windows = 2048;  // held-out windows of the final evaluation (0: the periodic evaluation's)
   int64_t log_every = 10;         // a plain progress line every N steps when not on a terminal
   int64_t max_bad_steps = 5;      // consecutive non-finite steps before the run stops
+  std::string teacher;            // distillation teacher: an fp8train checkpoint (empty: no distillation)
+  double distill_weight = 1.0;    // w: loss = CE + w·KL(teacher top-k ‖ student) + MTP + balance
+  int64_t distill_top_k = 16;     // k: the teacher's distribution is kept on its k most likely tokens
+  double ema_decay = 0.0;  // host-side EMA of the weights, ema ← d·ema + (1 − d)·w per step (0: none; train/ema.h)
   int64_t health_every = 50;      // numerics-health counters, GEMM errors vs FP32 and memory sampled into metrics.jsonl every N steps (0: never)
 
   // optim

@@ -20,7 +20,7 @@ struct ConfigKey {
   std::vector<std::string> choices;  // allowed strings (empty: any)
   std::string help;
   ValueRef (*ref)(TrainConfig&) = nullptr;
-  // A string key added after configs were first saved: the value those configs computed with (null: none). A
+  // A key added after configs were first saved: the value those configs computed with (null: none). A
   // saved config that lacks the key and one that holds this value describe the same run (config_differences).
   const char* legacy = nullptr;
 };

@@ -34,7 +34,10 @@ TokenData embedded_corpus_data(uint64_t seed, size_t bytes) {
   return data;
 }
 
-TrainEvalSplit split_train_eval(const std::vector<Token>& tokens, double eval_fraction, int64_t seq_len) {
+TrainEvalSplit split_train_eval(const std::vector<Token>& tokens, double eval_fraction, int64_t seq_len,
+                                const std::vector<uint8_t>& loss_mask) {
+  FP8T_CHECK(loss_mask.empty() || loss_mask.size() == tokens.size(), "the loss mask has {} entries for {} tokens",
+             loss_mask.size(), tokens.size());
   FP8T_CHECK(eval_fraction > 0.0 && eval_fraction < 1.0, "eval fraction must be in (0, 1), got {}", eval_fraction);
   FP8T_CHECK(seq_len >= 1, "sequence length must be at least 1, got {}", seq_len);
   const size_t window = static_cast<size_t>(seq_len) + 1;
@@ -48,11 +51,18 @@ TrainEvalSplit split_train_eval(const std::vector<Token>& tokens, double eval_fr
   const size_t train_count = tokens.size() - eval_count;
   s.train.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(train_count));
   s.eval.assign(tokens.begin() + static_cast<std::ptrdiff_t>(train_count), tokens.end());
+  if (!loss_mask.empty()) {
+    s.train_mask.assign(loss_mask.begin(), loss_mask.begin() + static_cast<std::ptrdiff_t>(train_count));
+    s.eval_mask.assign(loss_mask.begin() + static_cast<std::ptrdiff_t>(train_count), loss_mask.end());
+  }
   return s;
 }
 
-BatchSampler::BatchSampler(const std::vector<Token>& tokens, int64_t seq_len, uint64_t seed)
-    : tokens_(tokens), seq_len_(seq_len), rng_(seed) {
+BatchSampler::BatchSampler(const std::vector<Token>& tokens, int64_t seq_len, uint64_t seed,
+                           const std::vector<uint8_t>* loss_mask)
+    : tokens_(tokens), mask_(loss_mask && !loss_mask->empty() ? loss_mask : nullptr), seq_len_(seq_len), rng_(seed) {
+  FP8T_CHECK(!mask_ || mask_->size() == tokens.size(), "the loss mask has {} entries for {} tokens", mask_->size(),
+             tokens.size());
   FP8T_CHECK(seq_len >= 1, "sequence length must be at least 1, got {}", seq_len);
   FP8T_CHECK(tokens.size() >= static_cast<size_t>(seq_len) + 1,
              "{} training tokens are fewer than one window of seq_len + 1 = {}", tokens.size(), seq_len + 1);
@@ -68,7 +78,8 @@ void BatchSampler::next(int64_t batch, std::vector<Token>& inputs, std::vector<T
     const size_t start = static_cast<size_t>(rng_.uniform(starts));
     for (size_t i = 0; i < t; ++i) {
       inputs[static_cast<size_t>(b) * t + i] = tokens_[start + i];
-      targets[static_cast<size_t>(b) * t + i] = tokens_[start + i + 1];
+      targets[static_cast<size_t>(b) * t + i] =
+          mask_ && (*mask_)[start + i + 1] == 0 ? kIgnoreTarget : tokens_[start + i + 1];
     }
     ++windows_drawn_;
   }

@@ -17,7 +17,13 @@ struct TokenData {
   uint32_t vocab_size = kByteVocabSize;  // tokens are < vocab_size
   bool byte_tokens = true;               // tokens are bytes (so bits per token = bits per byte)
   std::string source;                    // "embedded corpus (seed 1, 3000000 bytes)" or the file path
+  // Which tokens are training targets (SFT data, train/sft.h): 1 = predict it, 0 = its target is ignored by the
+  // loss. Empty: every token is a target (plain text, token files).
+  std::vector<uint8_t> loss_mask;
 };
+
+// A target the loss ignores (−1 once the model reads targets as i32): the prompt tokens of SFT data.
+inline constexpr Token kIgnoreTarget = ~Token{0};
 
 // Reads `path`: a token file (token_file.h) when it starts with the magic, otherwise UTF-8 text (validated:
 // a non-UTF-8 file is an error naming the byte offset). Throws Error for a missing or empty file.
@@ -28,11 +34,14 @@ TokenData embedded_corpus_data(uint64_t seed, size_t bytes);
 
 // The last `eval_fraction` of the tokens (at least one window of seq_len+1) is held out; both parts must hold
 // at least one window, else Error with the sizes.
+// A loss mask (TokenData::loss_mask, same length as the tokens) is split the same way.
 struct TrainEvalSplit {
   std::vector<Token> train;
   std::vector<Token> eval;
+  std::vector<uint8_t> train_mask, eval_mask;  // empty without a loss mask
 };
-TrainEvalSplit split_train_eval(const std::vector<Token>& tokens, double eval_fraction, int64_t seq_len);
+TrainEvalSplit split_train_eval(const std::vector<Token>& tokens, double eval_fraction, int64_t seq_len,
+                                const std::vector<uint8_t>& loss_mask = {});
 
 // Draws windows at uniformly random offsets from a seeded Rng. The state (Rng state and windows drawn) is all
 // a checkpoint needs to continue the exact same sequence of batches.
@@ -43,7 +52,9 @@ class BatchSampler {
     int64_t windows_drawn = 0;
   };
 
-  BatchSampler(const std::vector<Token>& tokens, int64_t seq_len, uint64_t seed);
+  // loss_mask: null or one entry per token (TokenData::loss_mask); a target whose entry is 0 is kIgnoreTarget.
+  BatchSampler(const std::vector<Token>& tokens, int64_t seq_len, uint64_t seed,
+               const std::vector<uint8_t>* loss_mask = nullptr);
 
   // inputs/targets are resized to [batch, seq_len].
   void next(int64_t batch, std::vector<Token>& inputs, std::vector<Token>& targets);
@@ -57,6 +68,7 @@ class BatchSampler {
 
  private:
   const std::vector<Token>& tokens_;
+  const std::vector<uint8_t>* mask_;
   int64_t seq_len_;
   Rng rng_;
   int64_t windows_drawn_ = 0;

@@ -63,7 +63,7 @@ MicroBatchResult DeepSeekTrainable::forward_backward(const Token* inputs, const 
       model_->forward_backward(token_tensor(inputs, n), token_tensor(targets, n), batch, grad_scale);
   const auto after = pending_loads(*model_);
   MicroBatchResult r;
-  r.loss = {l.total, l.main, l.mtp, l.balance};
+  r.loss = {l.total, l.main, l.mtp, l.balance, l.distill, l.distill_kl};
   for (size_t layer = 0; layer < after.size(); ++layer) {
     std::vector<double> tokens(after[layer].size());
     for (size_t e = 0; e < tokens.size(); ++e)
@@ -137,6 +137,43 @@ double DeepSeekTrainable::eval_loss_sum(const Token* inputs, const Token* target
 
 std::vector<float> DeepSeekTrainable::next_token_logits(const Token* inputs, int64_t batch, int64_t seq_len) {
   return model_->last_logits(token_tensor(inputs, batch * seq_len), batch).to_vector<float>();
+}
+
+TopKTargets DeepSeekTrainable::top_k(const Token* inputs, int64_t batch, int64_t seq_len, int64_t k) {
+  model::TopK t = model_->top_k(token_tensor(inputs, batch * seq_len), batch, k);
+  return {t.k, std::move(t.ids), std::move(t.probs)};
+}
+
+void DeepSeekTrainable::set_distill_targets(const TopKTargets* targets, double weight) {
+  if (!targets) {
+    model_->set_distill_targets(nullptr);
+    distill_ = {};
+    return;
+  }
+  const int64_t rows = targets->k > 0 ? static_cast<int64_t>(targets->ids.size()) / targets->k : 0;
+  FP8T_CHECK(targets->k > 0 && targets->ids.size() == static_cast<size_t>(rows * targets->k) &&
+                 targets->probs.size() == targets->ids.size(),
+             "distillation targets: {} ids and {} probabilities do not form rows of k = {}", targets->ids.size(),
+             targets->probs.size(), targets->k);
+  distill_.ids = Tensor::from_vector(targets->ids, {rows, targets->k});
+  distill_.probs = Tensor::from_vector(targets->probs, {rows, targets->k});
+  distill_.weight = weight;
+  model_->set_distill_targets(&distill_);
+}
+
+double DeepSeekTrainable::eval_distill_kl_sum(const Token* inputs, const Token* targets, int64_t batch, int64_t seq_len,
+                                              const TopKTargets& teacher) {
+  set_distill_targets(&teacher, 0.0);
+  const int64_t n = batch * seq_len;
+  model::LossBreakdown l;
+  try {
+    l = model_->forward(token_tensor(inputs, n), token_tensor(targets, n), batch, false);
+  } catch (...) {
+    set_distill_targets(nullptr, 0.0);
+    throw;
+  }
+  set_distill_targets(nullptr, 0.0);
+  return l.distill_kl * static_cast<double>(l.main_tokens);
 }
 
 }  // namespace fp8train::train

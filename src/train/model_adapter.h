@@ -9,6 +9,7 @@
 #include <string>
 
 #include "model/config.h"
+#include "model/model.h"
 #include "train/trainable.h"
 
 namespace fp8train::model {
@@ -34,6 +35,10 @@ class DeepSeekTrainable : public TrainableModel {
   void discard_step() override;
   double eval_loss_sum(const Token* inputs, const Token* targets, int64_t batch, int64_t seq_len) override;
   std::vector<float> next_token_logits(const Token* inputs, int64_t batch, int64_t seq_len) override;
+  TopKTargets top_k(const Token* inputs, int64_t batch, int64_t seq_len, int64_t k) override;
+  void set_distill_targets(const TopKTargets* targets, double weight) override;
+  double eval_distill_kl_sum(const Token* inputs, const Token* targets, int64_t batch, int64_t seq_len,
+                             const TopKTargets& teacher) override;
   std::vector<std::string> moe_layer_names() override;
   void begin_step(int64_t step, bool sample_health) override;
   nlohmann::json take_health() override;
@@ -45,6 +50,7 @@ class DeepSeekTrainable : public TrainableModel {
  private:
   std::unique_ptr<model::DeepSeekV3Model> model_;
   optim::ParamArenas params_;
+  model::DistillTargets distill_;  // the targets set_distill_targets put on the model's device
 };
 
 }  // namespace fp8train::train

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/error.h"
 #include "optim/param.h"
 #include "tensor/tensor.h"
 #include "train/tokenizer.h"
@@ -29,6 +30,16 @@ struct LossBreakdown {
   double main = 0.0;     // next-token cross-entropy (nats per token)
   double mtp = 0.0;      // λ/D · Σ_k MTP cross-entropy
   double balance = 0.0;  // α · sequence-wise balance loss
+  double distill = 0.0;  // w · KL to a teacher's top-k distribution (0 without a teacher); included in total
+  double distill_kl = 0.0;  // that KL, unweighted (nats per target token)
+};
+
+// A teacher's next-token distribution at every position of a micro-batch: its k most likely tokens and their
+// probabilities renormalised over those k; [batch·seq_len, k] row-major each.
+struct TopKTargets {
+  int64_t k = 0;
+  std::vector<int32_t> ids;
+  std::vector<float> probs;
 };
 
 struct MicroBatchResult {
@@ -75,6 +86,24 @@ class TrainableModel {
 
   // Forward only, no MTP: Σ over all [batch, seq_len] targets of the main cross-entropy, in nats.
   virtual double eval_loss_sum(const Token* inputs, const Token* targets, int64_t batch, int64_t seq_len) = 0;
+
+  // Knowledge distillation (train.teacher). top_k: forward only, the model as a teacher (nothing kept, no gradient).
+  // set_distill_targets: until called again with null, forward_backward adds weight·KL(targets ‖ model) over the
+  // main loss's target positions to the loss (LossBreakdown::distill). eval_distill_kl_sum: forward only, Σ of that
+  // KL over the targeted positions. The defaults refuse: the model does not support distillation.
+  virtual TopKTargets top_k(const Token* inputs, int64_t batch, int64_t seq_len, int64_t k) {
+    (void)inputs, (void)batch, (void)seq_len, (void)k;
+    throw Error("this model cannot serve as a distillation teacher");
+  }
+  virtual void set_distill_targets(const TopKTargets* targets, double weight) {
+    (void)weight;
+    if (targets) throw Error("this model cannot be trained by distillation");
+  }
+  virtual double eval_distill_kl_sum(const Token* inputs, const Token* targets, int64_t batch, int64_t seq_len,
+                                     const TopKTargets& teacher) {
+    (void)inputs, (void)targets, (void)batch, (void)seq_len, (void)teacher;
+    throw Error("this model cannot be trained by distillation");
+  }
 
   // Forward only: logits of the next token after each sequence's last position, [batch, vocab_size].
   virtual std::vector<float> next_token_logits(const Token* inputs, int64_t batch, int64_t seq_len) = 0;

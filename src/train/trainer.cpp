@@ -155,11 +155,41 @@ std::string data_fingerprint(const TokenData& data) {
   bytes.reserve(data.tokens.size() * 4);
   for (Token t : data.tokens)
     for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<char>((t >> (8 * i)) & 0xff));
+  for (uint8_t m : data.loss_mask) bytes.push_back(static_cast<char>(m));
   return fnv1a64_hex(bytes);
 }
 
 double evaluate_loss(TrainableModel& model, const std::vector<Token>& tokens, const std::vector<int64_t>& starts,
-                     int64_t seq_len, int64_t batch, const EvalProgress& progress) {
+                     int64_t seq_len, int64_t batch, const EvalProgress& progress,
+                     const std::vector<uint8_t>& loss_mask) {
+  FP8T_CHECK(!starts.empty(), "no held-out windows to evaluate (the held-out data is shorter than seq_len + 1)");
+  FP8T_CHECK(loss_mask.empty() || loss_mask.size() == tokens.size(), "the loss mask has {} entries for {} tokens",
+             loss_mask.size(), tokens.size());
+  std::vector<Token> inputs, targets;
+  double sum = 0.0;
+  int64_t count = 0;
+  for (size_t first = 0; first < starts.size(); first += static_cast<size_t>(batch)) {
+    const size_t rows = std::min(starts.size() - first, static_cast<size_t>(batch));
+    inputs.resize(rows * static_cast<size_t>(seq_len));
+    targets.resize(inputs.size());
+    for (size_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < seq_len; ++i) {
+        const size_t at = static_cast<size_t>(starts[first + r] + i);
+        const bool target = loss_mask.empty() || loss_mask[at + 1] != 0;
+        inputs[r * static_cast<size_t>(seq_len) + static_cast<size_t>(i)] = tokens[at];
+        targets[r * static_cast<size_t>(seq_len) + static_cast<size_t>(i)] = target ? tokens[at + 1] : kIgnoreTarget;
+        count += target ? 1 : 0;
+      }
+    sum += model.eval_loss_sum(inputs.data(), targets.data(), static_cast<int64_t>(rows), seq_len);
+    if (progress) progress(first + rows, starts.size());
+  }
+  FP8T_CHECK(count > 0, "the evaluated windows hold no loss target (the loss mask excludes every token)");
+  return sum / static_cast<double>(count);
+}
+
+double evaluate_distill_kl(TrainableModel& student, TrainableModel& teacher, int64_t top_k,
+                           const std::vector<Token>& tokens, const std::vector<int64_t>& starts, int64_t seq_len,
+                           int64_t batch, const std::vector<uint8_t>& loss_mask) {
   FP8T_CHECK(!starts.empty(), "no held-out windows to evaluate (the held-out data is shorter than seq_len + 1)");
   std::vector<Token> inputs, targets;
   double sum = 0.0;
@@ -171,13 +201,15 @@ double evaluate_loss(TrainableModel& model, const std::vector<Token>& tokens, co
     for (size_t r = 0; r < rows; ++r)
       for (int64_t i = 0; i < seq_len; ++i) {
         const size_t at = static_cast<size_t>(starts[first + r] + i);
+        const bool target = loss_mask.empty() || loss_mask[at + 1] != 0;
         inputs[r * static_cast<size_t>(seq_len) + static_cast<size_t>(i)] = tokens[at];
-        targets[r * static_cast<size_t>(seq_len) + static_cast<size_t>(i)] = tokens[at + 1];
+        targets[r * static_cast<size_t>(seq_len) + static_cast<size_t>(i)] = target ? tokens[at + 1] : kIgnoreTarget;
+        count += target ? 1 : 0;
       }
-    sum += model.eval_loss_sum(inputs.data(), targets.data(), static_cast<int64_t>(rows), seq_len);
-    count += static_cast<int64_t>(rows) * seq_len;
-    if (progress) progress(first + rows, starts.size());
+    const TopKTargets t = teacher.top_k(inputs.data(), static_cast<int64_t>(rows), seq_len, top_k);
+    sum += student.eval_distill_kl_sum(inputs.data(), targets.data(), static_cast<int64_t>(rows), seq_len, t);
   }
+  FP8T_CHECK(count > 0, "the evaluated windows hold no loss target (the loss mask excludes every token)");
   return sum / static_cast<double>(count);
 }
 
@@ -204,6 +236,12 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
   resolve_moment_dtype(config, nullptr);
   validate_config(config);
   FP8T_CHECK(!options.run_dir.empty(), "no run directory given");
+  FP8T_CHECK((options.teacher != nullptr) == !config.teacher.empty(),
+             "config key 'train.teacher' and the teacher model given to the trainer disagree");
+  if (options.teacher)
+    FP8T_CHECK(options.teacher->vocab_size() == model.vocab_size(),
+               "the teacher's vocabulary ({}) differs from the student's ('model.vocab_size' = {})",
+               options.teacher->vocab_size(), model.vocab_size());
   FP8T_CHECK(data.vocab_size <= static_cast<uint64_t>(model.vocab_size()),
              "the data's vocabulary ({}) is larger than the model's (config key 'model.vocab_size' = {})",
              data.vocab_size, model.vocab_size());
@@ -211,8 +249,9 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
   config.out = options.run_dir;
   const nlohmann::json config_json = config_to_json(config);
 
-  const TrainEvalSplit split = split_train_eval(data.tokens, config.eval_fraction, config.seq_len);
-  BatchSampler sampler(split.train, config.seq_len, derive_seed(static_cast<uint64_t>(config.seed), 1));
+  const TrainEvalSplit split = split_train_eval(data.tokens, config.eval_fraction, config.seq_len, data.loss_mask);
+  BatchSampler sampler(split.train, config.seq_len, derive_seed(static_cast<uint64_t>(config.seed), 1),
+                       &split.train_mask);
   const std::vector<int64_t> eval_starts =
       eval_window_starts(split.eval.size(), config.seq_len, config.eval_batches * config.micro_batch());
   // The final evaluation: train.final_eval_windows windows of the held-out split (0: the periodic ones).
@@ -243,6 +282,17 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
     sampler.set_state(state.sampler);
     for (std::string& w : resume_warnings(checkpoint, config_json, config, fingerprint, recipe_state_restored))
       warnings.push_back(std::move(w));
+  }
+
+  // The weight EMA starts from the weights the run starts from (the checkpoint's on a resume), or continues the
+  // checkpoint's own EMA when it has one.
+  std::unique_ptr<WeightEma> ema;
+  if (config.ema_decay > 0.0) {
+    ema = std::make_unique<WeightEma>(params.values.flat(), config.ema_decay);
+    if (options.resume && !load_ema(*options.resume, params.layout(), *ema))
+      warnings.push_back(fmt::format(
+          "the checkpoint holds no weight EMA: the EMA (train.ema_decay = {}) starts from its weights at step {}",
+          config.ema_decay, state.step));
   }
 
   // ---- from here on the run directory is written ----------------------------------------------------------
@@ -285,6 +335,7 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       w.bf16_weights = bf16_weights;
       w.model = &model;
       w.optimizer = &optimizer;
+      w.ema = ema.get();
       w.state = state;
       const std::string dir = save_checkpoint(options.run_dir, w);
       events_log.write({{"step", state.step}, {"event", "checkpoint"}, {"detail", dir}});
@@ -316,12 +367,17 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
                                                       static_cast<double>(total - done))));
         };
       }
-      const double loss = evaluate_loss(model, split.eval, starts, config.seq_len, config.micro_batch(), on_batch);
+      const double loss =
+          evaluate_loss(model, split.eval, starts, config.seq_len, config.micro_batch(), on_batch, split.eval_mask);
       const double bits = loss / std::numbers::ln2;
       nlohmann::ordered_json j;
       j["step"] = state.step;
       j["eval_loss"] = finite_or_null(loss);
       j[data.byte_tokens ? "eval_bpb" : "eval_bits_per_token"] = finite_or_null(bits);
+      if (options.teacher)
+        j["eval_distill_kl"] =
+            finite_or_null(evaluate_distill_kl(model, *options.teacher, config.distill_top_k, split.eval, starts,
+                                               config.seq_len, config.micro_batch(), split.eval_mask));
       eval_log.write(j);
       tensorboard->scalars(state.step, tensorboard_scalars(nlohmann::json(j)));
       progress.message(fmt::format("step {}: held-out loss {:.4f}, {:.4f} bits per {} ({} windows of {} tokens)",
@@ -354,11 +410,19 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         const int64_t rows = std::min(config.micro_batch(), batch - done);
         sampler.next(rows, inputs, targets);
         const double share = static_cast<double>(rows) / static_cast<double>(batch);
+        TopKTargets teacher_targets;
+        if (options.teacher) {  // the teacher's distribution on this micro-batch, forward only
+          teacher_targets = options.teacher->top_k(inputs.data(), rows, config.seq_len, config.distill_top_k);
+          model.set_distill_targets(&teacher_targets, config.distill_weight);
+        }
         const MicroBatchResult r = model.forward_backward(inputs.data(), targets.data(), rows, config.seq_len, share);
+        if (options.teacher) model.set_distill_targets(nullptr, 0.0);
         loss.total += share * r.loss.total;
         loss.main += share * r.loss.main;
         loss.mtp += share * r.loss.mtp;
         loss.balance += share * r.loss.balance;
+        loss.distill += share * r.loss.distill;
+        loss.distill_kl += share * r.loss.distill_kl;
         add_into(expert_tokens, r.expert_tokens);
         done += rows;
       }
@@ -367,8 +431,10 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       state.tokens_seen += batch * config.seq_len;
       state.step = step + 1;
       if (finite) {
+        if (ema) ema->before_weights_change();  // the EMA's read of the previous step's weights comes first
         optimizer.step(ctx, params, lr);
         model.after_step();
+        if (ema) ema->update();  // returns at once: a host thread blends (after a side-stream copy on a GPU)
         state.bad_in_row = 0;
         recent_losses.push_back(loss.total);
         if (recent_losses.size() > 10) recent_losses.erase(recent_losses.begin());
@@ -403,6 +469,10 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       m.grad_norm = grad_norm;
       m.max_expert_load_ratio = max_expert_load_ratio(expert_tokens);
       nlohmann::ordered_json row = step_metrics_json(m);
+      if (options.teacher) {
+        row["loss_distill"] = finite_or_null(loss.distill);
+        row["distill_kl"] = finite_or_null(loss.distill_kl);
+      }
       const nlohmann::ordered_json memory = memory_json(model, optimizer);
       max_into(result.memory, memory);
       if (sample_health) {  // numerics health and memory, every health_every steps
@@ -483,6 +553,11 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
     summary["wall time this session (s)"] = std::round(result.session_seconds * 100) / 100;
     summary["parameters"] = params.layout().view_elements();
     summary["memory (bytes, max over steps)"] = result.memory;
+    if (ema) {  // this session's cost of the weight EMA: the host thread's work, and what the steps waited for it
+      summary["weight EMA decay"] = ema->decay();
+      summary["weight EMA host-thread time this session (s)"] = ema->blend_seconds();
+      summary["weight EMA time spent by the steps this session (s)"] = ema->step_seconds();
+    }
     progress.message(fmt::format(
         "memory (max over steps): master weights {} B, compute weights {} B, gradients {} B, optimizer state {} B, "
         "peak cached activations {} B",

@@ -1,7 +1,8 @@
 // The training loop: for each optimizer step, set the model's scheduled MTP weight λ and router-bias speed γ
 // (train.*_schedule), sample the step's batch (batch-size schedule) in micro-batches, accumulate gradients, check
 // the loss and gradients are finite (else skip the step, count and log it; stop after `max_bad_steps` in a row),
-// clip by global norm, AdamW with the scheduled LR, router-bias update; log metrics, evaluate on the held-out
+// clip by global norm, AdamW with the scheduled LR, router-bias update, the weight EMA's asynchronous update
+// (train.ema_decay > 0, train/ema.h); log metrics, evaluate on the held-out
 // split, checkpoint; at the end save the final checkpoint first, then run the final evaluation
 // (train.final_eval_windows windows, with progress), then write summary.json and report.html.
 //
@@ -42,6 +43,10 @@ struct TrainOptions {
   bool terminal = false;                  // redraw the progress line in place
   bool write_report = true;
   std::string device = "CPU";             // what the run computes on, for summary.json and the report
+  // Distillation teacher (config.teacher loaded by the caller): forward-only on each micro-batch, its top-k
+  // distribution (config.distill_top_k) weighted by config.distill_weight in the loss; metrics.jsonl gains
+  // loss_distill and distill_kl, eval.jsonl eval_distill_kl (the held-out KL to the teacher).
+  TrainableModel* teacher = nullptr;
 };
 
 struct TrainResult {
@@ -59,11 +64,19 @@ struct TrainResult {
 // Called after each batch of an evaluation with the windows done and the total; it may throw to abandon it.
 using EvalProgress = std::function<void(size_t done, size_t total)>;
 
-// Mean held-out loss over the given windows (batched by `batch`), forward only, nats per token.
+// Mean held-out loss over the given windows (batched by `batch`), forward only, nats per token. With a loss mask
+// (one entry per token, TokenData::loss_mask) only the targets whose entry is 1 count (SFT: the responses).
 double evaluate_loss(TrainableModel& model, const std::vector<Token>& tokens, const std::vector<int64_t>& starts,
-                     int64_t seq_len, int64_t batch, const EvalProgress& progress = {});
+                     int64_t seq_len, int64_t batch, const EvalProgress& progress = {},
+                     const std::vector<uint8_t>& loss_mask = {});
 
-// FNV-1a 64 of the tokens (as little-endian uint32): tells whether a resume trains on the same data.
+// Mean KL(teacher top-k ‖ student) per target token over the given windows (as evaluate_loss).
+double evaluate_distill_kl(TrainableModel& student, TrainableModel& teacher, int64_t top_k,
+                           const std::vector<Token>& tokens, const std::vector<int64_t>& starts, int64_t seq_len,
+                           int64_t batch, const std::vector<uint8_t>& loss_mask = {});
+
+// FNV-1a 64 of the tokens (as little-endian uint32, then the loss mask's bytes when there is one): tells whether a
+// resume trains on the same data.
 std::string data_fingerprint(const TokenData& data);
 
 // Refuses a resume into `run_dir` that cannot continue: a checkpoint past train.steps, or a finished run (the

@@ -3,6 +3,9 @@
 //                  vocabularies and a row-strided view (ld > vocab, the padding must stay as it was), grad_scale ≠ 1;
 //                  reference: FP64 logsumexp and softmax of the same (BF16-rounded) values; CUDA against the CPU by
 //                  normalized error (the row sums run in another order); F64 logits: CPU only.
+//   cross_entropy_distill  F32 and BF16 logits with a teacher's top-k distribution, with and without the gradient,
+//                  ignored rows, a row-strided view; reference: FP64 logsumexp, KL and gradient of the same values;
+//                  CPU only (no CUDA kernel yet).
 //   adamw          F32 and BF16 moments, with and without weight decay, n not a multiple of 4 or 128; reference:
 //                  the formulas in FP64; CUDA against the CPU bit for bit.
 //   sum_squares    several segments with gaps, an empty and a repeated one, more chunks than a CTA's 256, chunks
@@ -15,6 +18,7 @@
 #include "backend_ops_table.h"
 #include "ops/adamw.h"
 #include "ops/cross_entropy.h"
+#include "ops/distill.h"
 #include "ops/sum_squares.h"
 
 namespace fp8train::backend_test {
@@ -124,6 +128,116 @@ inline void add_cross_entropy_case(std::vector<BackendOpCase>& out, int64_t rows
       }
     }
     return std::vector<OpResult>{OpResult{"loss", {}, {static_cast<float>(loss)}}, cnt, buf};
+  };
+  out.push_back(std::move(c));
+}
+
+// ---- cross-entropy + top-k distillation ------------------------------------------------------------------------
+// The teacher: k distinct tokens per row (a seeded pick), positive probabilities summing to 1.
+inline void distill_teacher(int64_t rows, int64_t vocab, int64_t k, uint64_t seed, std::vector<int32_t>& ids,
+                            std::vector<float>& probs) {
+  std::mt19937_64 gen(seed ^ 0xd15711ULL);
+  std::uniform_real_distribution<double> u(0.01, 1.0);
+  ids.clear();
+  probs.clear();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t first = static_cast<int64_t>(gen() % static_cast<uint64_t>(vocab));
+    std::vector<double> w(static_cast<size_t>(k));
+    double sum = 0;
+    for (double& x : w) sum += x = u(gen);
+    for (int64_t j = 0; j < k; ++j) {
+      ids.push_back(static_cast<int32_t>((first + j * 7) % vocab));
+      probs.push_back(static_cast<float>(w[static_cast<size_t>(j)] / sum));
+    }
+  }
+}
+
+inline void add_distill_case(std::vector<BackendOpCase>& out, int64_t rows, int64_t vocab, int64_t ld, int64_t k,
+                             DType dtype, bool grad, double grad_scale, double weight) {
+  BackendOpCase c;
+  c.op = "cross_entropy_distill";
+  c.name = fmt::format("{} [{}x{}]{} k {} w {}{}", dtype_name(dtype), rows, vocab,
+                       ld > vocab ? fmt::format(" ld {}", ld) : "", k, weight, grad ? " grad" : " loss only");
+  const double bound = dtype == DType::BF16 ? 1e-5 : 1e-8;
+  c.cpu = Compare::normalized(bound);
+  c.cuda = Compare::normalized(bound);
+  c.on_cuda = false;
+  c.run = [=](const ExecCtx& ctx, uint64_t seed) {
+    std::vector<float> z = ce_logits(rows, ld, seed);
+    const Tensor buf = input_on(ctx, z, rows, ld, dtype);
+    const Tensor logits = ld > vocab ? buf.cols(0, vocab) : buf;
+    const Tensor targets =
+        Tensor::from_vector(ce_targets(rows, vocab, seed), {rows}, MemCategory::Workspace, Device::cpu())
+            .to(ctx.device);
+    std::vector<int32_t> ids;
+    std::vector<float> probs;
+    distill_teacher(rows, vocab, k, seed, ids, probs);
+    const Tensor tid = Tensor::from_vector(ids, {rows, k}, MemCategory::Workspace, Device::cpu()).to(ctx.device);
+    const Tensor tp = Tensor::from_vector(probs, {rows, k}, MemCategory::Workspace, Device::cpu()).to(ctx.device);
+    poison_next(ctx.device, {static_cast<size_t>(rows) * sizeof(double)});
+    const ops::DistillResult r = ops::cross_entropy_distill(ctx, logits, targets, tid, tp, weight, grad, grad_scale);
+    OpResult count{"count", std::vector<uint8_t>(sizeof(int64_t)), {}};
+    std::memcpy(count.bytes.data(), &r.count, sizeof(int64_t));
+    return std::vector<OpResult>{OpResult{"ce", {}, {static_cast<float>(r.ce_sum)}},
+                                 OpResult{"kl", {}, {static_cast<float>(r.kl_sum)}}, count,
+                                 grad ? widened_of("dlogits", buf) : bytes_of("logits", buf)};
+  };
+  c.reference = [=](uint64_t seed) {
+    std::vector<float> z = ce_logits(rows, ld, seed);
+    for (float& v : z) v = round_to(dtype, v);
+    const std::vector<int32_t> t = ce_targets(rows, vocab, seed);
+    std::vector<int32_t> ids;
+    std::vector<float> probs;
+    distill_teacher(rows, vocab, k, seed, ids, probs);
+    std::vector<float> g = z;
+    double ce = 0.0, kl = 0.0;
+    int64_t count = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* zr = z.data() + r * ld;
+      float* gr = g.data() + r * ld;
+      const int32_t target = t[static_cast<size_t>(r)];
+      if (target < 0) {
+        std::fill_n(gr, vocab, 0.0f);
+        continue;
+      }
+      double mx = -INFINITY, sum = 0.0, mass = 0.0;
+      for (int64_t j = 0; j < vocab; ++j) mx = std::max(mx, static_cast<double>(zr[j]));
+      for (int64_t j = 0; j < vocab; ++j) sum += std::exp(zr[j] - mx);
+      const double lse = mx + std::log(sum);
+      ce += lse - zr[target];
+      ++count;
+      std::vector<double> gd(static_cast<size_t>(vocab), 0.0);
+      for (int64_t j = 0; j < k; ++j) {
+        const double p = probs[static_cast<size_t>(r * k + j)];
+        const int32_t id = ids[static_cast<size_t>(r * k + j)];
+        kl += p * (std::log(p) - (zr[id] - lse));
+        mass += p;
+        gd[static_cast<size_t>(id)] -= weight * p;
+      }
+      gd[static_cast<size_t>(target)] -= 1.0;
+      for (int64_t j = 0; j < vocab; ++j)
+        gr[j] = round_to(dtype, static_cast<float>(grad_scale * ((1.0 + weight * mass) * std::exp(zr[j] - lse) +
+                                                                 gd[static_cast<size_t>(j)])));
+    }
+    OpResult cnt{"count", std::vector<uint8_t>(sizeof(int64_t)), {}};
+    std::memcpy(cnt.bytes.data(), &count, sizeof(int64_t));
+    OpResult buf;
+    if (grad) {
+      buf = OpResult{"dlogits", {}, g};
+    } else {
+      buf.name = "logits";
+      if (dtype == DType::BF16) {
+        std::vector<bf16> b(z.size());
+        for (size_t i = 0; i < z.size(); ++i) b[i] = bf16(z[i]);
+        buf.bytes.resize(b.size() * sizeof(bf16));
+        std::memcpy(buf.bytes.data(), b.data(), buf.bytes.size());
+      } else {
+        buf.bytes.resize(z.size() * sizeof(float));
+        std::memcpy(buf.bytes.data(), z.data(), buf.bytes.size());
+      }
+    }
+    return std::vector<OpResult>{OpResult{"ce", {}, {static_cast<float>(ce)}},
+                                 OpResult{"kl", {}, {static_cast<float>(kl)}}, cnt, buf};
   };
   out.push_back(std::move(c));
 }
@@ -247,6 +361,11 @@ inline void train_op_cases(std::vector<BackendOpCase>& out) {
       add_cross_entropy_case(out, 3, 70001, 70008, dt, grad, 1.0 / 3.0);    // 512-thread rows, unrolled loop
     }
   add_cross_entropy_case(out, 4, 300, 300, DType::F64, true, 1.0, /*on_cuda=*/false);  // gradient checks: CPU only
+  for (DType dt : {DType::F32, DType::BF16})
+    for (bool grad : {false, true}) {
+      train_detail::add_distill_case(out, 9, 1000, 1000, 16, dt, grad, 1.0 / 9.0, 0.5);
+      train_detail::add_distill_case(out, 5, 4099, 4104, 3, dt, grad, 0.25, 2.0);  // strided view
+    }
   for (DType m : {DType::F32, DType::BF16})
     for (bool decay : {false, true}) {
       add_adamw_case(out, 1000, m, decay);    // multiple of 4, not of 128

@@ -35,6 +35,7 @@
 #include "train/model_adapter.h"
 #include "train/progress.h"
 #include "train/rng.h"
+#include "train/sft.h"
 #include "train/trainer.h"
 #ifdef FP8TRAIN_HAVE_CUDA
 #include "tensor/cuda/device.h"
@@ -48,7 +49,7 @@ using namespace fp8train::train;
 
 // ---- train -----------------------------------------------------------------------------------------------
 struct TrainArgs {
-  std::string preset, config_file, resume;
+  std::string preset, config_file, resume, sft;
   std::map<std::string, std::string> flag_values;  // flag name → text, for every config flag given
 };
 
@@ -77,12 +78,28 @@ std::string device_description() {
 namespace {
 
 TokenData load_data(const TrainConfig& c) {
+  if (c.data_format == "sft") return load_sft_data(c.data_path, byte_sft_tokenizer());
   return c.data_path.empty() ? embedded_corpus_data(static_cast<uint64_t>(c.seed), static_cast<size_t>(c.corpus_bytes))
                              : load_token_data(c.data_path);
 }
 
 void set_threads(int64_t threads) {
   if (threads > 0) omp_set_num_threads(static_cast<int>(threads));
+}
+
+// The distillation teacher of train.teacher: its own checkpoint's model config and recipe, its master weights; it
+// only runs forward (no optimizer, and its gradient buffers are never written).
+std::unique_ptr<DeepSeekTrainable> load_teacher(const std::string& path) {
+  const CheckpointMeta meta = read_checkpoint_meta(resolve_checkpoint_dir(path), CheckpointUse::Inference);
+  TrainConfig c = preset_config(meta.config.value("preset", "small"));
+  apply_config_json(c, meta.config, fmt::format("teacher checkpoint '{}'", meta.dir), nullptr);
+  validate_config(c);
+  auto teacher = std::make_unique<DeepSeekTrainable>(c.model, 0, c.recipe);
+  load_checkpoint(meta, *teacher, nullptr);
+  std::printf("teacher: %s (step %lld), %lld parameters (%s), recipe %s\n", meta.dir.c_str(),
+              static_cast<long long>(meta.state.step), static_cast<long long>(teacher->parameter_count()),
+              c.model.describe().c_str(), c.recipe.c_str());
+  return teacher;
 }
 
 void run_train(const TrainArgs& args) {
@@ -111,6 +128,10 @@ void run_train(const TrainArgs& args) {
   }
   if (!args.config_file.empty())
     apply_config_json(config, file_json, fmt::format("config file '{}'", args.config_file), &sources);
+  if (!args.sft.empty()) {  // --sft FILE = --data FILE --data-format sft
+    apply_config_flag(config, "data", args.sft, &sources);
+    apply_config_flag(config, "data-format", "sft", &sources);
+  }
   for (const auto& [flag, text] : args.flag_values) apply_config_flag(config, flag, text, &sources);
   validate_config(config);
   resolve_moment_dtype(config, &sources);
@@ -134,6 +155,7 @@ void run_train(const TrainArgs& args) {
   config.device = start_device(config.device);  // config.json records where the run computed
 
   DeepSeekTrainable model(config.model, derive_seed(static_cast<uint64_t>(config.seed), 0), config.recipe);
+  const std::unique_ptr<DeepSeekTrainable> teacher = config.teacher.empty() ? nullptr : load_teacher(config.teacher);
   std::printf("fp8train train: DeepSeek-V3-style model, %lld parameters (%s)\n",
               static_cast<long long>(model.parameter_count()), config.model.describe().c_str());
   std::printf("data: %s, %zu tokens; recipe %s; %s; run directory %s\n", data.source.c_str(), data.tokens.size(),
@@ -152,6 +174,7 @@ void run_train(const TrainArgs& args) {
   options.out = stdout;
   options.terminal = ::isatty(::fileno(stdout)) != 0;
   options.device = device_description();
+  options.teacher = teacher.get();
   const TrainResult r = run_training(config, model, data, options);
   std::printf("done: %lld steps in %s (%lld skipped); held-out loss %.4f = %.4f bits per %s; final train loss "
               "(total, mean of the last 10 steps) %.4f\n",
@@ -169,9 +192,12 @@ struct LoadedModel {
   CheckpointMeta meta;
 };
 
-LoadedModel load_model(const std::string& checkpoint, int64_t threads, const std::string& device) {
+// ema: the checkpoint's weight EMA in place of its master weights (eval --ema).
+LoadedModel load_model(const std::string& checkpoint, int64_t threads, const std::string& device, bool ema = false) {
   LoadedModel m;
   m.meta = read_checkpoint_meta(resolve_checkpoint_dir(checkpoint), CheckpointUse::Inference);
+  FP8T_CHECK(!ema || checkpoint_has_ema(m.meta),
+             "checkpoint '{}' holds no weight EMA (train with --ema-decay D, e.g. 0.999, to keep one)", m.meta.dir);
   const std::string preset = m.meta.config.value("preset", "small");
   m.config = preset_config(preset);
   apply_config_json(m.config, m.meta.config, "checkpoint", nullptr);
@@ -180,26 +206,38 @@ LoadedModel load_model(const std::string& checkpoint, int64_t threads, const std
   m.config.device = start_device(device);
   m.model = std::make_unique<DeepSeekTrainable>(m.config.model, 0, m.config.recipe);
   load_checkpoint(m.meta, *m.model, nullptr);
+  if (ema) load_ema_weights(m.meta, *m.model);
   return m;
 }
 
 // ---- eval ------------------------------------------------------------------------------------------------
 struct EvalArgs {
-  std::string checkpoint, data;
+  std::string checkpoint, data, sft;
   int64_t seq_len = 0, batch = 8, max_windows = 0, threads = 0;
   std::string device = "auto";
   bool json = false;
+  bool ema = false;
 };
 
 void run_eval(const EvalArgs& a) {
   FP8T_CHECK(a.batch >= 1, "--batch must be at least 1, got {}", a.batch);
   FP8T_CHECK(a.seq_len >= 0 && a.max_windows >= 0, "--seq-len and --max-windows must be non-negative");
-  LoadedModel m = load_model(a.checkpoint, a.threads, a.device);
+  LoadedModel m = load_model(a.checkpoint, a.threads, a.device, a.ema);
   const int64_t seq_len = a.seq_len > 0 ? a.seq_len : m.config.seq_len;
+  FP8T_CHECK(a.data.empty() || a.sft.empty(), "give --data or --sft, not both");
   std::vector<Token> tokens;
+  std::vector<uint8_t> mask;
   std::string source;
   bool bytes = true;
-  if (!a.data.empty()) {
+  if (!a.sft.empty()) {  // the response tokens of chat / SFT data
+    TokenData d = load_sft_data(a.sft, byte_sft_tokenizer());
+    FP8T_CHECK(d.vocab_size <= static_cast<uint32_t>(m.model->vocab_size()),
+               "'{}' has a vocabulary of {}, the model's is {}", a.sft, d.vocab_size, m.model->vocab_size());
+    tokens = std::move(d.tokens);
+    mask = std::move(d.loss_mask);
+    source = d.source;
+    bytes = d.byte_tokens;
+  } else if (!a.data.empty()) {
     TokenData d = load_token_data(a.data);
     tokens = std::move(d.tokens);
     source = a.data;
@@ -208,7 +246,9 @@ void run_eval(const EvalArgs& a) {
                "'{}' has a vocabulary of {}, the model's is {}", a.data, d.vocab_size, m.model->vocab_size());
   } else {  // the run's own held-out split
     TokenData d = load_data(m.config);
-    tokens = split_train_eval(d.tokens, m.config.eval_fraction, m.config.seq_len).eval;
+    TrainEvalSplit split = split_train_eval(d.tokens, m.config.eval_fraction, m.config.seq_len, d.loss_mask);
+    tokens = std::move(split.eval);
+    mask = std::move(split.eval_mask);
     source = d.source + " (held-out split)";
     bytes = d.byte_tokens;
   }
@@ -216,13 +256,19 @@ void run_eval(const EvalArgs& a) {
   FP8T_CHECK(!starts.empty(), "'{}' has {} tokens, fewer than one window of seq_len + 1 = {}", source, tokens.size(),
              seq_len + 1);
   const auto t0 = std::chrono::steady_clock::now();
-  const double loss = evaluate_loss(*m.model, tokens, starts, seq_len, a.batch);
+  const double loss = evaluate_loss(*m.model, tokens, starts, seq_len, a.batch, {}, mask);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double bits = loss / std::numbers::ln2;
-  const int64_t scored = static_cast<int64_t>(starts.size()) * seq_len;
+  int64_t scored = static_cast<int64_t>(starts.size()) * seq_len;
+  if (!mask.empty()) {  // only the response tokens are scored
+    scored = 0;
+    for (int64_t s : starts)
+      for (int64_t i = 1; i <= seq_len; ++i) scored += mask[static_cast<size_t>(s + i)];
+  }
   if (a.json) {
     nlohmann::ordered_json j;
     j["checkpoint"] = m.meta.dir;
+    j["weights"] = a.ema ? "ema" : "master";
     j["data"] = source;
     j["tokens"] = scored;
     j["loss"] = loss;
@@ -231,9 +277,9 @@ void run_eval(const EvalArgs& a) {
     j["seconds"] = seconds;
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("checkpoint %s (step %lld) on %s: %lld tokens in %zu windows of %lld\n", m.meta.dir.c_str(),
-                static_cast<long long>(m.meta.state.step), source.c_str(), static_cast<long long>(scored),
-                starts.size(), static_cast<long long>(seq_len));
+    std::printf("checkpoint %s (step %lld%s) on %s: %lld tokens in %zu windows of %lld\n", m.meta.dir.c_str(),
+                static_cast<long long>(m.meta.state.step), a.ema ? ", EMA weights" : "", source.c_str(),
+                static_cast<long long>(scored), starts.size(), static_cast<long long>(seq_len));
     std::printf("loss %.4f nats/token, perplexity %.3f, %.4f bits per %s (%.1f s)\n", loss, std::exp(loss), bits,
                 bytes ? "byte" : "token", seconds);
   }
@@ -301,6 +347,9 @@ void add_train(CLI::App& root) {
   train->add_option("--preset", train_args.preset, "tiny | small | base (on --resume: the checkpoint's)")
       ->default_str("small");
   train->add_option("--config", train_args.config_file, "JSON config file (layout: src/train/config.h)");
+  train->add_option("--sft", train_args.sft,
+                    "train on chat / SFT data: a JSONL file of {\"prompt\", \"response\"} objects, loss on the "
+                    "responses only (= --data FILE --data-format sft)");
   train->add_option("--resume", train_args.resume,
                     "continue from a checkpoint: a run directory, its checkpoints/ folder or a step directory");
   std::vector<std::pair<std::string, CLI::Option*>> options;
@@ -321,12 +370,15 @@ void add_train(CLI::App& root) {
   eval->option_defaults()->always_capture_default();
   eval->add_option("--checkpoint", eval_args.checkpoint, "run directory, checkpoints/ folder or step directory")->required();
   eval->add_option("--data", eval_args.data, "UTF-8 text or token file (default: the run's held-out split)");
+  eval->add_option("--sft", eval_args.sft,
+                   "chat / SFT JSONL file: the loss of the responses given their prompts (format: src/train/sft.h)");
   eval->add_option("--seq-len", eval_args.seq_len, "window length (default: the training seq_len)");
   eval->add_option("--batch", eval_args.batch, "windows per forward pass");
   eval->add_option("--max-windows", eval_args.max_windows, "evaluate at most this many windows (0: the whole file)");
   eval->add_option("--threads", eval_args.threads, "CPU threads (0: the run's setting)");
   eval->add_option("--device", eval_args.device, "cpu, cuda or auto (cuda when a Hopper GPU is present)");
   eval->add_flag("--json", eval_args.json, "print one JSON line instead of text");
+  eval->add_flag("--ema", eval_args.ema, "evaluate the checkpoint's weight EMA (trained with --ema-decay)");
   eval->callback([] { run_eval(eval_args); });
 
   static GenerateArgs gen_args;

@@ -35,6 +35,7 @@ MoePermuteBackwardFn moe_permute_backward;
 MoeUnpermuteFn moe_unpermute;
 MoeUnpermuteBackwardFn moe_unpermute_backward;
 CrossEntropyFn cross_entropy;
+CrossEntropyDistillFn cross_entropy_distill;
 
 // ---- quantization and scaled GEMMs: the exact arithmetic of quant/ (ops/cpu/quantize.cpp, scaled_gemm.cpp) ----
 QuantizeFn quantize;

@@ -43,6 +43,7 @@ OpTable make_table() {
   t.moe_unpermute = moe_unpermute;
   t.moe_unpermute_backward = moe_unpermute_backward;
   t.cross_entropy = cross_entropy;
+  t.cross_entropy_distill = cross_entropy_distill;
   // quantization and scaled GEMMs
   t.quantize = quantize;
   t.quantize_delayed = quantize_delayed;

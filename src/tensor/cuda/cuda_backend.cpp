@@ -4,6 +4,42 @@
 #include "tensor/cuda/cuda_check.h"
 
 namespace fp8train::cuda {
+namespace {
+
+// HostStaging on a GPU: page-locked host memory (a device-to-host copy into pageable memory would be staged
+// synchronously by the driver), a side stream of its own so the copy overlaps the next step's kernels, and two
+// events: `ready` (recorded on the compute stream: the weights are final) and `copied` (recorded on the side stream).
+class CudaHostStaging final : public HostStaging {
+ public:
+  CudaHostStaging(cudaStream_t compute, size_t bytes) : compute_(compute), bytes_(bytes) {
+    FP8T_CUDA_CHECK(cudaMallocHost(&host_, bytes == 0 ? 1 : bytes));
+  }
+  ~CudaHostStaging() override {
+    (void)cudaStreamSynchronize(side_.get());  // no copy may land in freed memory
+    if (host_) (void)cudaFreeHost(host_);
+  }
+  CudaHostStaging(const CudaHostStaging&) = delete;
+  CudaHostStaging& operator=(const CudaHostStaging&) = delete;
+
+  void* data() override { return host_; }
+  void copy_async(const void* src) override {
+    ready_.record(compute_);
+    FP8T_CUDA_CHECK(cudaStreamWaitEvent(side_.get(), ready_.get(), 0));
+    if (bytes_) FP8T_CUDA_CHECK(cudaMemcpyAsync(host_, src, bytes_, cudaMemcpyDeviceToHost, side_.get()));
+    copied_.record(side_.get());
+  }
+  void wait_copied() override { copied_.synchronize(); }
+  void order_before_compute() override { FP8T_CUDA_CHECK(cudaStreamWaitEvent(compute_, copied_.get(), 0)); }
+
+ private:
+  cudaStream_t compute_;
+  size_t bytes_;
+  void* host_ = nullptr;
+  Stream side_;
+  Event ready_, copied_;
+};
+
+}  // namespace
 
 CudaAllocator::CudaAllocator(int device, cudaStream_t stream)
     : Allocator(Device::cuda(device)), cache_(device_allocator(device)), stream_(stream) {}
@@ -39,6 +75,11 @@ void CudaBackend::fill_zero(void* dst, size_t bytes) {
 }
 
 void CudaBackend::synchronize() { FP8T_CUDA_CHECK(cudaStreamSynchronize(stream_.get())); }
+
+std::unique_ptr<HostStaging> CudaBackend::host_staging(size_t bytes) {
+  select_device(device_);  // the side stream and events belong to this backend's device
+  return std::make_unique<CudaHostStaging>(stream_.get(), bytes);
+}
 
 Device init_cuda_backend(int ordinal, bool make_default) {
   const Device d = Device::cuda(ordinal);

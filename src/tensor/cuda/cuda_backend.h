@@ -40,6 +40,9 @@ class CudaBackend final : public Backend {
   void fill_zero(void* dst, size_t bytes) override;
   void synchronize() override;
   void* stream() const override { return stream_.get(); }
+  // Pinned host memory (cudaMallocHost), copied into on a side stream of its own after an event on the compute
+  // stream; order_before_compute makes the compute stream wait for the copy's event.
+  std::unique_ptr<HostStaging> host_staging(size_t bytes) override;
   cudaStream_t cuda_stream() const { return stream_.get(); }
   const DeviceInfo& info() const { return info_; }
 
