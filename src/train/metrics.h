@@ -45,7 +45,7 @@ double max_expert_load_ratio(const std::vector<std::vector<double>>& expert_toke
 // Appends JSON lines to a file, flushing each one.
 class JsonlWriter {
  public:
-  JsonlWriter() = default;
+  JsonlWriter() = default;  // writes nothing (what a data-parallel rank other than the lead keeps)
   explicit JsonlWriter(const std::string& path);  // appends; creates the file if needed
   ~JsonlWriter();
   JsonlWriter(const JsonlWriter&) = delete;
