@@ -144,6 +144,7 @@ std::vector<double> sum_in_rank_order(Communicator& comm, const std::vector<doub
   const Tensor mine = Tensor::from_vector(x, {n}, MemCategory::Workspace, ctx.device);
   const Tensor all = ctx.scratch({comm.size() * n}, DType::F64);
   comm.all_gather(mine, all, ctx);
+  ctx.synchronize();  // a GPU communicator only enqueued the gather
   const std::vector<double> v = all.to_vector<double>();
   std::vector<double> sum(x.size(), 0.0);
   for (int r = 0; r < comm.size(); ++r)
@@ -158,6 +159,7 @@ double sum_in_rank_order(Communicator& comm, double x, const ExecCtx& ctx) {
 bool any_rank(Communicator& comm, bool flag, const ExecCtx& ctx) {
   const Tensor t = Tensor::from_vector(std::vector<int32_t>{flag ? 1 : 0}, {1}, MemCategory::Workspace, ctx.device);
   comm.all_reduce(t, t, ReduceOp::Max, ctx);
+  ctx.synchronize();
   return t.to_vector<int32_t>()[0] != 0;
 }
 

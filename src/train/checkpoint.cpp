@@ -124,6 +124,7 @@ std::pair<Tensor, Tensor> gather_moments(const optim::AdamW& opt, dist::Communic
     if (opt.shard().size() > 0) {
       comm->send(opt.exp_avg_shard(), 0, ctx);
       comm->send(opt.exp_avg_sq_shard(), 0, ctx);
+      ctx.synchronize();
     }
     return {};
   }
@@ -139,8 +140,10 @@ std::pair<Tensor, Tensor> gather_moments(const optim::AdamW& opt, dist::Communic
     if (s.empty()) continue;
     const Tensor buffer = Tensor::empty({s.size()}, dt, MemCategory::Workspace, opt.exp_avg_shard().device());
     comm->recv(buffer, r, ctx);
+    ctx.synchronize();  // a GPU communicator only enqueued the receive
     m.narrow(0, s.begin, s.size()).copy_from(buffer);
     comm->recv(buffer, r, ctx);
+    ctx.synchronize();
     v.narrow(0, s.begin, s.size()).copy_from(buffer);
   }
   return {m, v};

@@ -405,6 +405,7 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       const double lr = lr_schedule.at(step);
       const int64_t batch = batch_schedule.at(step);
       optim::zero_grads(params);
+      dp.reset_stats();  // this step's traffic (metrics.jsonl: dp_bytes_sent / dp_bytes_received)
       LossBreakdown loss;
       std::vector<std::vector<double>> expert_tokens;
       // Every rank draws every micro-batch of the step (the sampler stays the same everywhere) and runs its own
@@ -480,6 +481,10 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       m.grad_norm = grad_norm;
       m.max_expert_load_ratio = max_expert_load_ratio(expert_tokens);
       nlohmann::ordered_json row = step_metrics_json(m);
+      if (dp.size() > 1) {  // this rank's (the lead's) traffic in the step, by the communicator's own counters
+        row["dp_bytes_sent"] = dp.stats().bytes_sent;
+        row["dp_bytes_received"] = dp.stats().bytes_received;
+      }
       const nlohmann::ordered_json memory = memory_json(model, optimizer);
       max_into(result.memory, memory);
       if (sample_health) {  // numerics health and memory, every health_every steps

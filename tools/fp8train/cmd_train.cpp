@@ -92,10 +92,16 @@ std::string same_on_every_rank(dist::Communicator& world, const std::string& tex
   if (world.size() == 1) return text;
   constexpr int64_t kMax = 4096;
   FP8T_CHECK(static_cast<int64_t>(text.size()) < kMax, "'{}' is longer than {} bytes", text, kMax - 1);
-  Tensor bytes = Tensor::zeros({kMax}, DType::U8, MemCategory::Workspace, Device::cpu());
-  std::copy(text.begin(), text.end(), bytes.data<uint8_t>());
-  world.broadcast(bytes, 0, ExecCtx::cpu());
-  return std::string(reinterpret_cast<const char*>(bytes.data<uint8_t>()));
+  std::vector<uint8_t> host(kMax, 0);
+  std::copy(text.begin(), text.end(), host.begin());
+  // GPU ranks (NCCL) exchange device tensors.
+  const Device device = world.backend() == "nccl" ? default_device() : Device::cpu();
+  const ExecCtx ctx = ExecCtx::on(device);
+  const Tensor bytes = Tensor::from_vector(host, {kMax}, MemCategory::Workspace, device);
+  world.broadcast(bytes, 0, ctx);
+  ctx.synchronize();
+  host = bytes.to_vector<uint8_t>();
+  return std::string(reinterpret_cast<const char*>(host.data()));
 }
 
 void run_train(const TrainArgs& args) {

@@ -241,7 +241,8 @@ class NcclCommunicator final : public Communicator {
 
   static void wait_ready(ncclComm_t comm, ncclResult_t rc, const std::string& what, const CommOptions& options,
                          int rank, const std::string& group) {
-    const auto deadline = Clock::now() + std::chrono::duration<double>(options.timeout_seconds);
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(options.timeout_seconds));
     while (rc == ncclInProgress) {
       if (Clock::now() > deadline) {
         std::fprintf(stderr, "fp8train: error: rank %d: NCCL %s on group '%s' did not complete within %g s\n", rank,
@@ -285,8 +286,9 @@ class NcclCommunicator final : public Communicator {
     check_cuda(cudaEventRecord(event, stream(ctx)), "cudaEventRecord");
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      pending_.push_back(
-          {event, Clock::now() + std::chrono::duration<double>(options().timeout_seconds), std::move(what)});
+      const auto timeout =
+          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options().timeout_seconds));
+      pending_.push_back(Pending{event, Clock::now() + timeout, std::move(what)});
     }
     cv_.notify_all();
   }
