@@ -175,6 +175,13 @@ void DeepSeekV3Model::update_router_biases() {
   for (MoE* m : moe_layers()) m->update_bias(config_.bias_update_speed);
 }
 
+void DeepSeekV3Model::set_expert_loads(const std::vector<std::vector<int64_t>>& loads) {
+  const std::vector<MoE*> layers = moe_layers();
+  FP8T_CHECK(loads.size() == layers.size(), "expert loads given for {} MoE layers, the model has {}", loads.size(),
+             layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) layers[i]->set_pending_load(loads[i]);
+}
+
 void DeepSeekV3Model::clear_expert_loads() {
   for (MoE* m : moe_layers()) m->clear_load();
 }

@@ -129,6 +129,8 @@ class DeepSeekV3Model {
   // Auxiliary-loss-free balancing: every MoE layer b_i += γ·sign(mean_load − load_i), then loads reset.
   void update_router_biases();
   void clear_expert_loads();
+  // Replaces the pending loads of every MoE layer (in expert_loads() order): the summed loads of all DP ranks.
+  void set_expert_loads(const std::vector<std::vector<int64_t>>& loads);
   std::vector<ExpertLoad> expert_loads() const;
   // The loads of the most recent forward_backward alone (per MoE layer, same order as expert_loads()).
   std::vector<ExpertLoad> last_expert_loads() const;

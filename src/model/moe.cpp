@@ -168,6 +168,12 @@ void MoE::backward(const StepContext& ctx, const State& st, const Tensor& dy, co
   ops::gemm(ctx.exec, dlogits, false, gate_weight_, false, du, {.beta = 1.0});
 }
 
+void MoE::set_pending_load(const std::vector<int64_t>& load) {
+  FP8T_CHECK(static_cast<int64_t>(load.size()) == n_experts_, "{}: {} expert loads given for {} routed experts", name(),
+             load.size(), n_experts_);
+  load_ = load;
+}
+
 void MoE::update_bias(double gamma) {
   int64_t total = 0;
   for (int64_t l : load_) total += l;

@@ -54,6 +54,8 @@ class MoE {
   // Tokens per routed expert in the most recent training forward alone (for per-micro-batch logging).
   const std::vector<int64_t>& last_load() const { return last_load_; }
   void clear_load() { std::fill(load_.begin(), load_.end(), 0); }
+  // Replaces the pending loads (data parallelism: every rank's loads summed, so all ranks move the bias alike).
+  void set_pending_load(const std::vector<int64_t>& load);
   // b_i += γ·sign(mean_load − load_i) over the pending loads, then clears them (γ = 0: only clears).
   void update_bias(double gamma);
   const Tensor& bias() const { return bias_; }

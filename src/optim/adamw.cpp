@@ -1,6 +1,7 @@
 // AdamW driver (see adamw.h): checks, the step count, and one ops::adamw_update per weight-decay range.
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
@@ -34,10 +35,35 @@ AdamW::AdamW(const AdamWConfig& config, const ParamArenas& params) : config_(con
   const DType dt = moment_storage_dtype(config_.moment_dtype);
   m_ = Arena(params.values.layout_ptr(), dt, MemCategory::OptimizerState, params.values.device());
   v_ = Arena(params.values.layout_ptr(), dt, MemCategory::OptimizerState, params.values.device());
+  shard_ = {0, params.layout().elements()};
+  m_shard_ = m_.flat();
+  v_shard_ = v_.flat();
+}
+
+AdamW::AdamW(const AdamWConfig& config, const ParamArenas& params, ArenaRange shard) : config_(config), shard_(shard) {
+  check_config(config_);
+  params.validate();
+  FP8T_CHECK(shard.begin >= 0 && shard.begin <= shard.end && shard.end <= params.layout().elements(),
+             "AdamW: shard [{}, {}) is not a range of the {}-element parameter arena", shard.begin, shard.end,
+             params.layout().elements());
+  const DType dt = moment_storage_dtype(config_.moment_dtype);
+  m_shard_ = Tensor::zeros({shard.size()}, dt, MemCategory::OptimizerState, params.values.device());
+  v_shard_ = Tensor::zeros({shard.size()}, dt, MemCategory::OptimizerState, params.values.device());
+}
+
+const Arena& AdamW::exp_avg() const {
+  FP8T_CHECK(!sharded(), "AdamW: a sharded optimizer has no whole moment arena (use exp_avg_shard)");
+  return m_;
+}
+
+const Arena& AdamW::exp_avg_sq() const {
+  FP8T_CHECK(!sharded(), "AdamW: a sharded optimizer has no whole moment arena (use exp_avg_sq_shard)");
+  return v_;
 }
 
 void AdamW::step(const ExecCtx& ctx, const ParamArenas& params, double lr) {
-  FP8T_CHECK(params.values.layout_ptr() == m_.layout_ptr() && params.grads.layout_ptr() == m_.layout_ptr(),
+  FP8T_CHECK(params.grads.layout_ptr() == params.values.layout_ptr() &&
+                 (sharded() ? shard_.end <= params.layout().elements() : params.values.layout_ptr() == m_.layout_ptr()),
              "AdamW: these parameter arenas are not the ones the optimizer was built for");
   FP8T_CHECK(std::isfinite(lr) && lr >= 0.0, "AdamW: learning rate must be finite and non-negative, got {}", lr);
   ++step_count_;
@@ -47,8 +73,12 @@ void AdamW::step(const ExecCtx& ctx, const ParamArenas& params, double lr) {
                     .eps = config_.eps,
                     .weight_decay = config_.weight_decay,
                     .step = step_count_};
-  const auto update = [&](const ArenaRange& r) {
-    if (!r.empty()) ops::adamw_update(ctx, params.values.range(r), params.grads.range(r), m_.range(r), v_.range(r), h);
+  const auto update = [&](const ArenaRange& range) {
+    const ArenaRange r{std::max(range.begin, shard_.begin), std::min(range.end, shard_.end)};
+    if (r.empty()) return;
+    const int64_t at = r.begin - shard_.begin;
+    ops::adamw_update(ctx, params.values.range(r), params.grads.range(r), m_shard_.narrow(0, at, r.size()),
+                      v_shard_.narrow(0, at, r.size()), h);
   };
   update(params.decay);
   h.weight_decay = 0.0;

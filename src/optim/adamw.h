@@ -33,6 +33,8 @@ class AdamW {
  public:
   // Zeroed moments for the parameters' layout (the arenas are checked: ParamArenas::validate).
   AdamW(const AdamWConfig& config, const ParamArenas& params);
+  // Moments for, and updates of, the elements `shard` of the arenas only (a range inside the arena).
+  AdamW(const AdamWConfig& config, const ParamArenas& params, ArenaRange shard);
 
   // One update of every parameter with learning rate `lr`: advances the step count t by one, then updates the decay
   // range with config().weight_decay and the no-decay range without. `params` must be the arenas the optimizer was
@@ -44,15 +46,24 @@ class AdamW {
   // Restores the step count (from a checkpoint; its moments are copied into the views of exp_avg / exp_avg_sq).
   void set_step_count(int64_t step_count);
 
-  // The moments, one view per parameter under the parameter's name.
-  const Arena& exp_avg() const { return m_; }
-  const Arena& exp_avg_sq() const { return v_; }
+  // The moments, one view per parameter under the parameter's name (unsharded optimizers only).
+  const Arena& exp_avg() const;
+  const Arena& exp_avg_sq() const;
+  // The elements this optimizer updates ([0, elements) unless sharded) and their moments, 1-D [shard().size()].
+  bool sharded() const { return !m_.defined(); }
+  const ArenaRange& shard() const { return shard_; }
+  const Tensor& exp_avg_shard() const { return m_shard_; }
+  const Tensor& exp_avg_sq_shard() const { return v_shard_; }
   // Bytes of both moment arenas (what the optimizer state costs, padding included).
-  int64_t state_bytes() const { return static_cast<int64_t>(m_.nbytes() + v_.nbytes()); }
+  int64_t state_bytes() const {
+    return static_cast<int64_t>(sharded() ? m_shard_.nbytes() + v_shard_.nbytes() : m_.nbytes() + v_.nbytes());
+  }
 
  private:
   AdamWConfig config_;
-  Arena m_, v_;
+  Arena m_, v_;  // unsharded only
+  ArenaRange shard_;
+  Tensor m_shard_, v_shard_;
   int64_t step_count_ = 0;
 };
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "dist/zero.h"
 #include "numerics/formats.h"
 #include "train/atomic_file.h"
 #include "train/safetensors.h"
@@ -110,6 +111,45 @@ StTensor st_exact(const std::string& name, const Tensor& host) {
 constexpr const char* kRecipeStateFile = "recipe_state.safetensors";  // only when the recipe has state
 constexpr const char* kEmaFile = "ema.safetensors";                   // only when the run keeps a weight EMA
 
+// The optimizer's moments over the whole arena ([elements] each, host) on DP rank 0: its own shard plus every other
+// rank's, received in rank order (each rank sends its shard's exp_avg, then exp_avg_sq); undefined on other ranks.
+std::pair<Tensor, Tensor> gather_moments(const optim::AdamW& opt, dist::Communicator* comm, int64_t elements) {
+  const bool many = comm != nullptr && comm->size() > 1;
+  if (!many) {
+    FP8T_CHECK(opt.shard().begin == 0 && opt.shard().end == elements,
+               "save_checkpoint: a sharded optimizer needs its DP group to gather the moments");
+    return {on_host(opt.exp_avg_shard()), on_host(opt.exp_avg_sq_shard())};
+  }
+  const ExecCtx ctx = ExecCtx::on(opt.exp_avg_shard().device());
+  if (comm->rank() != 0) {
+    if (opt.shard().size() > 0) {
+      comm->send(opt.exp_avg_shard(), 0, ctx);
+      comm->send(opt.exp_avg_sq_shard(), 0, ctx);
+      ctx.synchronize();
+    }
+    return {};
+  }
+  const DType dt = opt.exp_avg_shard().dtype();
+  Tensor m = Tensor::zeros({elements}, dt, MemCategory::Workspace, Device::cpu());
+  Tensor v = Tensor::zeros({elements}, dt, MemCategory::Workspace, Device::cpu());
+  m.narrow(0, opt.shard().begin, opt.shard().size()).copy_from(opt.exp_avg_shard());
+  v.narrow(0, opt.shard().begin, opt.shard().size()).copy_from(opt.exp_avg_sq_shard());
+  // The shards are dist::shard_arena's (what each rank's optimizer covers: dist/zero.h).
+  const dist::ShardPlan plan = dist::shard_arena(elements, comm->size());
+  for (int r = 1; r < comm->size(); ++r) {
+    const ArenaRange s = plan.range(r);
+    if (s.empty()) continue;
+    const Tensor buffer = Tensor::empty({s.size()}, dt, MemCategory::Workspace, opt.exp_avg_shard().device());
+    comm->recv(buffer, r, ctx);
+    ctx.synchronize();  // a GPU communicator only enqueued the receive
+    m.narrow(0, s.begin, s.size()).copy_from(buffer);
+    comm->recv(buffer, r, ctx);
+    ctx.synchronize();
+    v.narrow(0, s.begin, s.size()).copy_from(buffer);
+  }
+  return {m, v};
+}
+
 }  // namespace
 
 std::string fnv1a64_hex(std::string_view bytes) {
@@ -123,6 +163,14 @@ std::string fnv1a64_hex(std::string_view bytes) {
 
 std::string save_checkpoint(const std::string& run_dir, const CheckpointWrite& what) {
   FP8T_CHECK(what.config && what.model && what.optimizer, "save_checkpoint: config, model and optimizer are required");
+  const optim::AdamW& opt = *what.optimizer;
+  const int64_t elements = what.model->parameters().layout().elements();
+  FP8T_CHECK(opt.sharded() ? opt.shard().end <= elements
+                           : opt.exp_avg().layout_ptr() == what.model->parameters().values.layout_ptr(),
+             "save_checkpoint: the optimizer was built for other parameters than the model's");
+  // The whole moments on the host of rank 0 (gathered from the DP ranks' shards); other ranks only send theirs.
+  const std::pair<Tensor, Tensor> moments = gather_moments(opt, what.comm, elements);
+  if (what.comm && what.comm->rank() != 0) return {};
   const fs::path checkpoints = fs::path(run_dir) / "checkpoints";
   fs::create_directories(checkpoints);
   // Leftovers of writers that were killed: never referenced by "latest", safe to delete.
@@ -154,15 +202,13 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointWrite& w
     weights.tensors.push_back(st_from_tensor(b.name, value));
     master.tensors.push_back(st_from_tensor(b.name, value));
   }
-  const optim::AdamW& opt = *what.optimizer;
-  FP8T_CHECK(opt.exp_avg().layout_ptr() == params.values.layout_ptr(),
-             "save_checkpoint: the optimizer was built for other parameters than the model's");
   optimizer.metadata = {{"step_count", std::to_string(opt.step_count())},
                         {"moment_dtype", optim::moment_dtype_name(opt.config().moment_dtype)}};
   for (size_t i = 0; i < layout.views().size(); ++i) {
-    const std::string& name = layout.view(i).name;
-    optimizer.tensors.push_back(st_from_tensor("exp_avg." + name, on_host(opt.exp_avg().view(i))));
-    optimizer.tensors.push_back(st_from_tensor("exp_avg_sq." + name, on_host(opt.exp_avg_sq().view(i))));
+    const ArenaLayout::View& v = layout.view(i);
+    const auto view_of = [&](const Tensor& all) { return all.narrow(0, v.offset, v.numel).view(v.shape); };
+    optimizer.tensors.push_back(st_from_tensor("exp_avg." + v.name, view_of(moments.first)));
+    optimizer.tensors.push_back(st_from_tensor("exp_avg_sq." + v.name, view_of(moments.second)));
   }
 
   nlohmann::json files = nlohmann::json::object();
@@ -192,6 +238,7 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointWrite& w
   }
   put("config.json", what.config->dump(2) + "\n");
   nlohmann::json state = {{"format", kFormat}, {"files", files}};
+  state["dp_ranks"] = what.comm ? what.comm->size() : 1;  // informative: a checkpoint loads on any number of ranks
   state.update(state_to_json(what.state));
   write_durable(tmp / "state.json", state.dump(2) + "\n");
   fsync_directory(tmp.string());
@@ -371,7 +418,8 @@ bool load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::A
   FP8T_CHECK(dtype_name == optim::moment_dtype_name(optimizer->config().moment_dtype),
              "{}: optimizer moments are '{}', the config asks for '{}'", where, dtype_name,
              optim::moment_dtype_name(optimizer->config().moment_dtype));
-  FP8T_CHECK(optimizer->exp_avg().layout_ptr() == params.values.layout_ptr(),
+  FP8T_CHECK(optimizer->sharded() ? optimizer->shard().end <= layout.elements()
+                                  : optimizer->exp_avg().layout_ptr() == params.values.layout_ptr(),
              "load_checkpoint: the optimizer was built for other parameters than the model's");
   int64_t step_count = 0;
   try {
@@ -381,7 +429,7 @@ bool load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::A
   }
   FP8T_CHECK(step_count >= 0, "{}: optimizer step_count {} is negative", where, step_count);
   // Read and check every moment before writing any, so a bad file leaves the optimizer as it was.
-  const DType moment_dtype = optimizer->exp_avg().dtype();
+  const DType moment_dtype = optimizer->exp_avg_shard().dtype();
   const StDtype expected = moment_dtype == DType::BF16 ? StDtype::BF16 : StDtype::F32;
   std::vector<std::pair<Tensor, Tensor>> moments;
   for (size_t i = 0; i < layout.views().size(); ++i) {
@@ -394,9 +442,17 @@ bool load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::A
                st_dtype_name(expected));
     moments.emplace_back(host_tensor(m), host_tensor(v));
   }
+  // Each parameter's slice inside the optimizer's shard (every parameter whole when it is not sharded).
+  const ArenaRange shard = optimizer->shard();
   for (size_t i = 0; i < moments.size(); ++i) {
-    optimizer->exp_avg().view(i).copy_from(moments[i].first);
-    optimizer->exp_avg_sq().view(i).copy_from(moments[i].second);
+    const ArenaLayout::View& view = layout.view(i);
+    const int64_t lo = std::max(view.offset, shard.begin), hi = std::min(view.offset + view.numel, shard.end);
+    if (lo >= hi) continue;
+    const auto slice = [&](const Tensor& whole) {
+      return whole.view({view.numel}).narrow(0, lo - view.offset, hi - lo);
+    };
+    optimizer->exp_avg_shard().narrow(0, lo - shard.begin, hi - lo).copy_from(slice(moments[i].first));
+    optimizer->exp_avg_sq_shard().narrow(0, lo - shard.begin, hi - lo).copy_from(slice(moments[i].second));
   }
   optimizer->set_step_count(step_count);
   return recipe_state_restored;

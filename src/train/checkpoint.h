@@ -23,11 +23,18 @@
 // copied to the host with Tensor::to on saving and back with Tensor::copy_from on loading, so a run on any device
 // saves and resumes the same way.
 // Retention (prune_checkpoints): after each save the trainer deletes the checkpoints its settings do not keep.
+// Data parallelism (ZeRO-1): every DP rank holds the weights but only its shard of the moments. save_checkpoint is
+// then called by every rank: ranks other than 0 send their shards of exp_avg / exp_avg_sq to rank 0, which writes the
+// checkpoint exactly as one rank would (optimizer.safetensors holds every parameter's whole moments; state.json
+// records "dp_ranks"), and the others write nothing. load_checkpoint on a sharded optimizer copies the slices of
+// its shard: a checkpoint resumes on any number of ranks (the shards are re-cut), and one rank's checkpoints load on
+// many. The run directory must be visible to every rank (one machine, or a shared file system).
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "dist/communicator.h"
 #include "optim/adamw.h"
 #include "train/dataset.h"
 #include "train/ema.h"
@@ -55,9 +62,11 @@ struct CheckpointWrite {
   const optim::AdamW* optimizer = nullptr;
   WeightEma* ema = nullptr;  // the weight EMA of the model's parameter arena, when the run keeps one
   TrainerState state;
+  dist::Communicator* comm = nullptr;  // the DP group when the optimizer is sharded (null: one rank)
 };
 
-// Writes RUN/checkpoints/step-<step>/ and points "latest" at it; returns the checkpoint directory.
+// Writes RUN/checkpoints/step-<step>/ and points "latest" at it; returns the checkpoint directory (on DP ranks other
+// than 0, which only send their moments: an empty string).
 std::string save_checkpoint(const std::string& run_dir, const CheckpointWrite& what);
 
 // Accepts a run directory (uses checkpoints/latest), a checkpoints directory (uses latest), or a step
@@ -87,11 +96,12 @@ CheckpointMeta read_checkpoint_meta(const std::string& step_dir, CheckpointUse u
 std::vector<std::string> prune_checkpoints(const std::string& run_dir, int64_t keep_last, int64_t keep_every);
 
 // Loads master weights (exact FP32) and router biases into the model, and the moments and step count into the
-// optimizer when `optimizer` is not null. Names, shapes and dtypes must match the model (checked); the model's
-// tensors are written only once the whole master file checked out, the moments once the whole optimizer file did.
-// The recipe's state (TrainableModel::recipe_state, saved as recipe_state.safetensors) is restored when the
-// checkpoint holds exactly the model's recipe-state tensors. Returns false when the model has recipe state that
-// was not restored (another recipe's checkpoint, an older one, another amax-history length): it starts fresh.
+// optimizer when `optimizer` is not null (a sharded optimizer: the moments of its shard). Names, shapes and dtypes must
+// match the model (checked); the model's tensors are written only once the whole master file checked out, the moments
+// once the whole optimizer file did. The recipe's state (TrainableModel::recipe_state, saved as
+// recipe_state.safetensors) is restored when the checkpoint holds exactly the model's recipe-state tensors. Returns
+// false when the model has recipe state that was not restored (another recipe's checkpoint, an older one, another
+// amax-history length): it starts fresh.
 bool load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::AdamW* optimizer);
 
 // The weight EMA (ema.safetensors). checkpoint_has_ema: whether the checkpoint holds one. load_ema: restores `ema`

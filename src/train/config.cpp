@@ -69,6 +69,10 @@ std::vector<ConfigKey> make_keys() {
   k.push_back({"optim.moment_dtype", "moment-dtype", 0, 0, {"recipe", "fp32", "bf16"}, "storage of AdamW's moments; recipe: the recipe's choice (fp32; bf16 for fp8-deepseek; a spec's ':moments=')", FP8T_REF(moment_dtype)});
   k.push_back({"optim.batch_warmup_start", "batch-warmup-start", 0, 1e6, {}, "batch-size warmup: sequences at step 0 (0: no warmup)", FP8T_REF(batch_warmup_start)});
   k.push_back({"optim.batch_warmup_steps", "batch-warmup-steps", 0, kBig, {}, "batch-size warmup length in steps", FP8T_REF(batch_warmup_steps)});
+  k.push_back({"parallel.dp", "dp", 1, 65536, {}, "data-parallel ranks (ZeRO-1: optimizer state sharded); launch dp x ep x pp ranks, e.g. mpirun -np 2 fp8train train --dp 2", FP8T_REF(dp), "1"});
+  k.push_back({"parallel.ep", "ep", 1, 65536, {}, "expert-parallel ranks (not implemented yet: 1)", FP8T_REF(ep), "1"});
+  k.push_back({"parallel.pp", "pp", 1, 65536, {}, "pipeline-parallel stages (not implemented yet: 1)", FP8T_REF(pp), "1"});
+  k.push_back({"parallel.timeout", "dist-timeout", 1, 1e6, {}, "seconds a rank waits in a collective before the run fails naming the rank and the collective (a rank died or hangs)", FP8T_REF(dist_timeout), "300"});
   return k;
 }
 // clang-format on
@@ -202,9 +206,9 @@ void apply_config_json(TrainConfig& config, const nlohmann::json& json, const st
   for (auto section = json.begin(); section != json.end(); ++section) {
     if (section.key() == "preset") continue;
     const std::string& name = section.key();
-    FP8T_CHECK(name == "model" || name == "data" || name == "train" || name == "optim",
-               "{}: unknown config key '{}' (expected \"preset\" or a section: model, data, train, optim)", source,
-               name);
+    FP8T_CHECK(name == "model" || name == "data" || name == "train" || name == "optim" || name == "parallel",
+               "{}: unknown config key '{}' (expected \"preset\" or a section: model, data, train, optim, parallel)",
+               source, name);
     FP8T_CHECK(section.value().is_object(), "{}: config key '{}' must be an object of settings", source, name);
     for (auto item = section.value().begin(); item != section.value().end(); ++item) {
       const std::string key = section.key() + "." + item.key();
@@ -255,6 +259,14 @@ void validate_config(const TrainConfig& c) {
              c.model.vocab_size);
   FP8T_CHECK(c.data_format != "sft" || !c.data_path.empty(),
              "config key 'data.format' is sft but 'data.path' is empty: give the JSONL file (e.g. --sft FILE)");
+  FP8T_CHECK(c.ep == 1,
+             "config key 'parallel.ep' = {}: expert parallelism is not implemented yet; use 1 (data "
+             "parallelism: --dp)",
+             c.ep);
+  FP8T_CHECK(c.pp == 1,
+             "config key 'parallel.pp' = {}: pipeline parallelism (DualPipeV) is not implemented yet; use 1 "
+             "(data parallelism: --dp)",
+             c.pp);
   FP8T_CHECK(c.decay_start <= c.decay_end, "config key 'optim.decay_start' ({}) must not exceed 'optim.decay_end' ({})",
              c.decay_start, c.decay_end);
   FP8T_CHECK(c.micro_batch_size <= c.batch_size,
@@ -317,8 +329,9 @@ std::vector<std::string> config_differences(const nlohmann::json& a, const nlohm
   for (const ConfigKey& k : config_keys()) keys.emplace_back(k.key, k.legacy);
   // A side without a key that has a legacy value computed with that value.
   auto same_as_legacy = [](const nlohmann::json* v, const char* legacy) {
-    return legacy != nullptr && ((v->is_string() && v->get<std::string>() == legacy) ||
-                                 (v->is_number() && v->get<double>() == std::strtod(legacy, nullptr)));
+    if (legacy == nullptr) return false;
+    if (v->is_number()) return v->get<double>() == std::strtod(legacy, nullptr);  // a numeric key added later
+    return v->is_string() && v->get<std::string>() == legacy;
   };
   std::vector<std::string> out;
   for (const auto& [key, legacy] : keys) {
@@ -337,10 +350,10 @@ std::string config_value_text(const nlohmann::json& config, const std::string& k
 }
 
 bool config_key_changes_training(const std::string& key) {
-  static const char* const kBookkeeping[] = {"train.out",          "train.save_every",   "train.keep_last",
-                                             "train.keep_every",   "train.eval_every",   "train.eval_batches",
-                                             "train.final_eval_windows", "train.log_every", "train.health_every",
-                                             "train.max_bad_steps", "preset"};
+  static const char* const kBookkeeping[] = {
+      "train.out",          "train.save_every",    "train.keep_last",          "train.keep_every",
+      "train.eval_every",   "train.eval_batches",  "train.final_eval_windows", "train.log_every",
+      "train.health_every", "train.max_bad_steps", "parallel.timeout",         "preset"};
   for (const char* k : kBookkeeping)
     if (key == k) return false;
   return key != "train.ema_decay";  // the weight EMA is read from the weights, never fed back into them

@@ -8,7 +8,8 @@
 //     "model": { "hidden_size": 128, ... },          the model's dimensions (ModelConfig)
 //     "data":  { "path": "", "eval_fraction": 0.1, "corpus_bytes": 3000000 },
 //     "train": { "steps": 300, "batch_size": 16, ... },
-//     "optim": { "lr": 3e-3, "moment_dtype": "bf16", ... } }
+//     "optim": { "lr": 3e-3, "moment_dtype": "bf16", ... },
+//     "parallel": { "dp": 2, "ep": 1, "pp": 1, "timeout": 300 } }
 // Presets: tiny (seconds per step on 2 CPU cores), small (the default: a few minutes on 2 cores), base
 // (GPU-sized).
 #pragma once
@@ -76,6 +77,12 @@ struct TrainConfig {
   std::string moment_dtype = "recipe";  // "recipe": the recipe's choice (resolved_moment_dtype), or fp32 / bf16
   int64_t batch_warmup_start = 0;  // batch-size warmup: sequences at step 0 (0: none)
   int64_t batch_warmup_steps = 0;
+
+  // parallel (docs/distributed.md): the layout dp × ep × pp = the number of ranks launched
+  int64_t dp = 1;               // data-parallel ranks (ZeRO-1)
+  int64_t ep = 1;               // expert-parallel ranks (not implemented yet: 1)
+  int64_t pp = 1;               // pipeline stages (not implemented yet: 1)
+  double dist_timeout = 300.0;  // seconds a rank waits in a collective before the run fails
 
   // Derived objects.
   optim::LrSchedule lr_schedule() const;

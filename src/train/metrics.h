@@ -11,6 +11,8 @@
 //                      expert] per MoE layer]}, every log_every steps
 //   events.jsonl       {"step", "event", "detail"}: skipped non-finite steps, resumes, checkpoints
 // max_expert_load_ratio = max over MoE layers and experts of load_i / mean_j load_j (1 = perfectly balanced).
+// A data-parallel run (several DP ranks) adds to every row "dp_bytes_sent" and "dp_bytes_received": rank 0's
+// traffic in the step by its communicator's counters (dist/communicator.h).
 // Every train.health_every steps a metrics.jsonl row also has:
 //   "memory"      the memory table of that step (bytes per category)
 //   "health"      [{"linear", "gemm": fprop|dgrad|wgrad, "calls", "rel_error", "err_sq", "ref_sq",
@@ -45,7 +47,7 @@ double max_expert_load_ratio(const std::vector<std::vector<double>>& expert_toke
 // Appends JSON lines to a file, flushing each one.
 class JsonlWriter {
  public:
-  JsonlWriter() = default;
+  JsonlWriter() = default;  // writes nothing (what a data-parallel rank other than the lead keeps)
   explicit JsonlWriter(const std::string& path);  // appends; creates the file if needed
   ~JsonlWriter();
   JsonlWriter(const JsonlWriter&) = delete;

@@ -129,6 +129,16 @@ void DeepSeekTrainable::parameters_changed() { model_->mark_parameters_updated()
 
 void DeepSeekTrainable::discard_step() { model_->clear_expert_loads(); }
 
+void DeepSeekTrainable::set_step_expert_tokens(const std::vector<std::vector<double>>& tokens) {
+  std::vector<std::vector<int64_t>> loads;
+  for (const std::vector<double>& layer : tokens) {
+    std::vector<int64_t> l;
+    for (double x : layer) l.push_back(static_cast<int64_t>(std::llround(x)));  // counts: exact in a double
+    loads.push_back(std::move(l));
+  }
+  model_->set_expert_loads(loads);
+}
+
 double DeepSeekTrainable::eval_loss_sum(const Token* inputs, const Token* targets, int64_t batch, int64_t seq_len) {
   const int64_t n = batch * seq_len;
   const model::LossBreakdown l = model_->forward(token_tensor(inputs, n), token_tensor(targets, n), batch, false);

@@ -81,6 +81,11 @@ class TrainableModel {
   // The parameter values changed outside an optimizer step (a checkpoint was loaded into them).
   virtual void parameters_changed() {}
 
+  // Data parallelism: the step's expert loads summed over every rank ([moe_layers][n_routed_experts], the shape of
+  // MicroBatchResult::expert_tokens), replacing this rank's own before after_step, so every rank updates its
+  // router biases alike. The default ignores them (a model without router biases).
+  virtual void set_step_expert_tokens(const std::vector<std::vector<double>>& tokens) { (void)tokens; }
+
   // Called instead of after_step when a step is skipped (non-finite): discard per-step accumulations.
   virtual void discard_step() = 0;
 

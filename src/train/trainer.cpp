@@ -4,13 +4,16 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <csignal>
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <numbers>
+#include <thread>
 
 #include "common/error.h"
+#include "dist/zero.h"
 #include "optim/adamw.h"
 #include "optim/clip.h"
 #include "tensor/backend.h"
@@ -100,6 +103,10 @@ std::vector<std::string> resume_warnings(const CheckpointMeta& checkpoint, const
           "the learning-rate schedule (warmup, decay start and end) and the starts of the MTP-weight and "
           "router-bias-speed schedules' pieces are recomputed for the new total, so the steps from here differ "
           "from the run as first planned";
+    else if (key == "parallel.dp")
+      why =
+          "the ranks' gradients are summed in another grouping (in rank order over other blocks of micro-batches), "
+          "so the steps from here differ from an uninterrupted run by rounding";
     else if (key == "train.threads")
       why = "results are bit-identical only for a fixed thread count";
     else if (key == "train.device")
@@ -143,6 +150,28 @@ class RemoveUnlessKept {
   fs::path dir_;
   bool armed_;
 };
+
+// A test hook for the distributed tests: FP8TRAIN_TEST_FAULT="exit:RANK:STEP" makes DP rank RANK exit (status 3)
+// in the middle of step STEP (1-based, as the progress line counts; after its first micro-batch), "hang:RANK:STEP"
+// makes it stop there for good, as a crashed or stuck rank would; the other ranks must then fail with an error instead
+// of waiting forever.
+void test_fault_hook(int rank, int64_t step) {
+  const char* spec = std::getenv("FP8TRAIN_TEST_FAULT");
+  if (spec == nullptr || *spec == '\0') return;
+  char kind[8] = {0};
+  int at_rank = -1;
+  long long at_step = -1;
+  if (std::sscanf(spec, "%7[a-z]:%d:%lld", kind, &at_rank, &at_step) != 3 || at_rank != rank || at_step != step) return;
+  std::fprintf(stderr, "fp8train: test fault: rank %d %s in step %lld (FP8TRAIN_TEST_FAULT)\n", rank, kind, at_step);
+  std::fflush(stderr);
+  if (std::string(kind) == "exit") std::_Exit(3);
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(60));
+}
+
+// The step's micro-batches that DP rank `rank` of `ranks` runs: a contiguous block [first, last).
+std::pair<int64_t, int64_t> my_micro_batches(int64_t count, int rank, int ranks) {
+  return {count * rank / ranks, count * (rank + 1) / ranks};
+}
 
 }  // namespace
 
@@ -263,11 +292,28 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
   // Parameters, gradients and moments live in arenas on the model's device; the optimizer ops run there.
   const optim::ParamArenas& params = model.parameters();
   const ExecCtx ctx = ExecCtx::on(params.values.device());
-  optim::AdamW optimizer(config.adamw(), params);
+  // Data parallelism: one rank unless a DP group is given; the same calls either way (one rank's shard is the
+  // whole arena and its collectives copy nothing, so its numbers are those of the plain loop).
+  dist::SelfCommunicator self("dp");
+  dist::Communicator& dp = options.dp ? *options.dp : self;
+  const bool lead = dp.rank() == 0;  // writes the run directory and the output
+  dist::Zero1 zero(dp, params);
+  optim::AdamW optimizer =
+      dp.size() == 1 ? optim::AdamW(config.adamw(), params) : optim::AdamW(config.adamw(), params, zero.shard());
   const optim::LrSchedule lr_schedule = config.lr_schedule();
   const optim::BatchSizeSchedule batch_schedule = config.batch_schedule();
   const optim::PiecewiseSchedule mtp_lambda_schedule = config.mtp_lambda_by_step();
   const optim::PiecewiseSchedule bias_update_speed_schedule = config.bias_update_speed_by_step();
+  // Every rank runs at least one micro-batch of every step (so every rank's expert loads have the model's shape).
+  // (The batch grows during the warmup and stays constant after it.)
+  for (int64_t step = 0; dp.size() > 1 && step < std::min(config.steps, config.batch_warmup_steps + 1); ++step) {
+    const int64_t b = batch_schedule.at(step), micro_batches = (b + config.micro_batch() - 1) / config.micro_batch();
+    FP8T_CHECK(micro_batches >= dp.size(),
+               "data parallelism over {} ranks needs at least {} micro-batches per step, but step {} has a batch of {} "
+               "sequences = {} micro-batch(es) of up to {} ('train.batch_size', 'train.micro_batch_size', the batch "
+               "warmup); raise --batch-size or lower --micro-batch-size",
+               dp.size(), dp.size(), step + 1, b, micro_batches, config.micro_batch());
+  }
   const std::string fingerprint = data_fingerprint(data);
 
   TrainerState state;
@@ -296,17 +342,26 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
   }
 
   // ---- from here on the run directory is written ----------------------------------------------------------
+  // (Only the lead rank touches the run directory; the others keep writers that write nothing.)
   std::error_code ec;
-  RemoveUnlessKept cleanup(run, !fs::exists(run, ec));
-  fs::create_directories(run);
-  write_file_atomic((run / "config.json").string(), config_json.dump(2) + "\n");
-  if (options.resume)
-    for (const char* f : kStepLogs) truncate_jsonl_after_step((run / f).string(), state.step);
-  Progress progress(options.out, options.terminal, config.log_every, (run / "train.log").string());
+  RemoveUnlessKept cleanup(run, lead && !fs::exists(run, ec));
+  if (lead) {
+    fs::create_directories(run);
+    write_file_atomic((run / "config.json").string(), config_json.dump(2) + "\n");
+    if (options.resume)
+      for (const char* f : kStepLogs) truncate_jsonl_after_step((run / f).string(), state.step);
+  }
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> quiet(lead ? nullptr : std::fopen("/dev/null", "w"), &std::fclose);
+  FP8T_CHECK(lead || quiet, "cannot open /dev/null for the output of DP rank {}", dp.rank());
+  Progress progress(lead ? options.out : quiet.get(), lead && options.terminal, config.log_every,
+                    lead ? (run / "train.log").string() : std::string());
+  const bool write_report_files = options.write_report && lead;
   try {
-    JsonlWriter metrics_log((run / "metrics.jsonl").string()), eval_log((run / "eval.jsonl").string()),
-        load_log((run / "expert_load.jsonl").string()), events_log((run / "events.jsonl").string());
-    const std::unique_ptr<EventFileWriter> tensorboard = open_run_event_file(run.string(), options.resume != nullptr);
+    const auto jsonl = [&](const char* name) { return lead ? JsonlWriter((run / name).string()) : JsonlWriter(); };
+    JsonlWriter metrics_log = jsonl("metrics.jsonl"), eval_log = jsonl("eval.jsonl"),
+                load_log = jsonl("expert_load.jsonl"), events_log = jsonl("events.jsonl");
+    const std::unique_ptr<EventFileWriter> tensorboard =
+        lead ? open_run_event_file(run.string(), options.resume != nullptr) : nullptr;
     if (options.resume) {
       cleanup.keep();
       events_log.write({{"step", state.step}, {"event", "resumed"}, {"detail", options.resume->dir}});
@@ -337,7 +392,9 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       w.optimizer = &optimizer;
       w.ema = ema.get();
       w.state = state;
+      w.comm = &dp;
       const std::string dir = save_checkpoint(options.run_dir, w);
+      if (!lead) return;  // the lead saved the files
       events_log.write({{"step", state.step}, {"event", "checkpoint"}, {"detail", dir}});
       std::string text = fmt::format("step {}: {} checkpoint saved to {}", state.step, why, dir);
       const std::vector<std::string> removed = prune_checkpoints(options.run_dir, config.keep_last, config.keep_every);
@@ -379,7 +436,7 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
             finite_or_null(evaluate_distill_kl(model, *options.teacher, config.distill_top_k, split.eval, starts,
                                                config.seq_len, config.micro_batch(), split.eval_mask));
       eval_log.write(j);
-      tensorboard->scalars(state.step, tensorboard_scalars(nlohmann::json(j)));
+      if (tensorboard) tensorboard->scalars(state.step, tensorboard_scalars(nlohmann::json(j)));
       progress.message(fmt::format("step {}: held-out loss {:.4f}, {:.4f} bits per {} ({} windows of {} tokens)",
                                    state.step, loss, bits, data.byte_tokens ? "byte" : "token", starts.size(),
                                    config.seq_len));
@@ -404,11 +461,19 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       const double lr = lr_schedule.at(step);
       const int64_t batch = batch_schedule.at(step);
       optim::zero_grads(params);
+      dp.reset_stats();  // this step's traffic (metrics.jsonl: dp_bytes_sent / dp_bytes_received)
       LossBreakdown loss;
       std::vector<std::vector<double>> expert_tokens;
-      for (int64_t done = 0; done < batch;) {
+      // Every rank draws every micro-batch of the step (the sampler stays the same everywhere) and runs its own
+      // block of them.
+      const int64_t micro_batches = (batch + config.micro_batch() - 1) / config.micro_batch();
+      const auto [first_mb, last_mb] = my_micro_batches(micro_batches, dp.rank(), dp.size());
+      int64_t index = 0;
+      for (int64_t done = 0; done < batch; ++index) {
         const int64_t rows = std::min(config.micro_batch(), batch - done);
         sampler.next(rows, inputs, targets);
+        done += rows;
+        if (index < first_mb || index >= last_mb) continue;
         const double share = static_cast<double>(rows) / static_cast<double>(batch);
         TopKTargets teacher_targets;
         if (options.teacher) {  // the teacher's distribution on this micro-batch, forward only
@@ -424,15 +489,28 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         loss.distill += share * r.loss.distill;
         loss.distill_kl += share * r.loss.distill_kl;
         add_into(expert_tokens, r.expert_tokens);
-        done += rows;
+        if (index == first_mb) test_fault_hook(dp.rank(), step + 1);
       }
-      const double grad_norm = optim::clip_grad_norm(ctx, params, config.grad_clip);
+      if (dp.size() > 1) {
+        // The step's totals over the ranks, added in rank order: every rank logs and decides the same.
+        std::vector<double> local{loss.total, loss.main, loss.mtp, loss.balance};
+        for (const auto& layer : expert_tokens) local.insert(local.end(), layer.begin(), layer.end());
+        const std::vector<double> sum = dist::sum_in_rank_order(dp, local, ctx);
+        loss = {sum[0], sum[1], sum[2], sum[3]};
+        size_t at = 4;
+        for (auto& layer : expert_tokens)
+          for (double& x : layer) x = sum[at++];
+        if (!expert_tokens.empty()) model.set_step_expert_tokens(expert_tokens);
+      }
+      zero.reduce_gradients(ctx);
+      const double grad_norm = zero.clip_grad_norm(ctx, config.grad_clip);
       const bool finite = std::isfinite(loss.total) && std::isfinite(grad_norm);
       state.tokens_seen += batch * config.seq_len;
       state.step = step + 1;
       if (finite) {
         if (ema) ema->before_weights_change();  // the EMA's read of the previous step's weights comes first
         optimizer.step(ctx, params, lr);
+        zero.gather_parameters(ctx);
         model.after_step();
         if (ema) ema->update();  // returns at once: a host thread blends (after a side-stream copy on a GPU)
         state.bad_in_row = 0;
@@ -473,6 +551,10 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         row["loss_distill"] = finite_or_null(loss.distill);
         row["distill_kl"] = finite_or_null(loss.distill_kl);
       }
+      if (dp.size() > 1) {  // this rank's (the lead's) traffic in the step, by the communicator's own counters
+        row["dp_bytes_sent"] = dp.stats().bytes_sent;
+        row["dp_bytes_received"] = dp.stats().bytes_received;
+      }
       const nlohmann::ordered_json memory = memory_json(model, optimizer);
       max_into(result.memory, memory);
       if (sample_health) {  // numerics health and memory, every health_every steps
@@ -485,7 +567,7 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         }
       }
       metrics_log.write(row);
-      tensorboard->scalars(state.step, tensorboard_scalars(nlohmann::json(row)));
+      if (tensorboard) tensorboard->scalars(state.step, tensorboard_scalars(nlohmann::json(row)));
       cleanup.keep();
       if (!expert_tokens.empty() &&
           (state.step % config.log_every == 0 || state.step == config.steps || step == first_step))
@@ -498,7 +580,7 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         state.bad_in_row = 0;
         save("stop");
         events_log.write({{"step", state.step}, {"event", "stopped_nonfinite"}, {"detail", stop_reason}});
-        if (options.write_report) write_report(options.run_dir);
+        if (write_report_files) write_report(options.run_dir);
         FP8T_FAIL("{}; a checkpoint is saved: continue with fp8train train --resume {} (e.g. with a lower --lr, "
                   "stronger --grad-clip or another --recipe)",
                   stop_reason, options.run_dir);
@@ -517,12 +599,13 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       }
       if (config.eval_every > 0 && state.step % config.eval_every == 0) evaluate(false);
       if (config.save_every > 0 && state.step % config.save_every == 0) save("periodic");
-      if (stop_requested()) {
+      // A stop on any rank (Ctrl-C reaches each rank at its own moment) stops every rank after the same step.
+      if (dp.size() > 1 ? dist::any_rank(dp, stop_requested(), ctx) : stop_requested()) {
         g_stop = 0;
         save("interrupt");
         events_log.write({{"step", state.step}, {"event", "interrupted"}, {"detail", ""}});
         progress.finish();
-        if (options.write_report) write_report(options.run_dir);
+        if (write_report_files) write_report(options.run_dir);
         FP8T_FAIL("interrupted at step {} of {}; checkpoint saved, continue with: fp8train train --resume {}",
                   state.step, config.steps, options.run_dir);
       }
@@ -564,8 +647,8 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         result.memory.value("master_weights_bytes", int64_t{0}), result.memory.value("compute_weights_bytes", int64_t{0}),
         result.memory.value("gradient_bytes", int64_t{0}), result.memory.value("optimizer_state_bytes", int64_t{0}),
         result.memory.value("activation_cache_peak_bytes", int64_t{0})));
-    write_file_atomic((run / "summary.json").string(), summary.dump(2) + "\n");
-    if (options.write_report) result.report_path = write_report(options.run_dir);
+    if (lead) write_file_atomic((run / "summary.json").string(), summary.dump(2) + "\n");
+    if (write_report_files) result.report_path = write_report(options.run_dir);
     cleanup.keep();
     return result;
   } catch (const Error& e) {

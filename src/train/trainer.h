@@ -19,11 +19,15 @@
 // throws Error saying how to continue.
 // Determinism: given the config (incl. thread count) the run is a pure function of the seed, and resuming from
 // a checkpoint continues it bit for bit (the sampler, optimizer, weights and router biases are all restored).
+// With data parallelism it is a pure function of the seed and the number of DP ranks: the ranks' gradients,
+// losses and expert loads are added in rank order, so the result never depends on timing; a different number
+// of ranks groups the micro-batches' sums differently (docs/distributed.md).
 #pragma once
 #include <cstdio>
 #include <functional>
 #include <string>
 
+#include "dist/communicator.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/dataset.h"
@@ -47,6 +51,12 @@ struct TrainOptions {
   // distribution (config.distill_top_k) weighted by config.distill_weight in the loss; metrics.jsonl gains
   // loss_distill and distill_kl, eval.jsonl eval_distill_kl (the held-out KL to the teacher).
   TrainableModel* teacher = nullptr;
+  // Data parallelism (ZeRO-1, dist/zero.h): the DP group this rank trains in; null: one rank. Every rank of the
+  // group calls run_training with the same config and data; the step's micro-batches are split between them
+  // (rank r runs a contiguous block of them), gradients are reduce-scattered, each rank updates its shard of the
+  // optimizer state, and the parameters are all-gathered. Rank 0 alone writes the run directory and the output;
+  // every rank evaluates (the same windows, so the same numbers) and joins each checkpoint save (checkpoint.h).
+  dist::Communicator* dp = nullptr;
 };
 
 struct TrainResult {

@@ -29,6 +29,8 @@
 
 #include "commands.h"
 #include "common/error.h"
+#include "dist/bootstrap.h"
+#include "dist/groups.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/dataset.h"
@@ -102,6 +104,23 @@ std::unique_ptr<DeepSeekTrainable> load_teacher(const std::string& path) {
   return teacher;
 }
 
+// Rank 0's text on every rank of `world` (e.g. a run directory named after rank 0's clock).
+std::string same_on_every_rank(dist::Communicator& world, const std::string& text) {
+  if (world.size() == 1) return text;
+  constexpr int64_t kMax = 4096;
+  FP8T_CHECK(static_cast<int64_t>(text.size()) < kMax, "'{}' is longer than {} bytes", text, kMax - 1);
+  std::vector<uint8_t> host(kMax, 0);
+  std::copy(text.begin(), text.end(), host.begin());
+  // GPU ranks (NCCL) exchange device tensors.
+  const Device device = world.backend() == "nccl" ? default_device() : Device::cpu();
+  const ExecCtx ctx = ExecCtx::on(device);
+  const Tensor bytes = Tensor::from_vector(host, {kMax}, MemCategory::Workspace, device);
+  world.broadcast(bytes, 0, ctx);
+  ctx.synchronize();
+  host = bytes.to_vector<uint8_t>();
+  return std::string(reinterpret_cast<const char*>(host.data()));
+}
+
 void run_train(const TrainArgs& args) {
   // Resolve the config: preset < checkpoint < file < flags.
   std::optional<CheckpointMeta> resume;
@@ -136,10 +155,31 @@ void run_train(const TrainArgs& args) {
   validate_config(config);
   resolve_moment_dtype(config, &sources);
 
-  if (config.out.empty()) config.out = resume ? run_dir_of_checkpoint(resume->dir) : fresh_run_dir(config.preset);
+  // The ranks of a distributed run (mpirun, srun or the torchrun-style environment; one rank otherwise). The world
+  // is started on the device the run computes on: CPU ranks talk over MPI, GPU ranks over NCCL.
+  set_threads(config.threads);
+  config.device = start_device(config.device);  // config.json records where the run computed
+  const std::unique_ptr<dist::Communicator> world =
+      dist::init_world(config.device, dist::CommOptions{.timeout_seconds = config.dist_timeout});
+  // Unless a config file or flag sets it, parallel.dp is what the launch gives (a resumed checkpoint's count included:
+  // checkpoints load on any number of ranks).
+  const auto dp_source = sources.find("parallel.dp");
+  if ((dp_source == sources.end() || dp_source->second == "preset" || dp_source->second == "checkpoint") &&
+      world->size() % (config.ep * config.pp) == 0) {
+    const int64_t launched = world->size() / (config.ep * config.pp);
+    if (launched != config.dp) sources["parallel.dp"] = "launch";
+    config.dp = launched;
+  }
+  const dist::ProcessGroups groups = dist::make_process_groups(
+      *world,
+      dist::ParallelLayout{static_cast<int>(config.dp), static_cast<int>(config.ep), static_cast<int>(config.pp)});
+  const bool lead = world->rank() == 0;
+
+  if (config.out.empty())
+    config.out = same_on_every_rank(*world, resume ? run_dir_of_checkpoint(resume->dir) : fresh_run_dir(config.preset));
   if (resume) {
     check_resumable(config, *resume, config.out);  // a finished run says so before anything else happens
-  } else if (fs::exists(fs::path(config.out) / "metrics.jsonl")) {
+  } else if (lead && fs::exists(fs::path(config.out) / "metrics.jsonl")) {
     std::error_code ec;
     FP8T_CHECK(!fs::exists(fs::path(config.out) / "checkpoints" / "latest", ec),
                "run directory '{}' already holds a run; continue it with --resume {} or choose another --out",
@@ -151,11 +191,18 @@ void run_train(const TrainArgs& args) {
 
   // Data first: a bad data file fails before anything is created.
   const TokenData data = load_data(config);
-  set_threads(config.threads);
-  config.device = start_device(config.device);  // config.json records where the run computed
 
   DeepSeekTrainable model(config.model, derive_seed(static_cast<uint64_t>(config.seed), 0), config.recipe);
   const std::unique_ptr<DeepSeekTrainable> teacher = config.teacher.empty() ? nullptr : load_teacher(config.teacher);
+  // Every rank has checked the run directory before rank 0 starts writing into it.
+  world->barrier();
+  // Only rank 0 prints (and writes the run directory); the others report errors only.
+  if (!lead)
+    FP8T_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "cannot silence the output of rank {}",
+               world->rank());
+  if (world->size() > 1)
+    std::printf("distributed: %d ranks (%s), layout %s, collective timeout %g s\n", world->size(),
+                std::string(world->backend()).c_str(), groups.layout.str().c_str(), config.dist_timeout);
   std::printf("fp8train train: DeepSeek-V3-style model, %lld parameters (%s)\n",
               static_cast<long long>(model.parameter_count()), config.model.describe().c_str());
   std::printf("data: %s, %zu tokens; recipe %s; %s; run directory %s\n", data.source.c_str(), data.tokens.size(),
@@ -175,7 +222,9 @@ void run_train(const TrainArgs& args) {
   options.terminal = ::isatty(::fileno(stdout)) != 0;
   options.device = device_description();
   options.teacher = teacher.get();
+  options.dp = groups.dp.get();
   const TrainResult r = run_training(config, model, data, options);
+  if (!lead) return;
   std::printf("done: %lld steps in %s (%lld skipped); held-out loss %.4f = %.4f bits per %s; final train loss "
               "(total, mean of the last 10 steps) %.4f\n",
               static_cast<long long>(r.steps_done), format_duration(r.seconds).c_str(),
@@ -355,7 +404,11 @@ void add_train(CLI::App& root) {
   std::vector<std::pair<std::string, CLI::Option*>> options;
   for (const ConfigFlag& f : config_flags()) {
     const std::string section = f.key.substr(0, f.key.find('.'));
-    const char* group = section == "model" ? "Model" : section == "data" ? "Data" : section == "train" ? "Training" : "Optimizer";
+    const char* group = section == "model"      ? "Model"
+                        : section == "data"     ? "Data"
+                        : section == "train"    ? "Training"
+                        : section == "parallel" ? "Parallel"
+                                                : "Optimizer";
     CLI::Option* o = train->add_option("--" + f.flag, flag_storage[f.flag], f.help)->group(group)->type_name(f.type_name);
     options.emplace_back(f.flag, o);
   }

@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "common/error.h"
+#include "dist/bootstrap.h"
 
 namespace fp8train::cli {
 namespace {
@@ -44,13 +45,20 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const fp8train::Error& e) {
-    std::fprintf(stderr, "fp8train: error: %s\n", fp8train::printable_text(e.what()).c_str());
+    // In a distributed run the line names the rank, and every other rank is stopped rather than left waiting.
+    std::fprintf(stderr, "fp8train: error: %s%s\n", fp8train::dist::rank_prefix().c_str(),
+                 fp8train::printable_text(e.what()).c_str());
     const char* debug = std::getenv("FP8TRAIN_DEBUG");
     if (debug && *debug && std::strcmp(debug, "0") != 0 && !e.where().empty())
       std::fprintf(stderr, "fp8train: debug: %s\n", e.where().c_str());
+    std::fflush(stderr);
+    fp8train::dist::abort_world(1);
     return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fp8train: error: %s\n", fp8train::printable_text(e.what()).c_str());
+    std::fprintf(stderr, "fp8train: error: %s%s\n", fp8train::dist::rank_prefix().c_str(),
+                 fp8train::printable_text(e.what()).c_str());
+    std::fflush(stderr);
+    fp8train::dist::abort_world(1);
     return 1;
   }
   return 0;
