@@ -135,6 +135,7 @@ void rope(const ExecCtx& ctx, const RopeProblem& p, void* x) {
   a.seq_len = p.seq_len;
   a.theta = p.theta;
   a.inverse = p.inverse;
+  a.pos_offset = p.pos_offset;
   const int64_t half = p.rope_dim / 2;
   if (p.rows <= 0 || p.heads <= 0 || half <= 0) return;
   const Tensor table = ctx.scratch({p.seq_len * half * 2}, DType::F32);
