@@ -151,7 +151,7 @@ struct OpTable {
   // Per-head broadcast and reduction (MLA's shared rotated key).
   RepeatHeadsFn* repeat_heads = nullptr;
   SumHeadsFn* sum_heads = nullptr;
-  // Incremental decoding (CPU only so far).
+  // Incremental decoding.
   AttentionCachedFn* attention_cached = nullptr;
 };
 

@@ -264,7 +264,7 @@ inline void add_backward_case(std::vector<BackendOpCase>& out, const Shape& s, D
 
 // attention_cached: m new tokens' queries (head stride qk + 8) against `keys` cached rows shared by every head; the
 // values are the first v_dim columns of the key buffer (MLA's latent cache: keys [c_KV; k^R], values c_KV).
-// Reference: FP64 with the full softmax over the visible keys. No CUDA kernel yet: CUDA must refuse it.
+// Reference: FP64 with the full softmax over the visible keys; CUDA against the CPU (both FP32, other orders).
 inline void add_cached_case(std::vector<BackendOpCase>& out, int64_t m, int64_t heads, int64_t keys, int64_t qk,
                             int64_t v, DType dtype) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(qk));
@@ -274,7 +274,6 @@ inline void add_cached_case(std::vector<BackendOpCase>& out, int64_t m, int64_t 
   c.name = fmt::format("{} new of {} keys, heads {} qk {} v {} {}", m, keys, heads, qk, v, dtype_name(dtype));
   c.cpu = Compare::normalized(dtype == DType::BF16 ? 1e-5 : 1e-10);
   c.cuda = c.cpu;
-  c.on_cuda = false;
   c.run = [=](const ExecCtx& ctx, uint64_t seed) {
     const std::vector<float> q = values(qs, qk, seed, dtype), k = values(ks, qk, seed + 1, dtype);
     const Tensor qb = buffer_on(ctx, qs, qk + 8, {{&q, qk, 0}}, dtype).narrow(2, 0, qk);
