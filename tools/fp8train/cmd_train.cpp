@@ -31,6 +31,7 @@
 
 #include "commands.h"
 #include "common/error.h"
+#include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/dataset.h"
@@ -290,6 +291,12 @@ void run_generate(const GenerateArgs& a) {
       std::fprintf(stderr, ", %lld of %lld drafts accepted (%.1f%%)", static_cast<long long>(stats.accepted),
                    static_cast<long long>(stats.drafted), 100.0 * stats.acceptance_rate());
     std::fprintf(stderr, "\n");
+    if (o.mode != DecodeMode::Recompute) {
+      const auto& model = m.model->model();
+      std::fprintf(stderr, "latent KV cache: %lld bytes per token (an MHA model with the same head dims: %lld)\n",
+                   static_cast<long long>(model.latent_cache_bytes_per_token()),
+                   static_cast<long long>(model.mha_cache_bytes_per_token()));
+    }
   }
 }
 
