@@ -146,6 +146,7 @@ std::vector<Token> generate(model::DeepSeekV3Model& model, const std::vector<Tok
       hist.push_back(Tensor::empty({window, d}, model.compute_dtype(), MemCategory::ActivationCache, dev));
     // Runs the main model on visible positions [from, to) (tokens all[start+from..start+to)); returns the logits.
     auto run_main = [&](int64_t from, int64_t to) {
+      const auto start_pass = std::chrono::steady_clock::now();
       Tensor hidden;
       const std::vector<float> logits =
           model
@@ -155,6 +156,7 @@ std::vector<Token> generate(model::DeepSeekV3Model& model, const std::vector<Tok
       if (depth > 0) ops::copy(exec, hidden, hist[0].rows(from, to));
       ++st.main_passes;
       cached = to;
+      st.main_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_pass).count();
       return logits;
     };
     while (!out.done) {
@@ -180,6 +182,7 @@ std::vector<Token> generate(model::DeepSeekV3Model& model, const std::vector<Tok
       auto token_at = [&](int64_t pos) {  // visible position pos: committed, or a draft beyond the pending token
         return pos <= c - 1 ? all[start + static_cast<size_t>(pos)] : draft[static_cast<size_t>(pos - c)];
       };
+      const auto start_draft = std::chrono::steady_clock::now();
       for (int64_t k = 1; k <= drafts; ++k) {
         const int64_t from = std::min(mtp_valid[static_cast<size_t>(k - 1)], P);
         std::vector<int32_t> ids;
@@ -198,6 +201,7 @@ std::vector<Token> generate(model::DeepSeekV3Model& model, const std::vector<Tok
         draft.push_back(sample_from(q.back(), rng));
         st.drafted++;
       }
+      st.draft_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_draft).count();
       // the rows of modules deeper than this step's drafts read drafts no longer: leave them to be recomputed
       for (int64_t k = drafts + 1; k <= depth; ++k)
         mtp_valid[static_cast<size_t>(k - 1)] =

@@ -60,6 +60,7 @@ struct GenerateStats {
   int64_t main_passes = 0;            // forward passes of the main model (prefills included)
   int64_t drafted = 0, accepted = 0;  // speculative: drafts proposed and accepted
   double seconds = 0;
+  double main_seconds = 0, draft_seconds = 0;  // of which in main-model passes, in MTP draft passes
   double acceptance_rate() const { return drafted > 0 ? static_cast<double>(accepted) / drafted : 0.0; }
   double tokens_per_second() const { return seconds > 0 ? static_cast<double>(new_tokens) / seconds : 0.0; }
 };

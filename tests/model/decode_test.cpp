@@ -94,6 +94,41 @@ TEST(Decode, BadPositionsAndCachesAreRefused) {
   EXPECT_THROW(m.new_decode_cache(0), Error);
 }
 
+// The MTP modules decoded with their own latent caches give the training forward's MTP losses: module k at
+// position i reads h^{k−1}_i and Emb(t_{i+k}) and predicts t_{i+k+1} (L^k = mean cross-entropy).
+TEST(Decode, MtpModulesDecodeAsInTheTrainingForward) {
+  ModelConfig c = tiny_test_config();
+  c.mtp_depth = 2;
+  c.init_std = 0.05;
+  DeepSeekV3Model m(c, {DType::F32, 9, "fp32"});
+  const int64_t n = 16, vocab = c.vocab_size;
+  const std::vector<int32_t> t = random_tokens(n + 1, vocab, 4);
+  const Tensor inputs = ids(t, 0, static_cast<size_t>(n)), targets = ids(t, 1, static_cast<size_t>(n + 1));
+  const LossBreakdown full = m.forward(inputs, targets, 1, /*include_mtp=*/true);
+  ASSERT_EQ(full.mtp_per_depth.size(), 2u);
+  auto cache = m.new_decode_cache(n);
+  Tensor h;
+  m.decode(inputs, 0, cache, &h);
+  for (int64_t k = 1; k <= 2; ++k) {
+    const int64_t rows = n - k;  // positions i with t_{i+k} inside the window
+    Tensor next;
+    const std::vector<float> logits =
+        m.mtp_decode(k - 1, h.rows(0, rows), ids(t, static_cast<size_t>(k), static_cast<size_t>(n)), 0, cache, &next)
+            .to_vector<float>();
+    double loss = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* l = logits.data() + i * vocab;
+      double mx = l[0], sum = 0;
+      for (int64_t v = 0; v < vocab; ++v) mx = std::max(mx, static_cast<double>(l[v]));
+      for (int64_t v = 0; v < vocab; ++v) sum += std::exp(l[v] - mx);
+      loss += mx + std::log(sum) - l[t[static_cast<size_t>(i + k + 1)]];
+    }
+    loss /= static_cast<double>(rows);
+    EXPECT_NEAR(loss, full.mtp_per_depth[static_cast<size_t>(k - 1)], 1e-5 * loss) << "MTP module " << k;
+    h = next;
+  }
+}
+
 // Per token and layer MLA caches kv_lora_rank + d_rope values; MHA of the same head dims n_h·(d_qk + d_v).
 TEST(Decode, CacheBytesPerToken) {
   const ModelConfig c = tiny_test_config();

@@ -579,7 +579,8 @@ TEST_F(TrainCli, GenerateWithTheLatentCacheAndMtpSpeculationMatchesRecomputation
   EXPECT_EQ(cached.out, plain.out);
   EXPECT_EQ(spec.out, plain.out);
   EXPECT_NE(spec.err.find("drafts accepted"), std::string::npos) << spec.err;
-  const CliResult sampled = run(base + " --temperature 0.8 --speculative mtp --seed 5");
+  const CliResult sampled = run("generate --checkpoint '" + (work_ / "gen").string() +
+                                "' --max-new-tokens 20 --temperature 0.8 --speculative mtp --seed 5");
   EXPECT_EQ(sampled.exit_code, 0) << sampled.err;
   expect_one_line_error(base + " --speculative tree", "--speculative must be none or mtp");
 }

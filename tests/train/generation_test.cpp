@@ -102,24 +102,28 @@ model::ModelConfig tiny_config() {
 }
 
 TEST(Generation, GreedyTokensAreTheSameRecomputingCachedAndSpeculative) {
-  model::DeepSeekV3Model m(tiny_config(), {DType::F32, 3, "fp32"});
   const std::vector<Token> prompt{'T', 'h', 'e', ' '};
   GenerateOptions o;
   o.sampling.temperature = 0;
   o.max_new_tokens = 40;
   o.window = 12;  // 44 tokens: the context restarts several times
-  o.mode = DecodeMode::Recompute;
-  const std::vector<Token> plain = generate(m, prompt, o);
-  o.mode = DecodeMode::Cache;
-  const std::vector<Token> cached = generate(m, prompt, o);
-  o.mode = DecodeMode::Speculative;
-  GenerateStats st;
-  const std::vector<Token> spec = generate(m, prompt, o, {}, &st);
-  ASSERT_EQ(plain.size(), 40u);
-  EXPECT_EQ(cached, plain);
-  EXPECT_EQ(spec, plain);
-  EXPECT_GT(st.drafted, 0);
-  EXPECT_LT(st.main_passes, 40 + 10) << "a pass per token at most, plus the refills after restarts";
+  for (int64_t depth : {1, 2}) {
+    model::ModelConfig c = tiny_config();
+    c.mtp_depth = depth;
+    model::DeepSeekV3Model m(c, {DType::F32, 3, "fp32"});
+    o.mode = DecodeMode::Recompute;
+    const std::vector<Token> plain = generate(m, prompt, o);
+    o.mode = DecodeMode::Cache;
+    const std::vector<Token> cached = generate(m, prompt, o);
+    o.mode = DecodeMode::Speculative;
+    GenerateStats st;
+    const std::vector<Token> spec = generate(m, prompt, o, {}, &st);
+    ASSERT_EQ(plain.size(), 40u);
+    EXPECT_EQ(cached, plain) << "MTP depth " << depth;
+    EXPECT_EQ(spec, plain) << "MTP depth " << depth;
+    EXPECT_GT(st.drafted, 0);
+    EXPECT_LT(st.main_passes, 40 + 10) << "a pass per token at most, plus the refills after restarts";
+  }
   // a model without MTP modules cannot draft
   model::ModelConfig no_mtp = tiny_config();
   no_mtp.mtp_depth = 0;

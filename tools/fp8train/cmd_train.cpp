@@ -288,8 +288,9 @@ void run_generate(const GenerateArgs& a) {
                  static_cast<long long>(stats.new_tokens), stats.seconds, stats.tokens_per_second(),
                  static_cast<long long>(stats.main_passes));
     if (o.mode == DecodeMode::Speculative)
-      std::fprintf(stderr, ", %lld of %lld drafts accepted (%.1f%%)", static_cast<long long>(stats.accepted),
-                   static_cast<long long>(stats.drafted), 100.0 * stats.acceptance_rate());
+      std::fprintf(stderr, ", %lld of %lld drafts accepted (%.1f%%); %.3f s in main passes, %.3f s drafting",
+                   static_cast<long long>(stats.accepted), static_cast<long long>(stats.drafted),
+                   100.0 * stats.acceptance_rate(), stats.main_seconds, stats.draft_seconds);
     std::fprintf(stderr, "\n");
     if (o.mode != DecodeMode::Recompute) {
       const auto& model = m.model->model();
