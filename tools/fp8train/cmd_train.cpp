@@ -8,7 +8,9 @@
 //       Perplexity and bits per byte of the model in DIR on FILE (default: the run's own held-out split).
 //       eval and generate read the weights only (optimizer.safetensors may be absent).
 //   fp8train generate --checkpoint DIR [--prompt TEXT] [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
-//       Samples a continuation with the main model (the MTP modules are not used at inference).
+//                     [--speculative none|mtp] [--no-cache] [--stats]
+//       Samples a continuation with the main model, incrementally with MLA's latent cache (--no-cache: recomputing
+//       the context for every token); --speculative mtp drafts with the MTP modules (train/generation.h).
 #include <omp.h>
 #include <unistd.h>
 
@@ -31,9 +33,11 @@
 #include "common/error.h"
 #include "dist/bootstrap.h"
 #include "dist/groups.h"
+#include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/dataset.h"
+#include "train/generation.h"
 #include "train/model_adapter.h"
 #include "train/progress.h"
 #include "train/rng.h"
@@ -340,52 +344,56 @@ struct GenerateArgs {
   int64_t max_new_tokens = 200, top_k = 40, seed = 1, threads = 0;
   std::string device = "auto";
   double temperature = 0.8;
+  std::string speculative = "none";
+  bool no_cache = false, stats = false;
 };
-
-Token sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, Rng& rng) {
-  const size_t v = logits.size();
-  std::vector<size_t> order(v);
-  for (size_t i = 0; i < v; ++i) order[i] = i;
-  // Specials other than EOS are never sampled (they carry no text).
-  auto allowed = [](size_t t) { return t < 256 || t == kEos; };
-  order.erase(std::remove_if(order.begin(), order.end(), [&](size_t t) { return !allowed(t); }), order.end());
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return logits[a] > logits[b]; });
-  if (temperature <= 0.0) return static_cast<Token>(order.front());  // greedy
-  if (top_k > 0 && static_cast<size_t>(top_k) < order.size()) order.resize(static_cast<size_t>(top_k));
-  std::vector<double> p(order.size());
-  double sum = 0.0;
-  for (size_t i = 0; i < order.size(); ++i) sum += p[i] = std::exp((logits[order[i]] - logits[order[0]]) / temperature);
-  double u = rng.uniform01() * sum;
-  for (size_t i = 0; i < order.size(); ++i) {
-    if (u < p[i]) return static_cast<Token>(order[i]);
-    u -= p[i];
-  }
-  return static_cast<Token>(order.back());
-}
 
 void run_generate(const GenerateArgs& a) {
   FP8T_CHECK(a.max_new_tokens >= 0, "--max-new-tokens must be non-negative, got {}", a.max_new_tokens);
   FP8T_CHECK(a.temperature >= 0.0 && std::isfinite(a.temperature), "--temperature must be >= 0, got {}", a.temperature);
   FP8T_CHECK(a.top_k >= 0, "--top-k must be non-negative, got {}", a.top_k);
+  FP8T_CHECK(a.speculative == "none" || a.speculative == "mtp", "--speculative must be none or mtp, got '{}'",
+             a.speculative);
+  FP8T_CHECK(!(a.no_cache && a.speculative == "mtp"), "--speculative mtp decodes with the cache; drop --no-cache");
   validate_utf8(a.prompt, "--prompt");
   LoadedModel m = load_model(a.checkpoint, a.threads, a.device);
-  const int64_t window = m.config.seq_len;
   std::vector<Token> context = encode_bytes(a.prompt);
   if (context.empty()) context.push_back('\n');  // an empty prompt starts a new line of the corpus
-  Rng rng(static_cast<uint64_t>(a.seed));
+  GenerateOptions o;
+  o.sampling.temperature = a.temperature;
+  o.sampling.top_k = a.top_k;
+  o.max_new_tokens = a.max_new_tokens;
+  o.seed = static_cast<uint64_t>(a.seed);
+  o.mode = a.speculative == "mtp" ? DecodeMode::Speculative : a.no_cache ? DecodeMode::Recompute : DecodeMode::Cache;
+  o.window = m.config.seq_len;
   std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
   std::fflush(stdout);
-  for (int64_t i = 0; i < a.max_new_tokens; ++i) {
-    const int64_t n = std::min<int64_t>(window, static_cast<int64_t>(context.size()));
-    const std::vector<float> logits = m.model->next_token_logits(context.data() + context.size() - n, 1, n);
-    const Token t = sample_token(logits, a.temperature, a.top_k, rng);
-    if (t == kEos) break;
-    context.push_back(t);
-    const char byte = static_cast<char>(t);
-    std::fwrite(&byte, 1, 1, stdout);
-    std::fflush(stdout);
-  }
+  GenerateStats stats;
+  generate(
+      m.model->model(), context, o,
+      [](Token t) {
+        const char byte = static_cast<char>(t);
+        std::fwrite(&byte, 1, 1, stdout);
+        std::fflush(stdout);
+      },
+      &stats);
   std::printf("\n");
+  if (a.stats) {
+    std::fprintf(stderr, "%lld tokens in %.3f s (%.1f tokens/s), %lld main-model passes",
+                 static_cast<long long>(stats.new_tokens), stats.seconds, stats.tokens_per_second(),
+                 static_cast<long long>(stats.main_passes));
+    if (o.mode == DecodeMode::Speculative)
+      std::fprintf(stderr, ", %lld of %lld drafts accepted (%.1f%%); %.3f s in main passes, %.3f s drafting",
+                   static_cast<long long>(stats.accepted), static_cast<long long>(stats.drafted),
+                   100.0 * stats.acceptance_rate(), stats.main_seconds, stats.draft_seconds);
+    std::fprintf(stderr, "\n");
+    if (o.mode != DecodeMode::Recompute) {
+      const auto& model = m.model->model();
+      std::fprintf(stderr, "latent KV cache: %lld bytes per token (an MHA model with the same head dims: %lld)\n",
+                   static_cast<long long>(model.latent_cache_bytes_per_token()),
+                   static_cast<long long>(model.mha_cache_bytes_per_token()));
+    }
+  }
 }
 
 // ---- registration ----------------------------------------------------------------------------------------
@@ -435,7 +443,8 @@ void add_train(CLI::App& root) {
   eval->callback([] { run_eval(eval_args); });
 
   static GenerateArgs gen_args;
-  auto* gen = root.add_subcommand("generate", "Sample text from a checkpoint (temperature / top-k; MTP unused)");
+  auto* gen = root.add_subcommand(
+      "generate", "Sample text from a checkpoint (temperature / top-k; latent KV cache; MTP speculative decoding)");
   gen->option_defaults()->always_capture_default();
   gen->add_option("--checkpoint", gen_args.checkpoint, "run directory, checkpoints/ folder or step directory")->required();
   gen->add_option("--prompt", gen_args.prompt, "text to continue (UTF-8)");
@@ -445,6 +454,10 @@ void add_train(CLI::App& root) {
   gen->add_option("--seed", gen_args.seed, "sampling seed");
   gen->add_option("--threads", gen_args.threads, "CPU threads (0: the run's setting)");
   gen->add_option("--device", gen_args.device, "cpu, cuda or auto (cuda when a Hopper GPU is present)");
+  gen->add_option("--speculative", gen_args.speculative,
+                  "mtp: draft with the MTP modules, verify with the main model (same output distribution)");
+  gen->add_flag("--no-cache", gen_args.no_cache, "recompute the whole context for every token (no latent cache)");
+  gen->add_flag("--stats", gen_args.stats, "print tokens/s (and the draft acceptance rate) to stderr");
   gen->callback([] { run_generate(gen_args); });
 }
 
