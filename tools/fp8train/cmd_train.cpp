@@ -4,6 +4,8 @@
 //       Every config key (src/train/config.h) has a flag; precedence: preset < checkpoint (--resume) < file < flags.
 //       --resume continues the run DIR points into (its run directory), or --out when given: never the directory
 //       recorded inside the checkpoint, which may be a copy's original.
+//       --init-from HFDIR starts from a Hugging Face DeepSeek-V3 directory's weights (src/train/hf_format.h): its
+//       config.json sets the model's shape (precedence: preset < HFDIR < file < flags).
 //   fp8train eval --checkpoint DIR [--data FILE] [--seq-len N] [--batch N] [--max-windows N] [--json]
 //       Perplexity and bits per byte of the model in DIR on FILE (default: the run's own held-out split).
 //       eval and generate read the weights only (optimizer.safetensors may be absent).
@@ -14,8 +16,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -32,6 +34,7 @@
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/dataset.h"
+#include "train/hf_format.h"
 #include "train/model_adapter.h"
 #include "train/progress.h"
 #include "train/rng.h"
@@ -48,7 +51,7 @@ using namespace fp8train::train;
 
 // ---- train -----------------------------------------------------------------------------------------------
 struct TrainArgs {
-  std::string preset, config_file, resume;
+  std::string preset, config_file, resume, init_from;
   std::map<std::string, std::string> flag_values;  // flag name → text, for every config flag given
 };
 
@@ -102,6 +105,14 @@ void run_train(const TrainArgs& args) {
   if (!args.preset.empty()) preset = args.preset;
   TrainConfig config = preset_config(preset);
   ConfigSources sources;
+  std::optional<HfCheckpoint> init;
+  if (!args.init_from.empty()) {
+    FP8T_CHECK(!resume, "--init-from starts a new run from other weights; it cannot be combined with --resume");
+    init = read_hf_checkpoint(args.init_from);
+    apply_config_json(config, {{"model", init->model_section}}, fmt::format("init-from '{}'", args.init_from),
+                      &sources);
+    for (const auto& item : init->model_section.items()) sources["model." + item.key()] = "init-from";
+  }
   if (resume) {
     // The checkpoint's settings, but not its run directory: a resume writes where the user pointed (the run
     // the checkpoint is in, or --out), never where the run was first made.
@@ -123,9 +134,10 @@ void run_train(const TrainArgs& args) {
     FP8T_CHECK(!fs::exists(fs::path(config.out) / "checkpoints" / "latest", ec),
                "run directory '{}' already holds a run; continue it with --resume {} or choose another --out",
                config.out, config.out);
-    FP8T_FAIL("run directory '{}' already holds a run that has no checkpoint to resume from (it stopped before its "
-              "first save); remove it or choose another --out",
-              config.out);
+    FP8T_FAIL(
+        "run directory '{}' already holds a run that has no checkpoint to resume from (it stopped before its "
+        "first save); remove it or choose another --out",
+        config.out);
   }
 
   // Data first: a bad data file fails before anything is created.
@@ -134,6 +146,11 @@ void run_train(const TrainArgs& args) {
   config.device = start_device(config.device);  // config.json records where the run computed
 
   DeepSeekTrainable model(config.model, derive_seed(static_cast<uint64_t>(config.seed), 0), config.recipe);
+  if (init) {
+    for (const std::string& note : load_hf_weights(*init, model, config.model)) std::printf("note: %s\n", note.c_str());
+    std::printf("initial weights: %s (%zu tensors)\n", args.init_from.c_str(), init->tensors.size());
+    init.reset();  // the host copies are no longer needed
+  }
   std::printf("fp8train train: DeepSeek-V3-style model, %lld parameters (%s)\n",
               static_cast<long long>(model.parameter_count()), config.model.describe().c_str());
   std::printf("data: %s, %zu tokens; recipe %s; %s; run directory %s\n", data.source.c_str(), data.tokens.size(),
@@ -153,11 +170,11 @@ void run_train(const TrainArgs& args) {
   options.terminal = ::isatty(::fileno(stdout)) != 0;
   options.device = device_description();
   const TrainResult r = run_training(config, model, data, options);
-  std::printf("done: %lld steps in %s (%lld skipped); held-out loss %.4f = %.4f bits per %s; final train loss "
-              "(total, mean of the last 10 steps) %.4f\n",
-              static_cast<long long>(r.steps_done), format_duration(r.seconds).c_str(),
-              static_cast<long long>(r.skipped_steps), r.final_eval_loss, r.final_eval_bits,
-              data.byte_tokens ? "byte" : "token", r.final_train_loss);
+  std::printf(
+      "done: %lld steps in %s (%lld skipped); held-out loss %.4f = %.4f bits per %s; final train loss "
+      "(total, mean of the last 10 steps) %.4f\n",
+      static_cast<long long>(r.steps_done), format_duration(r.seconds).c_str(), static_cast<long long>(r.skipped_steps),
+      r.final_eval_loss, r.final_eval_bits, data.byte_tokens ? "byte" : "token", r.final_train_loss);
   std::printf("metrics: %s/metrics.jsonl (TensorBoard: tensorboard --logdir %s)\nreport:  %s\n", config.out.c_str(),
               config.out.c_str(), r.report_path.c_str());
 }
@@ -297,17 +314,24 @@ void run_generate(const GenerateArgs& a) {
 void add_train(CLI::App& root) {
   static TrainArgs train_args;
   static std::map<std::string, std::string> flag_storage;
-  auto* train = root.add_subcommand("train", "Train a DeepSeek-V3-style MoE model (default: small preset, embedded corpus)");
+  auto* train =
+      root.add_subcommand("train", "Train a DeepSeek-V3-style MoE model (default: small preset, embedded corpus)");
   train->add_option("--preset", train_args.preset, "tiny | small | base (on --resume: the checkpoint's)")
       ->default_str("small");
   train->add_option("--config", train_args.config_file, "JSON config file (layout: src/train/config.h)");
   train->add_option("--resume", train_args.resume,
                     "continue from a checkpoint: a run directory, its checkpoints/ folder or a step directory");
+  train->add_option("--init-from", train_args.init_from,
+                    "start from the weights of a Hugging Face DeepSeek-V3 directory (e.g. fp8train export's)");
   std::vector<std::pair<std::string, CLI::Option*>> options;
   for (const ConfigFlag& f : config_flags()) {
     const std::string section = f.key.substr(0, f.key.find('.'));
-    const char* group = section == "model" ? "Model" : section == "data" ? "Data" : section == "train" ? "Training" : "Optimizer";
-    CLI::Option* o = train->add_option("--" + f.flag, flag_storage[f.flag], f.help)->group(group)->type_name(f.type_name);
+    const char* group = section == "model"   ? "Model"
+                        : section == "data"  ? "Data"
+                        : section == "train" ? "Training"
+                                             : "Optimizer";
+    CLI::Option* o =
+        train->add_option("--" + f.flag, flag_storage[f.flag], f.help)->group(group)->type_name(f.type_name);
     options.emplace_back(f.flag, o);
   }
   train->callback([train, options] {
@@ -319,7 +343,8 @@ void add_train(CLI::App& root) {
   static EvalArgs eval_args;
   auto* eval = root.add_subcommand("eval", "Perplexity and bits per byte of a checkpoint on a file");
   eval->option_defaults()->always_capture_default();
-  eval->add_option("--checkpoint", eval_args.checkpoint, "run directory, checkpoints/ folder or step directory")->required();
+  eval->add_option("--checkpoint", eval_args.checkpoint, "run directory, checkpoints/ folder or step directory")
+      ->required();
   eval->add_option("--data", eval_args.data, "UTF-8 text or token file (default: the run's held-out split)");
   eval->add_option("--seq-len", eval_args.seq_len, "window length (default: the training seq_len)");
   eval->add_option("--batch", eval_args.batch, "windows per forward pass");
@@ -332,7 +357,8 @@ void add_train(CLI::App& root) {
   static GenerateArgs gen_args;
   auto* gen = root.add_subcommand("generate", "Sample text from a checkpoint (temperature / top-k; MTP unused)");
   gen->option_defaults()->always_capture_default();
-  gen->add_option("--checkpoint", gen_args.checkpoint, "run directory, checkpoints/ folder or step directory")->required();
+  gen->add_option("--checkpoint", gen_args.checkpoint, "run directory, checkpoints/ folder or step directory")
+      ->required();
   gen->add_option("--prompt", gen_args.prompt, "text to continue (UTF-8)");
   gen->add_option("--max-new-tokens", gen_args.max_new_tokens, "tokens to generate");
   gen->add_option("--temperature", gen_args.temperature, "sampling temperature (0: greedy)");
