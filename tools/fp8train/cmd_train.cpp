@@ -16,8 +16,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <csignal>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -134,10 +134,9 @@ void run_train(const TrainArgs& args) {
     FP8T_CHECK(!fs::exists(fs::path(config.out) / "checkpoints" / "latest", ec),
                "run directory '{}' already holds a run; continue it with --resume {} or choose another --out",
                config.out, config.out);
-    FP8T_FAIL(
-        "run directory '{}' already holds a run that has no checkpoint to resume from (it stopped before its "
-        "first save); remove it or choose another --out",
-        config.out);
+    FP8T_FAIL("run directory '{}' already holds a run that has no checkpoint to resume from (it stopped before its "
+              "first save); remove it or choose another --out",
+              config.out);
   }
 
   // Data first: a bad data file fails before anything is created.
@@ -170,11 +169,11 @@ void run_train(const TrainArgs& args) {
   options.terminal = ::isatty(::fileno(stdout)) != 0;
   options.device = device_description();
   const TrainResult r = run_training(config, model, data, options);
-  std::printf(
-      "done: %lld steps in %s (%lld skipped); held-out loss %.4f = %.4f bits per %s; final train loss "
-      "(total, mean of the last 10 steps) %.4f\n",
-      static_cast<long long>(r.steps_done), format_duration(r.seconds).c_str(), static_cast<long long>(r.skipped_steps),
-      r.final_eval_loss, r.final_eval_bits, data.byte_tokens ? "byte" : "token", r.final_train_loss);
+  std::printf("done: %lld steps in %s (%lld skipped); held-out loss %.4f = %.4f bits per %s; final train loss "
+              "(total, mean of the last 10 steps) %.4f\n",
+              static_cast<long long>(r.steps_done), format_duration(r.seconds).c_str(),
+              static_cast<long long>(r.skipped_steps), r.final_eval_loss, r.final_eval_bits,
+              data.byte_tokens ? "byte" : "token", r.final_train_loss);
   std::printf("metrics: %s/metrics.jsonl (TensorBoard: tensorboard --logdir %s)\nreport:  %s\n", config.out.c_str(),
               config.out.c_str(), r.report_path.c_str());
 }
@@ -314,8 +313,7 @@ void run_generate(const GenerateArgs& a) {
 void add_train(CLI::App& root) {
   static TrainArgs train_args;
   static std::map<std::string, std::string> flag_storage;
-  auto* train =
-      root.add_subcommand("train", "Train a DeepSeek-V3-style MoE model (default: small preset, embedded corpus)");
+  auto* train = root.add_subcommand("train", "Train a DeepSeek-V3-style MoE model (default: small preset, embedded corpus)");
   train->add_option("--preset", train_args.preset, "tiny | small | base (on --resume: the checkpoint's)")
       ->default_str("small");
   train->add_option("--config", train_args.config_file, "JSON config file (layout: src/train/config.h)");
@@ -326,12 +324,8 @@ void add_train(CLI::App& root) {
   std::vector<std::pair<std::string, CLI::Option*>> options;
   for (const ConfigFlag& f : config_flags()) {
     const std::string section = f.key.substr(0, f.key.find('.'));
-    const char* group = section == "model"   ? "Model"
-                        : section == "data"  ? "Data"
-                        : section == "train" ? "Training"
-                                             : "Optimizer";
-    CLI::Option* o =
-        train->add_option("--" + f.flag, flag_storage[f.flag], f.help)->group(group)->type_name(f.type_name);
+    const char* group = section == "model" ? "Model" : section == "data" ? "Data" : section == "train" ? "Training" : "Optimizer";
+    CLI::Option* o = train->add_option("--" + f.flag, flag_storage[f.flag], f.help)->group(group)->type_name(f.type_name);
     options.emplace_back(f.flag, o);
   }
   train->callback([train, options] {
@@ -343,8 +337,7 @@ void add_train(CLI::App& root) {
   static EvalArgs eval_args;
   auto* eval = root.add_subcommand("eval", "Perplexity and bits per byte of a checkpoint on a file");
   eval->option_defaults()->always_capture_default();
-  eval->add_option("--checkpoint", eval_args.checkpoint, "run directory, checkpoints/ folder or step directory")
-      ->required();
+  eval->add_option("--checkpoint", eval_args.checkpoint, "run directory, checkpoints/ folder or step directory")->required();
   eval->add_option("--data", eval_args.data, "UTF-8 text or token file (default: the run's held-out split)");
   eval->add_option("--seq-len", eval_args.seq_len, "window length (default: the training seq_len)");
   eval->add_option("--batch", eval_args.batch, "windows per forward pass");
@@ -357,8 +350,7 @@ void add_train(CLI::App& root) {
   static GenerateArgs gen_args;
   auto* gen = root.add_subcommand("generate", "Sample text from a checkpoint (temperature / top-k; MTP unused)");
   gen->option_defaults()->always_capture_default();
-  gen->add_option("--checkpoint", gen_args.checkpoint, "run directory, checkpoints/ folder or step directory")
-      ->required();
+  gen->add_option("--checkpoint", gen_args.checkpoint, "run directory, checkpoints/ folder or step directory")->required();
   gen->add_option("--prompt", gen_args.prompt, "text to continue (UTF-8)");
   gen->add_option("--max-new-tokens", gen_args.max_new_tokens, "tokens to generate");
   gen->add_option("--temperature", gen_args.temperature, "sampling temperature (0: greedy)");
