@@ -94,12 +94,10 @@ void run_codec(const CodecArgs& a) {
 }
 
 void add_numerics(CLI::App& root) {
-  auto* numerics =
-      root.add_subcommand("numerics", "FP8 numerics: formats, the Hopper accumulator, quantization studies");
+  auto* numerics = root.add_subcommand("numerics", "FP8 numerics: formats, the Hopper accumulator, quantization studies");
   numerics->require_subcommand(1);
 
-  auto* cv =
-      numerics->add_subcommand("check-vectors", "Check the Hopper accumulator model against captured H200 GEMMs");
+  auto* cv = numerics->add_subcommand("check-vectors", "Check the Hopper accumulator model against captured H200 GEMMs");
   static std::string dir;
   cv->add_option("dir", dir, "Folder of .bin vectors (format: tests/data/hopper-fp8-accum/README.md)")->required();
   cv->callback([] {
