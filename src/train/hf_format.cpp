@@ -337,8 +337,14 @@ std::string export_hf(const std::string& checkpoint, const std::string& out_dir)
     fs::remove_all(tmp, ec);
     throw;
   }
-  return fmt::format("exported {} (step {}) to {}: {} tensors, config.json, generation_config.json", meta.dir,
-                     meta.state.step, out_dir, weights.tensors.size());
+  std::string summary = fmt::format("exported {} (step {}) to {}: {} tensors, config.json, generation_config.json",
+                                    meta.dir, meta.state.step, out_dir, weights.tensors.size());
+  if (c.rms_norm_eps != 1e-6)  // transformers' q/kv compression norms use 1e-6 whatever the config says
+    summary += fmt::format(
+        "\nnote: rms_norm_eps is {}, but transformers normalizes the MLA compressions with 1e-6, "
+        "so its outputs differ slightly from fp8train's",
+        c.rms_norm_eps);
+  return summary;
 }
 
 HfCheckpoint read_hf_checkpoint(const std::string& dir) {
