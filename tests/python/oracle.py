@@ -10,7 +10,9 @@ import sys
 import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-INSTALL = "bash scripts/setup_python.sh   (or: python3 -m pip install -r tests/python/requirements.txt)"
+INSTALL = (
+    "bash scripts/setup_python.sh   (or: python3 -m pip install -r tests/python/requirements.txt"
+    " && python3 -m pip install --no-deps -r tests/python/torch-requirements.txt)")
 
 
 def require(*modules):
