@@ -56,6 +56,18 @@ class HfExport(unittest.TestCase):
         self.assertGreater(np.abs(ours).max(), 0.1)
         self.assertTrue((ours.argmax(1) == theirs.argmax(1)).all())
 
+    def test_init_from_a_transformers_save(self):
+        # A directory transformers itself wrote (save_pretrained drops the MTP layer it does not run) starts a run.
+        model = transformers.AutoModelForCausalLM.from_pretrained(self.hf_dir, dtype=torch.float32)
+        saved = os.path.join(self.scratch.path, "resaved")
+        model.save_pretrained(saved)
+        run = os.path.join(self.scratch.path, "from-resaved")
+        p = oracle.run("train", "--init-from", saved, "--steps", "1", "--batch-size", "4", "--seq-len", "32",
+                       "--final-eval-windows", "4", "--corpus-bytes", "20000", "--threads", "2", "--recipe", "fp32",
+                       "--out", run)
+        self.assertIn("no MTP layer weights", p.stdout)
+        self.assertIn("initial weights: ", p.stdout)
+
     def test_config_fields(self):
         with open(os.path.join(self.hf_dir, "config.json")) as f:
             cfg = json.load(f)
