@@ -4,6 +4,8 @@
 //       Every config key (src/train/config.h) has a flag; precedence: preset < checkpoint (--resume) < file < flags.
 //       --resume continues the run DIR points into (its run directory), or --out when given: never the directory
 //       recorded inside the checkpoint, which may be a copy's original.
+//       --init-from HFDIR starts from a Hugging Face DeepSeek-V3 directory's weights (src/train/hf_format.h): its
+//       config.json sets the model's shape (precedence: preset < HFDIR < file < flags).
 //   fp8train eval --checkpoint DIR [--data FILE] [--seq-len N] [--batch N] [--max-windows N] [--json]
 //       Perplexity and bits per byte of the model in DIR on FILE (default: the run's own held-out split).
 //       eval and generate read the weights only (optimizer.safetensors may be absent).
@@ -38,6 +40,7 @@
 #include "train/config.h"
 #include "train/dataset.h"
 #include "train/generation.h"
+#include "train/hf_format.h"
 #include "train/model_adapter.h"
 #include "train/progress.h"
 #include "train/rng.h"
@@ -55,7 +58,7 @@ using namespace fp8train::train;
 
 // ---- train -----------------------------------------------------------------------------------------------
 struct TrainArgs {
-  std::string preset, config_file, resume, sft;
+  std::string preset, config_file, resume, sft, init_from;
   std::map<std::string, std::string> flag_values;  // flag name → text, for every config flag given
 };
 
@@ -142,6 +145,14 @@ void run_train(const TrainArgs& args) {
   if (!args.preset.empty()) preset = args.preset;
   TrainConfig config = preset_config(preset);
   ConfigSources sources;
+  std::optional<HfCheckpoint> init;
+  if (!args.init_from.empty()) {
+    FP8T_CHECK(!resume, "--init-from starts a new run from other weights; it cannot be combined with --resume");
+    init = read_hf_checkpoint(args.init_from);
+    apply_config_json(config, {{"model", init->model_section}}, fmt::format("init-from '{}'", args.init_from),
+                      &sources);
+    for (const auto& item : init->model_section.items()) sources["model." + item.key()] = "init-from";
+  }
   if (resume) {
     // The checkpoint's settings, but not its run directory: a resume writes where the user pointed (the run
     // the checkpoint is in, or --out), never where the run was first made.
@@ -197,6 +208,11 @@ void run_train(const TrainArgs& args) {
   const TokenData data = load_data(config);
 
   DeepSeekTrainable model(config.model, derive_seed(static_cast<uint64_t>(config.seed), 0), config.recipe);
+  if (init) {
+    for (const std::string& note : load_hf_weights(*init, model, config.model)) std::printf("note: %s\n", note.c_str());
+    std::printf("initial weights: %s (%zu tensors)\n", args.init_from.c_str(), init->tensors.size());
+    init.reset();  // the host copies are no longer needed
+  }
   const std::unique_ptr<DeepSeekTrainable> teacher = config.teacher.empty() ? nullptr : load_teacher(config.teacher);
   // Every rank has checked the run directory before rank 0 starts writing into it.
   world->barrier();
@@ -409,6 +425,8 @@ void add_train(CLI::App& root) {
                     "responses only (= --data FILE --data-format sft)");
   train->add_option("--resume", train_args.resume,
                     "continue from a checkpoint: a run directory, its checkpoints/ folder or a step directory");
+  train->add_option("--init-from", train_args.init_from,
+                    "start from the weights of a Hugging Face DeepSeek-V3 directory (e.g. fp8train export's)");
   std::vector<std::pair<std::string, CLI::Option*>> options;
   for (const ConfigFlag& f : config_flags()) {
     const std::string section = f.key.substr(0, f.key.find('.'));
