@@ -288,7 +288,7 @@ StFile hf_weights_from_master(const StFile& master, const model::ModelConfig& c)
   return out;
 }
 
-std::string export_hf(const std::string& checkpoint, const std::string& out_dir) {
+std::string export_hf(const std::string& checkpoint, const std::string& out_dir, bool ema) {
   FP8T_CHECK(!out_dir.empty(), "export: --out is empty");
   std::error_code ec;
   FP8T_CHECK(!fs::exists(out_dir, ec), "export: '{}' already exists; choose another --out or remove it", out_dir);
@@ -305,7 +305,11 @@ std::string export_hf(const std::string& checkpoint, const std::string& out_dir)
   int64_t seq_len = 4096;
   if (meta.config.contains("train") && meta.config["train"].contains("seq_len"))
     seq_len = meta.config["train"]["seq_len"].get<int64_t>();
-  const StFile master = read_safetensors((fs::path(meta.dir) / "master.safetensors").string());
+  // The master weights, or the weight EMA (ema.safetensors: F32 under the same parameter names).
+  FP8T_CHECK(!ema || checkpoint_has_ema(meta),
+             "export --ema: checkpoint '{}' holds no weight EMA (train with --ema-decay to keep one)", meta.dir);
+  const StFile master =
+      read_safetensors((fs::path(meta.dir) / (ema ? "ema.safetensors" : "master.safetensors")).string());
   const StFile weights = hf_weights_from_master(master, c);
 
   nlohmann::ordered_json gen;

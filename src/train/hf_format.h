@@ -50,7 +50,7 @@ StFile hf_weights_from_master(const StFile& master, const model::ModelConfig& c)
 // `fp8train export --format hf`: the checkpoint at `checkpoint` (run, checkpoints/ or step directory) to a new
 // directory `out_dir`, built in "<out_dir>.tmp-<pid>" and renamed into place (no half-written directory on error).
 // Refuses an existing `out_dir`. Returns a one-line summary.
-std::string export_hf(const std::string& checkpoint, const std::string& out_dir);
+std::string export_hf(const std::string& checkpoint, const std::string& out_dir, bool ema = false);
 
 // A Hugging Face directory read for --init-from: its config and all its tensors (model.safetensors, or the shards
 // model.safetensors.index.json names).

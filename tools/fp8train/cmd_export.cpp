@@ -27,11 +27,12 @@ using namespace fp8train::train;
 
 struct ExportArgs {
   std::string format = "hf", checkpoint, out;
+  bool ema = false;
 };
 
 void run_export(const ExportArgs& a) {
   FP8T_CHECK(a.format == "hf", "export: unknown --format '{}' (known: hf)", a.format);
-  std::printf("%s\n", export_hf(a.checkpoint, a.out).c_str());
+  std::printf("%s\n", export_hf(a.checkpoint, a.out, a.ema).c_str());
 }
 
 struct LogitsArgs {
@@ -97,6 +98,7 @@ void add_export(CLI::App& root) {
   e->add_option("--format", ex.format, "hf: a directory AutoModelForCausalLM loads (DeepseekV3ForCausalLM)");
   e->add_option("--checkpoint", ex.checkpoint, "run directory, checkpoints/ folder or step directory")->required();
   e->add_option("--out", ex.out, "directory to create (must not exist)")->required();
+  e->add_flag("--ema", ex.ema, "export the weight EMA kept by --ema-decay instead of the trained weights");
   e->callback([] { run_export(ex); });
 
   static LogitsArgs lg;
