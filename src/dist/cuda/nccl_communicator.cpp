@@ -239,14 +239,15 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
-    // A blocking split (the groups are made once, at start-up): with a non-blocking one the new handle was not
-    // usable when the parent reported completion (NCCL 2.28, H100: a null handle, then "invalid argument").
+    // With a non-blocking parent the split completes like a collective of the parent: the new handle is filled
+    // in only once the parent's state leaves ncclInProgress (NVIDIA/nccl#1472), so poll the parent, then the child.
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 1;
+    config.blocking = 0;
     ncclComm_t sub = nullptr;
     ncclResult_t rc = ncclCommSplit(comm_, color, key, &sub, &config);
     const std::string what = fmt::format("split into '{}'", name);
-    wait_ready(comm_, rc, what, options(), rank(), this->name());  // the non-blocking parent's part, if pending
+    if (rc == ncclSuccess || rc == ncclInProgress) ncclCommGetAsyncError(comm_, &rc);
+    wait_ready(comm_, rc, what, options(), rank(), this->name());
     FP8T_CHECK(sub != nullptr, "rank {}: NCCL split of group '{}' into '{}' returned no communicator", rank(),
                this->name(), name);
     ncclCommGetAsyncError(sub, &rc);
