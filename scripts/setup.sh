@@ -4,8 +4,10 @@
 # and not installed here: CMake finds it when present.
 set -euo pipefail
 # libprotobuf-dev, protobuf-compiler: TensorBoard event files (protobuf records).
+# libsentencepiece-dev: the subword tokenizer (fp8train tokenizer train, --tokenizer).
 packages=(build-essential cmake pkg-config git libcli11-dev nlohmann-json3-dev libfmt-dev libgtest-dev
-          libgmock-dev libbenchmark-dev libopenblas-dev libprotobuf-dev protobuf-compiler)
+          libgmock-dev libbenchmark-dev libopenblas-dev libprotobuf-dev protobuf-compiler
+          libsentencepiece-dev)
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -108,6 +108,7 @@ StTensor st_exact(const std::string& name, const Tensor& host) {
 }
 
 constexpr const char* kRecipeStateFile = "recipe_state.safetensors";  // only when the recipe has state
+constexpr const char* kTokenizerFile = "tokenizer.model";             // only with a SentencePiece tokenizer
 
 }  // namespace
 
@@ -180,6 +181,7 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointWrite& w
     put(kRecipeStateFile, encode_safetensors(rs));
   }
   put("config.json", what.config->dump(2) + "\n");
+  if (!what.tokenizer_model.empty()) put(kTokenizerFile, what.tokenizer_model);
   nlohmann::json state = {{"format", kFormat}, {"files", files}};
   state.update(state_to_json(what.state));
   write_durable(tmp / "state.json", state.dump(2) + "\n");
@@ -247,6 +249,7 @@ CheckpointMeta read_checkpoint_meta(const std::string& step_dir, CheckpointUse u
   }
   std::vector<const char*> files(std::begin(kDataFiles), std::end(kDataFiles));
   if (meta.files.is_object() && meta.files.contains(kRecipeStateFile)) files.push_back(kRecipeStateFile);
+  if (meta.files.is_object() && meta.files.contains(kTokenizerFile)) files.push_back(kTokenizerFile);
   for (const char* file : files) {
     if (use == CheckpointUse::Inference && std::string(file) == "optimizer.safetensors") continue;
     FP8T_CHECK(meta.files.contains(file), "{} is corrupted: state.json does not list {}", where, file);
@@ -258,6 +261,7 @@ CheckpointMeta read_checkpoint_meta(const std::string& step_dir, CheckpointUse u
                bytes.size(), expected);
     FP8T_CHECK(fnv1a64_hex(bytes) == meta.files[file].value("fnv1a64", ""),
                "{} is corrupted: {} does not match its recorded checksum", where, file);
+    if (std::string(file) == kTokenizerFile) meta.tokenizer_model = bytes;
     if (std::string(file) == "config.json") {
       try {
         meta.config = nlohmann::json::parse(bytes);

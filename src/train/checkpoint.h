@@ -11,6 +11,7 @@
 //                            the memory maximum, the data's fingerprint), and the byte size + FNV-1a 64
 //                            checksum of every other file
 //     config.json            the resolved TrainConfig
+//     tokenizer.model        the run's SentencePiece model (absent with the byte tokenizer)
 //   RUN/checkpoints/latest   one line: "step-00000300"
 //
 // Writing: every file goes into "step-XXXXXXXX.tmp-<pid>/" (each fsync'ed), the folder is renamed into place,
@@ -51,6 +52,7 @@ struct CheckpointWrite {
   TrainableModel* model = nullptr;
   const optim::AdamW* optimizer = nullptr;
   TrainerState state;
+  std::string tokenizer_model;  // SentencePiece model bytes saved as tokenizer.model (empty: byte tokenizer)
 };
 
 // Writes RUN/checkpoints/step-<step>/ and points "latest" at it; returns the checkpoint directory.
@@ -68,6 +70,7 @@ struct CheckpointMeta {
   nlohmann::json config;
   TrainerState state;
   nlohmann::json files;  // name → {"bytes", "fnv1a64"}
+  std::string tokenizer_model;  // tokenizer.model's bytes (verified), empty when the run used the byte tokenizer
 };
 
 // What a checkpoint is read for: resuming training needs every file; evaluation and generation never read

@@ -30,6 +30,7 @@ struct TrainConfig {
 
   // data
   std::string data_path;        // empty: the embedded corpus
+  std::string tokenizer_path;   // SentencePiece model (tokenizer.h); empty: the byte tokenizer (or a shard dir's own)
   int64_t corpus_bytes = 3000000;
   double eval_fraction = 0.1;
 

@@ -7,34 +7,69 @@
 #include "train/atomic_file.h"
 #include "train/corpus.h"
 #include "train/token_file.h"
+#include "train/token_shards.h"
 
 namespace fp8train::train {
 
-TokenData load_token_data(const std::string& path) {
+std::vector<Token> encode_text(const Tokenizer& tokenizer, std::string_view text) {
+  if (tokenizer.is_byte()) return encode_bytes(text);
+  constexpr size_t kPiece = size_t{1} << 20;
+  std::vector<Token> out;
+  out.reserve(text.size() / 3);
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.size();
+    if (text.size() - pos > kPiece) {
+      const size_t nl = text.find('\n', pos + kPiece);
+      end = nl == std::string_view::npos ? text.size() : nl + 1;
+    }
+    const std::vector<Token> ids = tokenizer.encode(text.substr(pos, end - pos));
+    out.insert(out.end(), ids.begin(), ids.end());
+    pos = end;
+  }
+  return out;
+}
+
+TokenData load_token_data(const std::string& path, const Tokenizer& tokenizer) {
+  if (is_token_shard_dir(path)) return open_token_shards(path, &tokenizer);
   const std::string bytes = read_file(path);
   FP8T_CHECK(!bytes.empty(), "data file '{}' is empty", path);
   TokenData data;
   data.source = path;
   if (looks_like_token_file(bytes)) {
     TokenFile f = decode_token_file(bytes, "'" + path + "'");
-    data.tokens = std::move(f.tokens);
+    data.tokens = TokenSequence(std::move(f.tokens));
     data.vocab_size = f.vocab_size;
     data.byte_tokens = false;
     return data;
   }
   validate_utf8(bytes, "data file '" + path + "'");
-  data.tokens = encode_bytes(bytes);
+  data.tokens = TokenSequence(encode_text(tokenizer, bytes));
+  data.vocab_size = tokenizer.vocab_size();
+  data.byte_tokens = tokenizer.is_byte();
   return data;
 }
 
-TokenData embedded_corpus_data(uint64_t seed, size_t bytes) {
+TokenData load_token_data(const std::string& path) { return load_token_data(path, *make_byte_tokenizer()); }
+
+TokenData embedded_corpus_data(uint64_t seed, size_t bytes, const Tokenizer* tokenizer) {
   TokenData data;
-  data.tokens = encode_bytes(generate_corpus(seed, bytes));
-  data.source = fmt::format("embedded corpus (seed {}, {} bytes)", seed, data.tokens.size());
+  const std::string text = generate_corpus(seed, bytes);
+  data.tokens = TokenSequence(tokenizer ? encode_text(*tokenizer, text) : encode_bytes(text));
+  if (tokenizer) {
+    data.vocab_size = tokenizer->vocab_size();
+    data.byte_tokens = tokenizer->is_byte();
+  }
+  data.source = fmt::format("embedded corpus (seed {}, {} bytes)", seed, text.size());
   return data;
 }
 
 TrainEvalSplit split_train_eval(const std::vector<Token>& tokens, double eval_fraction, int64_t seq_len) {
+  const TokenSplit s = split_tokens(TokenSequence::view(tokens), eval_fraction, seq_len);
+  return {s.train.to_vector(), s.eval.to_vector()};
+}
+
+TokenSplit split_tokens(const TokenSequence& tokens, double eval_fraction, int64_t seq_len) {
   FP8T_CHECK(eval_fraction > 0.0 && eval_fraction < 1.0, "eval fraction must be in (0, 1), got {}", eval_fraction);
   FP8T_CHECK(seq_len >= 1, "sequence length must be at least 1, got {}", seq_len);
   const size_t window = static_cast<size_t>(seq_len) + 1;
@@ -44,18 +79,18 @@ TrainEvalSplit split_train_eval(const std::vector<Token>& tokens, double eval_fr
              "the data has {} tokens: too few for a held-out part of {} and training windows of {} (seq_len + 1); "
              "use more data or a shorter sequence length",
              tokens.size(), eval_count, window);
-  TrainEvalSplit s;
   const size_t train_count = tokens.size() - eval_count;
-  s.train.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(train_count));
-  s.eval.assign(tokens.begin() + static_cast<std::ptrdiff_t>(train_count), tokens.end());
-  return s;
+  return {tokens.slice(0, train_count), tokens.slice(train_count, tokens.size())};
 }
 
 BatchSampler::BatchSampler(const std::vector<Token>& tokens, int64_t seq_len, uint64_t seed)
-    : tokens_(tokens), seq_len_(seq_len), rng_(seed) {
+    : BatchSampler(TokenSequence::view(tokens), seq_len, seed) {}
+
+BatchSampler::BatchSampler(TokenSequence tokens, int64_t seq_len, uint64_t seed)
+    : tokens_(std::move(tokens)), seq_len_(seq_len), rng_(seed) {
   FP8T_CHECK(seq_len >= 1, "sequence length must be at least 1, got {}", seq_len);
-  FP8T_CHECK(tokens.size() >= static_cast<size_t>(seq_len) + 1,
-             "{} training tokens are fewer than one window of seq_len + 1 = {}", tokens.size(), seq_len + 1);
+  FP8T_CHECK(tokens_.size() >= static_cast<size_t>(seq_len) + 1,
+             "{} training tokens are fewer than one window of seq_len + 1 = {}", tokens_.size(), seq_len + 1);
 }
 
 void BatchSampler::next(int64_t batch, std::vector<Token>& inputs, std::vector<Token>& targets) {
@@ -66,10 +101,10 @@ void BatchSampler::next(int64_t batch, std::vector<Token>& inputs, std::vector<T
   const uint64_t starts = tokens_.size() - t;  // number of valid window starts
   for (int64_t b = 0; b < batch; ++b) {
     const size_t start = static_cast<size_t>(rng_.uniform(starts));
-    for (size_t i = 0; i < t; ++i) {
-      inputs[static_cast<size_t>(b) * t + i] = tokens_[start + i];
-      targets[static_cast<size_t>(b) * t + i] = tokens_[start + i + 1];
-    }
+    window_.resize(t + 1);
+    tokens_.copy(start, t + 1, window_.data());
+    std::copy(window_.begin(), window_.end() - 1, inputs.begin() + static_cast<std::ptrdiff_t>(b * seq_len_));
+    std::copy(window_.begin() + 1, window_.end(), targets.begin() + static_cast<std::ptrdiff_t>(b * seq_len_));
     ++windows_drawn_;
   }
 }

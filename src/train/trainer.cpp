@@ -151,29 +151,36 @@ bool stop_requested() { return g_stop != 0; }
 
 
 std::string data_fingerprint(const TokenData& data) {
+  if (!data.fingerprint.empty()) return data.fingerprint;
   std::string bytes;
   bytes.reserve(data.tokens.size() * 4);
-  for (Token t : data.tokens)
+  const std::vector<Token> tokens = data.tokens.to_vector();
+  for (Token t : tokens)
     for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<char>((t >> (8 * i)) & 0xff));
   return fnv1a64_hex(bytes);
 }
 
 double evaluate_loss(TrainableModel& model, const std::vector<Token>& tokens, const std::vector<int64_t>& starts,
                      int64_t seq_len, int64_t batch, const EvalProgress& progress) {
+  return evaluate_loss(model, TokenSequence::view(tokens), starts, seq_len, batch, progress);
+}
+
+double evaluate_loss(TrainableModel& model, const TokenSequence& tokens, const std::vector<int64_t>& starts,
+                     int64_t seq_len, int64_t batch, const EvalProgress& progress) {
   FP8T_CHECK(!starts.empty(), "no held-out windows to evaluate (the held-out data is shorter than seq_len + 1)");
-  std::vector<Token> inputs, targets;
+  std::vector<Token> inputs, targets, window(static_cast<size_t>(seq_len) + 1);
   double sum = 0.0;
   int64_t count = 0;
+  const size_t t = static_cast<size_t>(seq_len);
   for (size_t first = 0; first < starts.size(); first += static_cast<size_t>(batch)) {
     const size_t rows = std::min(starts.size() - first, static_cast<size_t>(batch));
-    inputs.resize(rows * static_cast<size_t>(seq_len));
+    inputs.resize(rows * t);
     targets.resize(inputs.size());
-    for (size_t r = 0; r < rows; ++r)
-      for (int64_t i = 0; i < seq_len; ++i) {
-        const size_t at = static_cast<size_t>(starts[first + r] + i);
-        inputs[r * static_cast<size_t>(seq_len) + static_cast<size_t>(i)] = tokens[at];
-        targets[r * static_cast<size_t>(seq_len) + static_cast<size_t>(i)] = tokens[at + 1];
-      }
+    for (size_t r = 0; r < rows; ++r) {
+      tokens.copy(static_cast<size_t>(starts[first + r]), t + 1, window.data());
+      std::copy(window.begin(), window.end() - 1, inputs.begin() + static_cast<std::ptrdiff_t>(r * t));
+      std::copy(window.begin() + 1, window.end(), targets.begin() + static_cast<std::ptrdiff_t>(r * t));
+    }
     sum += model.eval_loss_sum(inputs.data(), targets.data(), static_cast<int64_t>(rows), seq_len);
     count += static_cast<int64_t>(rows) * seq_len;
     if (progress) progress(first + rows, starts.size());
@@ -207,11 +214,17 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
   FP8T_CHECK(data.vocab_size <= static_cast<uint64_t>(model.vocab_size()),
              "the data's vocabulary ({}) is larger than the model's (config key 'model.vocab_size' = {})",
              data.vocab_size, model.vocab_size());
+  const bool save_tokenizer = options.tokenizer != nullptr && !options.tokenizer->is_byte();
+  if (save_tokenizer)
+    FP8T_CHECK(options.tokenizer->vocab_size() == static_cast<uint64_t>(model.vocab_size()),
+               "the tokenizer has {} ids but the model's vocabulary (config key 'model.vocab_size') is {}; they must "
+               "be equal (leave model.vocab_size unset and it follows the tokenizer)",
+               options.tokenizer->vocab_size(), model.vocab_size());
   const fs::path run(options.run_dir);
   config.out = options.run_dir;
   const nlohmann::json config_json = config_to_json(config);
 
-  const TrainEvalSplit split = split_train_eval(data.tokens, config.eval_fraction, config.seq_len);
+  const TokenSplit split = split_tokens(data.tokens, config.eval_fraction, config.seq_len);
   BatchSampler sampler(split.train, config.seq_len, derive_seed(static_cast<uint64_t>(config.seed), 1));
   const std::vector<int64_t> eval_starts =
       eval_window_starts(split.eval.size(), config.seq_len, config.eval_batches * config.micro_batch());
@@ -250,6 +263,7 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
   RemoveUnlessKept cleanup(run, !fs::exists(run, ec));
   fs::create_directories(run);
   write_file_atomic((run / "config.json").string(), config_json.dump(2) + "\n");
+  if (save_tokenizer) write_file_atomic((run / "tokenizer.model").string(), options.tokenizer->model_bytes());
   if (options.resume)
     for (const char* f : kStepLogs) truncate_jsonl_after_step((run / f).string(), state.step);
   Progress progress(options.out, options.terminal, config.log_every, (run / "train.log").string());
@@ -286,6 +300,7 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       w.model = &model;
       w.optimizer = &optimizer;
       w.state = state;
+      if (save_tokenizer) w.tokenizer_model = options.tokenizer->model_bytes();
       const std::string dir = save_checkpoint(options.run_dir, w);
       events_log.write({{"step", state.step}, {"event", "checkpoint"}, {"detail", dir}});
       std::string text = fmt::format("step {}: {} checkpoint saved to {}", state.step, why, dir);

@@ -42,6 +42,9 @@ struct TrainOptions {
   bool terminal = false;                  // redraw the progress line in place
   bool write_report = true;
   std::string device = "CPU";             // what the run computes on, for summary.json and the report
+  // The run's tokenizer: a SentencePiece model is saved as RUN/tokenizer.model and in every checkpoint (null or
+  // the byte tokenizer: nothing is saved). Its vocabulary must equal the model's.
+  const Tokenizer* tokenizer = nullptr;
 };
 
 struct TrainResult {
@@ -60,10 +63,13 @@ struct TrainResult {
 using EvalProgress = std::function<void(size_t done, size_t total)>;
 
 // Mean held-out loss over the given windows (batched by `batch`), forward only, nats per token.
+double evaluate_loss(TrainableModel& model, const TokenSequence& tokens, const std::vector<int64_t>& starts,
+                     int64_t seq_len, int64_t batch, const EvalProgress& progress = {});
 double evaluate_loss(TrainableModel& model, const std::vector<Token>& tokens, const std::vector<int64_t>& starts,
                      int64_t seq_len, int64_t batch, const EvalProgress& progress = {});
 
-// FNV-1a 64 of the tokens (as little-endian uint32): tells whether a resume trains on the same data.
+// FNV-1a 64 of the tokens (as little-endian uint32), or for shards their index's checksums (TokenData::fingerprint):
+// tells whether a resume trains on the same data.
 std::string data_fingerprint(const TokenData& data);
 
 // Refuses a resume into `run_dir` that cannot continue: a checkpoint past train.steps, or a finished run (the
