@@ -91,13 +91,13 @@ class TokenizerCli : public ::testing::Test {
 }  // namespace
 
 TEST_F(TokenizerCli, TrainedTokenizerTravelsWithTheRunAndItsCheckpoints) {
-  ok("tokenizer train --data text.txt --vocab 300 --out tok.model --threads 1");
-  ok("tokenizer train --data text.txt --vocab 280 --out other.model --threads 1");
+  ok("tokenizer train --data text.txt --vocab 400 --out tok.model --threads 1");
+  ok("tokenizer train --data text.txt --vocab 380 --out other.model --threads 1");
   ok("train --config tiny.json --data text.txt --tokenizer tok.model --out run");
   EXPECT_EQ(slurp(work_ / "run" / "tokenizer.model"), slurp(work_ / "tok.model"));
   EXPECT_EQ(slurp(work_ / "run" / "checkpoints" / "step-00000006" / "tokenizer.model"), slurp(work_ / "tok.model"));
   const auto config = nlohmann::json::parse(slurp(work_ / "run" / "config.json"));
-  EXPECT_EQ(config["model"]["vocab_size"], 300);
+  EXPECT_EQ(config["model"]["vocab_size"], 400);
   EXPECT_EQ(config["data"]["tokenizer"], "tok.model");
   // eval and generate take the checkpoint's tokenizer (the model file may be gone).
   fs::rename(work_ / "tok.model", work_ / "moved.model");
@@ -111,8 +111,8 @@ TEST_F(TokenizerCli, TrainedTokenizerTravelsWithTheRunAndItsCheckpoints) {
   expect_one_line_error("generate --checkpoint run --tokenizer other.model", "is not the one checkpoint");
   expect_one_line_error("eval --checkpoint run --tokenizer other.model", "is not the one checkpoint");
   expect_one_line_error("train --resume run --steps 8 --tokenizer other.model", "is not the one checkpoint");
-  expect_one_line_error("train --config tiny.json --tokenizer moved.model --vocab-size 400 --out r2",
-                        "'model.vocab_size' = 400 differs from the tokenizer's 300 ids");
+  expect_one_line_error("train --config tiny.json --tokenizer moved.model --vocab-size 500 --out r2",
+                        "'model.vocab_size' = 500 differs from the tokenizer's 400 ids");
   EXPECT_FALSE(fs::exists(work_ / "r2"));
   // A corrupt model: one clear line wherever it is read.
   const std::string model = slurp(work_ / "moved.model");
@@ -129,7 +129,7 @@ TEST_F(TokenizerCli, TrainedTokenizerTravelsWithTheRunAndItsCheckpoints) {
 }
 
 TEST_F(TokenizerCli, ShardsTrainResumeBitForBitAndBadShardsAreRefused) {
-  ok("tokenizer train --data text.txt --vocab 300 --out tok.model --threads 1");
+  ok("tokenizer train --data text.txt --vocab 400 --out tok.model --threads 1");
   ok("tokenize --tokenizer tok.model --data text.txt --out shards --shard-tokens 5000");
   ok("tokenize --verify shards");
   EXPECT_TRUE(fs::exists(work_ / "shards" / "shard-00001.bin"));
