@@ -13,20 +13,37 @@ namespace fp8train::train {
 
 std::vector<Token> encode_text(const Tokenizer& tokenizer, std::string_view text) {
   if (tokenizer.is_byte()) return encode_bytes(text);
-  constexpr size_t kPiece = size_t{1} << 20;
-  std::vector<Token> out;
-  out.reserve(text.size() / 3);
-  size_t pos = 0;
-  while (pos < text.size()) {
+  // SentencePiece's encoding time grows faster than the text (0.2 MB/s for 1 MiB at once, 3 MB/s in 4 KiB
+  // pieces), so the text goes in pieces of whole lines, encoded in parallel.
+  constexpr size_t kPiece = 4096;
+  std::vector<size_t> cuts = {0};
+  while (cuts.back() < text.size()) {
+    const size_t pos = cuts.back();
     size_t end = text.size();
     if (text.size() - pos > kPiece) {
       const size_t nl = text.find('\n', pos + kPiece);
       end = nl == std::string_view::npos ? text.size() : nl + 1;
     }
-    const std::vector<Token> ids = tokenizer.encode(text.substr(pos, end - pos));
-    out.insert(out.end(), ids.begin(), ids.end());
-    pos = end;
+    cuts.push_back(end);
   }
+  const int64_t pieces = static_cast<int64_t>(cuts.size()) - 1;
+  std::vector<std::vector<Token>> ids(static_cast<size_t>(pieces));
+  std::string error;
+#pragma omp parallel for schedule(dynamic, 16) if (pieces > 16)
+  for (int64_t i = 0; i < pieces; ++i) {
+    try {
+      ids[static_cast<size_t>(i)] = tokenizer.encode(text.substr(cuts[i], cuts[i + 1] - cuts[i]));
+    } catch (const Error& e) {
+#pragma omp critical(fp8train_encode_text)
+      if (error.empty()) error = e.what();
+    }
+  }
+  FP8T_CHECK(error.empty(), "{}", error);
+  size_t total = 0;
+  for (const auto& v : ids) total += v.size();
+  std::vector<Token> out;
+  out.reserve(total);
+  for (const auto& v : ids) out.insert(out.end(), v.begin(), v.end());
   return out;
 }
 

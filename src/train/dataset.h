@@ -28,8 +28,9 @@ struct TokenData {
 TokenData load_token_data(const std::string& path, const Tokenizer& tokenizer);
 TokenData load_token_data(const std::string& path);  // with the byte tokenizer
 
-// A text's ids: the text is encoded in pieces of whole lines (about 1 MiB each), which equals encoding it at once
-// for the byte tokenizer and for fp8train's SentencePiece models (no piece holds a newline, no dummy prefix).
+// A text's ids: the text is encoded in pieces of whole lines (about 4 KiB each, in parallel), which equals encoding
+// it at once for the byte tokenizer and for fp8train's SentencePiece models (no piece holds a newline, no dummy
+// prefix); a foreign model with a dummy prefix gets one at the start of every piece.
 std::vector<Token> encode_text(const Tokenizer& tokenizer, std::string_view text);
 
 // The embedded procedural corpus (corpus.h), tokenized (with `tokenizer` when given, else bytes).

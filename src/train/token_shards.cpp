@@ -45,9 +45,10 @@ uint64_t get_le(const unsigned char* in, int bytes) {
 std::string shard_name(int64_t i) { return fmt::format("shard-{:05d}.bin", i); }
 
 std::string encode_shard(const std::vector<Token>& ids, uint32_t width, uint32_t vocab, uint64_t tokenizer_hash) {
-  std::string payload;
-  payload.reserve(ids.size() * width);
-  for (Token t : ids) put_le(payload, t, static_cast<int>(width));
+  std::string payload(ids.size() * width, '\0');
+  auto* p = reinterpret_cast<unsigned char*>(payload.data());
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (uint32_t b = 0; b < width; ++b) p[i * width + b] = static_cast<unsigned char>(ids[i] >> (8 * b));
   std::string out(kShardMagic, sizeof(kShardMagic));
   put_le(out, kShardVersion, 4);
   put_le(out, width, 4);
