@@ -273,6 +273,12 @@ CheckpointMeta read_checkpoint_meta(const std::string& step_dir, CheckpointUse u
   return meta;
 }
 
+std::unique_ptr<Tokenizer> checkpoint_tokenizer(const CheckpointMeta& meta) {
+  return meta.tokenizer_model.empty()
+             ? make_byte_tokenizer()
+             : sentencepiece_tokenizer(meta.tokenizer_model, "checkpoint '" + meta.dir + "' tokenizer.model");
+}
+
 std::vector<std::string> prune_checkpoints(const std::string& run_dir, int64_t keep_last, int64_t keep_every) {
   std::vector<std::string> removed;
   if (keep_last <= 0) return removed;

@@ -80,6 +80,9 @@ enum class CheckpointUse { Resume, Inference };
 // Reads state.json and config.json and verifies every needed file's size and checksum.
 CheckpointMeta read_checkpoint_meta(const std::string& step_dir, CheckpointUse use = CheckpointUse::Resume);
 
+// The tokenizer the checkpoint's run trained with: its tokenizer.model, or the byte tokenizer when it has none.
+std::unique_ptr<Tokenizer> checkpoint_tokenizer(const CheckpointMeta& meta);
+
 // Retention: deletes RUN's checkpoints except the `keep_last` highest steps (0: keep all), those whose step is
 // a multiple of `keep_every` (0: none), and the one "latest" names; returns the deleted folder names. Each is
 // renamed to a ".tmp-" name first, so a crash mid-delete leaves a leftover that the next save sweeps away.

@@ -41,10 +41,7 @@ struct Source {
 std::unique_ptr<Tokenizer> tokenizer_of(const Source& s) {
   FP8T_CHECK(s.tokenizer.empty() || s.checkpoint.empty(), "give --tokenizer or --checkpoint, not both");
   if (!s.checkpoint.empty()) {
-    const CheckpointMeta meta = read_checkpoint_meta(resolve_checkpoint_dir(s.checkpoint), CheckpointUse::Inference);
-    return meta.tokenizer_model.empty()
-               ? make_byte_tokenizer()
-               : sentencepiece_tokenizer(meta.tokenizer_model, "checkpoint '" + meta.dir + "' tokenizer.model");
+    return checkpoint_tokenizer(read_checkpoint_meta(resolve_checkpoint_dir(s.checkpoint), CheckpointUse::Inference));
   }
   return s.tokenizer.empty() ? make_byte_tokenizer() : load_tokenizer_file(s.tokenizer);
 }

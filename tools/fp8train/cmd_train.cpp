@@ -90,13 +90,6 @@ bool set_by_user(const ConfigSources& sources, const std::string& key) {
   return it != sources.end() && it->second != "preset" && it->second != "checkpoint";
 }
 
-// The tokenizer a checkpoint was trained with (saved inside it; none saved: the byte tokenizer).
-std::unique_ptr<Tokenizer> checkpoint_tokenizer(const CheckpointMeta& meta) {
-  return meta.tokenizer_model.empty()
-             ? make_byte_tokenizer()
-             : sentencepiece_tokenizer(meta.tokenizer_model, "checkpoint '" + meta.dir + "' tokenizer.model");
-}
-
 // A --tokenizer given with a checkpoint must be the checkpoint's own tokenizer.
 void check_same_tokenizer(const Tokenizer& checkpoint, const std::string& given_path, const std::string& dir) {
   const std::unique_ptr<Tokenizer> given = given_path.empty() ? make_byte_tokenizer() : load_tokenizer_file(given_path);
