@@ -17,13 +17,22 @@
 namespace fp8train::train {
 namespace {
 
+// SentencePiece's reason without its source location: "./src/x.cc(580) [check] Vocabulary size is ..." gives
+// "Vocabulary size is ...".
+std::string reason(const sentencepiece::util::Status& status) {
+  std::string m = status.error_message() ? status.error_message() : "";
+  const size_t cut = m.rfind("] ");
+  if (cut != std::string::npos) m = m.substr(cut + 2);
+  while (!m.empty() && (m.back() == ' ' || m.back() == '\n')) m.pop_back();
+  return m.empty() ? "no reason given" : m;
+}
+
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   SentencePieceTokenizer(std::string bytes, const std::string& what) : bytes_(std::move(bytes)) {
     FP8T_CHECK(!bytes_.empty(), "{} is empty, not a SentencePiece model", what);
     const sentencepiece::util::Status status = sp_.LoadFromSerializedProto(bytes_);
-    FP8T_CHECK(status.ok(), "{} is not a valid SentencePiece model (corrupt or another format): {}", what,
-               status.ToString());
+    FP8T_CHECK(status.ok(), "{} is not a valid SentencePiece model (a corrupt, truncated or foreign file)", what);
     const int n = sp_.GetPieceSize();
     FP8T_CHECK(n >= 2, "{} has a vocabulary of {} pieces, too few to train on", what, n);
     vocab_ = static_cast<uint32_t>(n);
@@ -36,7 +45,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::vector<Token> encode(std::string_view text) const override {
     std::vector<int> ids;
     const sentencepiece::util::Status status = sp_.Encode(text, &ids);
-    FP8T_CHECK(status.ok(), "SentencePiece could not encode a text of {} bytes: {}", text.size(), status.ToString());
+    FP8T_CHECK(status.ok(), "SentencePiece could not encode a text of {} bytes: {}", text.size(), reason(status));
     return std::vector<Token>(ids.begin(), ids.end());
   }
 
@@ -49,7 +58,7 @@ class SentencePieceTokenizer final : public Tokenizer {
     }
     std::string out;
     const sentencepiece::util::Status status = sp_.Decode(in, &out);
-    FP8T_CHECK(status.ok(), "SentencePiece could not decode {} ids: {}", ids.size(), status.ToString());
+    FP8T_CHECK(status.ok(), "SentencePiece could not decode {} ids: {}", ids.size(), reason(status));
     return out;
   }
 
@@ -143,7 +152,7 @@ std::string train_sentencepiece(const TokenizerTrainOptions& o) {
   LineIterator lines(o.inputs);
   std::string model;
   const sentencepiece::util::Status status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &model);
-  FP8T_CHECK(status.ok(), "SentencePiece training failed: {}", status.ToString());
+  FP8T_CHECK(status.ok(), "SentencePiece training failed: {}", reason(status));
   FP8T_CHECK(!model.empty(), "SentencePiece training produced no model");
   return model;
 }

@@ -77,6 +77,7 @@ class TokenizerCli : public ::testing::Test {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << "\n" << r.err;
     EXPECT_EQ(r.err.rfind("fp8train: error: ", 0), 0u) << r.err;
     EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
+    EXPECT_EQ(r.err.find(".cc("), std::string::npos) << "a source location in: " << r.err;
   }
   std::vector<double> losses(const fs::path& run_dir) {
     std::vector<double> out;

@@ -108,6 +108,13 @@ TEST(Tokenizer, CorruptOrMissingModelsAndBadTrainingInputAreRefused) {
   EXPECT_NE(error_of([&] { train_sentencepiece(o); }).find("byte offset 2"), std::string::npos);
   o.vocab_size = 100;
   EXPECT_NE(error_of([&] { train_sentencepiece(o); }).find("--vocab"), std::string::npos);
+  const std::string good = (dir.path / "good.txt").string();
+  write_file_atomic(good, generate_corpus(3, 20000));
+  o.inputs = {good};
+  o.vocab_size = 261;  // above the fixed pieces, below those plus the text's characters: SentencePiece's reason
+  const std::string small = error_of([&] { train_sentencepiece(o); });
+  EXPECT_NE(small.find("SentencePiece training failed"), std::string::npos) << small;
+  EXPECT_EQ(small.find(".cc("), std::string::npos) << small;
 }
 
 TEST(TokenSequence, CopiesAndSlicesAcrossSegments) {
