@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs the test suite (ctest). GPU tests report SKIPPED without a GPU.
+# Sets up (Debian packages, the Python oracles), builds and runs the test suite (ctest). GPU tests report SKIPPED
+# without a GPU.
 # --asan: Debug build with AddressSanitizer + UndefinedBehaviorSanitizer in build-asan/ instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
+# The Python oracles of the `oracle` tests (transformers, torch, safetensors, ml_dtypes; pinned).
+bash scripts/setup_python.sh
 if [ "${1:-}" = "--asan" ]; then
   shift
   BUILD_DIR=build-asan bash scripts/build.sh -DCMAKE_BUILD_TYPE=Debug -DFP8TRAIN_SANITIZE=ON -DFP8TRAIN_CUDA=OFF "$@"

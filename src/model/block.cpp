@@ -43,6 +43,16 @@ Tensor Block::forward(const StepContext& ctx, const Tensor& x, State* st, double
   return y;
 }
 
+Tensor Block::decode(const StepContext& ctx, const Tensor& x, const Tensor& cache, int64_t pos) {
+  const Tensor a = attn_norm_.forward(ctx, x, nullptr);
+  const Tensor h = attn_.decode(ctx, a, cache, pos);
+  ops::axpy(ctx.exec, 1.0, x, h);
+  const Tensor b = ffn_norm_.forward(ctx, h, nullptr);
+  const Tensor y = moe_ ? moe_->forward(ctx, b, nullptr, nullptr, false) : ffn_.forward(ctx, b, nullptr, false);
+  ops::axpy(ctx.exec, 1.0, h, y);
+  return y;
+}
+
 void Block::backward(const StepContext& ctx, const State& st, const Tensor& dresid) const {
   const int64_t n = dresid.size(0), d = dresid.size(1);
   const bool keep_norm = ctx.store->keeps(CacheKind::NormOutput);

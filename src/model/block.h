@@ -25,6 +25,9 @@ class Block {
   Tensor forward(const StepContext& ctx, const Tensor& x, State* state, double* balance_loss);
   // In place: on entry dresid = ∂L/∂y, on exit ∂L/∂x.
   void backward(const StepContext& ctx, const State& state, const Tensor& dresid) const;
+  // Inference on m new tokens at positions pos..pos+m−1 of one sequence with MLA's latent cache (MLA::decode).
+  Tensor decode(const StepContext& ctx, const Tensor& x, const Tensor& cache, int64_t pos);
+  int64_t cache_width() const { return attn_.cache_width(); }
 
   bool is_moe() const { return moe_ != nullptr; }
   void collect_linears(std::vector<const Linear*>& out) const;

@@ -2,7 +2,9 @@
 #include "model/mla.h"
 
 #include "ops/attention.h"
+#include "ops/attention_cached.h"
 #include "ops/elementwise.h"
+#include "ops/gemm.h"
 #include "ops/heads.h"
 #include "ops/quantize.h"
 #include "ops/rope.h"
@@ -171,6 +173,55 @@ void MLA::backward(const StepContext& ctx, const State& st, const Tensor& dy, co
   const LinearInput h_in = st.h_in.defined() ? st.h_in : wq_a_.recomputed(ctx, h);
   wq_a_.backward(ctx, dc_q, h_in, dh, accumulate);
   wkv_a_.backward(ctx, dkva, h_in, dh, true);
+}
+
+Tensor MLA::decode(const StepContext& ctx, const Tensor& h, const Tensor& cache, int64_t pos) const {
+  const int64_t m = h.size(0), dqk = nope_ + rope_, width = kv_rank_ + rope_, dkv = nope_ + vdim_;
+  FP8T_CHECK(cache.defined() && cache.dim() == 2 && cache.size(1) == width && cache.dtype() == ctx.dtype,
+             "{}: the latent cache must be [capacity, {}] {}, got {}", name_, width, dtype_name(ctx.dtype),
+             cache.defined() ? cache.str() : "none");
+  FP8T_CHECK(pos >= 0 && pos + m <= cache.size(0), "{}: tokens {}..{} do not fit a cache of {} positions", name_, pos,
+             pos + m - 1, cache.size(0));
+  const Device dev = ctx.exec.device;
+  const DType dt = ctx.dtype;
+  const LinearInput h_in = wq_a_.prepare(ctx, h, false);
+  // query path as in forward(), RoPE at the absolute positions
+  const Tensor c_q = Tensor::empty({m, q_rank_}, dt, MemCategory::Workspace, dev);
+  wq_a_.forward(ctx, h_in, c_q);
+  const Tensor c_q_normed = q_norm_.forward(ctx, c_q, nullptr);
+  Tensor q = Tensor::empty({m, heads_ * dqk}, dt, MemCategory::Workspace, dev);
+  wq_b_.forward(ctx, wq_b_.prepare(ctx, c_q_normed, false), q);
+  q = q.view({m, heads_, dqk});
+  ops::rope_(ctx.exec, q.narrow(2, nope_, rope_), m, theta_, false, pos);
+  // the new latent rows: [c_KV; k^R] = [RMSNorm(W_DKV·h); RoPE(W_KR·h)], written into the cache
+  const Tensor kva = Tensor::empty({m, width}, dt, MemCategory::Workspace, dev);
+  wkv_a_.forward(ctx, h_in, kva);
+  const Tensor rows = cache.rows(pos, pos + m);
+  kv_norm_.forward(ctx, kva.cols(0, kv_rank_), rows.cols(0, kv_rank_), nullptr, false);
+  ops::copy(ctx.exec, kva.cols(kv_rank_, width), rows.cols(kv_rank_, width));
+  ops::rope_(ctx.exec, cache.as_strided({m, 1, rope_}, {cache.stride(0), rope_, 1}, pos * cache.stride(0) + kv_rank_),
+             m, theta_, false, pos);
+  // absorbed query per head: [W_UK_iᵀ·q^C_i; q^R_i] (W_UK_i: rows i·dkv .. i·dkv + d_nope of wkv_b, [d_nope, kv_rank])
+  const Tensor& wkv_b = wkv_b_.weight();
+  const Tensor qa = Tensor::empty({m, heads_, width}, dt, MemCategory::Workspace, dev);
+  for (int64_t i = 0; i < heads_; ++i)
+    ops::gemm(ctx.exec, q.as_strided({m, nope_}, {heads_ * dqk, 1}, i * dqk), false,
+              wkv_b.rows(i * dkv, i * dkv + nope_), false,
+              qa.as_strided({m, kv_rank_}, {heads_ * width, 1}, i * width));
+  ops::copy(ctx.exec, q.as_strided({m * heads_, rope_}, {dqk, 1}, nope_),
+            qa.as_strided({m * heads_, rope_}, {width, 1}, kv_rank_));
+  // attention over the cached rows: keys [c_KV; k^R], values c_KV → o^lat_i = Σ_s p_s·c_KV(s)
+  const Tensor seen = cache.rows(0, pos + m);
+  const Tensor o_lat = Tensor::empty({m, heads_, kv_rank_}, dt, MemCategory::Workspace, dev);
+  ops::attention_cached(ctx.exec, qa, seen, seen.cols(0, kv_rank_), o_lat, scale_);
+  // o_i = W_UV_i·o^lat_i (W_UV_i: rows i·dkv + d_nope .. (i+1)·dkv of wkv_b, [d_v, kv_rank])
+  const Tensor o = Tensor::empty({m, heads_ * vdim_}, dt, MemCategory::Workspace, dev);
+  for (int64_t i = 0; i < heads_; ++i)
+    ops::gemm(ctx.exec, o_lat.as_strided({m, kv_rank_}, {heads_ * kv_rank_, 1}, i * kv_rank_), false,
+              wkv_b.rows(i * dkv + nope_, (i + 1) * dkv), true, o.cols(i * vdim_, (i + 1) * vdim_));
+  Tensor u = wo_.new_output(ctx, m);
+  wo_.forward(ctx, wo_.prepare(ctx, o, false), u);
+  return u;
 }
 
 }  // namespace fp8train::model

@@ -12,6 +12,15 @@
 // and the attention core are ops (high precision: BF16 inputs, FP32 softmax statistics). Buffers: q [tokens, n_h,
 // d_nope + d_rope]; kva [tokens, kv_lora_rank + d_rope] (c_KV | k^R); kv [tokens, n_h, d_nope + d_v] (k^C_i | v_i); k
 // [tokens, n_h, d_nope + d_rope]; o [tokens, n_h, d_v]; lse [batch, n_h, seq].
+//
+// Incremental decoding (decode(): inference only) keeps per token and layer only the latent row [c_KV; k^R]
+// (kv_lora_rank + d_rope values) and absorbs the up-projections, as DeepSeek-V3's inference does:
+//   q^C_i·k^C_i(s) = q^C_i·W_UK_i·c_KV(s) = (W_UK_iᵀ·q^C_i)·c_KV(s)     (W_UK into the query side)
+//   o_i = Σ_s p_s·W_UV_i·c_KV(s) = W_UV_i·(Σ_s p_s·c_KV(s))          (W_UV into the output side)
+// so every head attends with the query [W_UK_iᵀ·q^C_i; q^R_i] to the same cached rows [c_KV; k^R] (keys) and c_KV
+// (values): multi-query attention over the cache (ops/attention_cached.h), never materializing k^C or v. The
+// absorbed products read the FP32 masters of W_UK and W_UV (the training path reads the recipe's compute copy of
+// wkv_b: identical under the fp32 recipe); every other GEMM is the same Linear call as in forward().
 #pragma once
 #include "model/config.h"
 #include "model/layers.h"
@@ -39,6 +48,12 @@ class MLA {
   void backward(const StepContext& ctx, const State& state, const Tensor& dy, const Tensor& h, const Tensor& dh,
                 bool accumulate) const;
   void collect_linears(std::vector<const Linear*>& out) const;
+
+  // h: [m, d] (the attention norm's output) for m new tokens at positions pos..pos+m−1 of one sequence; cache:
+  // [capacity, cache_width()] in the compute dtype, rows 0..pos−1 filled by earlier calls. Writes the new tokens'
+  // latent rows pos..pos+m−1 and returns u [m, d], equal (to rounding) to forward() on the whole sequence.
+  Tensor decode(const StepContext& ctx, const Tensor& h, const Tensor& cache, int64_t pos) const;
+  int64_t cache_width() const { return kv_rank_ + rope_; }
 
  private:
   Tensor up_project_q(const StepContext& ctx, const LinearInput& c_q) const;  // q = [W_UQ; W_QR]·c_Q, RoPE on q^R

@@ -419,4 +419,71 @@ TopK DeepSeekV3Model::top_k(const Tensor& inputs, int64_t batch, int64_t k) {
   return out;
 }
 
+Tensor DeepSeekV3Model::head_logits(const StepContext& ctx, const RMSNorm& norm, const Tensor& h) {
+  const Tensor hn = norm.forward(ctx, h, nullptr);
+  return ops::matmul(ctx.exec, hn, false, head_compute(ctx), true, MemCategory::Workspace, {},
+                     fp8train::compute_dtype(ctx.dtype));
+}
+
+DeepSeekV3Model::DecodeCache DeepSeekV3Model::new_decode_cache(int64_t capacity) {
+  FP8T_CHECK(capacity > 0, "a decode cache needs a positive capacity, got {}", capacity);
+  const Device dev = embed_.device();
+  DecodeCache c;
+  c.capacity = capacity;
+  auto make = [&](const Block& b) {
+    return Tensor::empty({capacity, b.cache_width()}, compute_dtype_, MemCategory::ActivationCache, dev);
+  };
+  for (const auto& b : layers_) c.layers.push_back(make(*b));
+  for (const auto& m : mtp_) c.mtp.push_back(make(*m->block));
+  return c;
+}
+
+int64_t DeepSeekV3Model::latent_cache_bytes_per_token() const {
+  const ModelConfig& c = config_;
+  return c.n_layers * (c.kv_lora_rank + c.qk_rope_head_dim) * static_cast<int64_t>(dtype_size(compute_dtype_));
+}
+
+int64_t DeepSeekV3Model::mha_cache_bytes_per_token() const {
+  const ModelConfig& c = config_;
+  return c.n_layers * c.n_heads * (c.qk_head_dim() + c.v_head_dim) * static_cast<int64_t>(dtype_size(compute_dtype_));
+}
+
+Tensor DeepSeekV3Model::decode(const Tensor& tokens, int64_t pos, DecodeCache& cache, Tensor* hidden) {
+  FP8T_CHECK(tokens.defined() && tokens.dtype() == DType::I32 && tokens.dim() == 1 && tokens.numel() > 0,
+             "decode: tokens must be a non-empty i32 [m] tensor, got {}", tokens.defined() ? tokens.str() : "none");
+  FP8T_CHECK(cache.layers.size() == layers_.size(), "decode: the cache was made for another model ({} layers, not {})",
+             cache.layers.size(), layers_.size());
+  const int64_t m = tokens.numel(), d = config_.hidden_size;
+  const StepContext ctx = make_context(tokens.device(), 1, m, false, 1.0);
+  Tensor x = Tensor::empty({m, d}, ctx.dtype, MemCategory::Workspace, ctx.exec.device);
+  ops::embedding_forward(ctx.exec, tokens, embed_, x);
+  for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i]->decode(ctx, x, cache.layers[i], pos);
+  if (hidden) *hidden = x;
+  return head_logits(ctx, norm_, x);
+}
+
+Tensor DeepSeekV3Model::mtp_decode(int64_t k, const Tensor& h_prev, const Tensor& tokens, int64_t pos,
+                                   DecodeCache& cache, Tensor* hidden) {
+  FP8T_CHECK(k >= 0 && k < static_cast<int64_t>(mtp_.size()), "mtp_decode: the model has {} MTP modules, not {}",
+             mtp_.size(), k + 1);
+  FP8T_CHECK(cache.mtp.size() == mtp_.size(), "mtp_decode: the cache was made for another model");
+  const int64_t m = tokens.numel(), d = config_.hidden_size;
+  FP8T_CHECK(tokens.dtype() == DType::I32 && tokens.dim() == 1 && m > 0 && h_prev.dim() == 2 && h_prev.size(0) == m &&
+                 h_prev.size(1) == d,
+             "mtp_decode: tokens must be i32 [m] and h_prev [m, {}], got {} and {}", d, tokens.str(), h_prev.str());
+  Mtp& mod = *mtp_[static_cast<size_t>(k)];
+  const StepContext ctx = make_context(tokens.device(), 1, m, false, 1.0);
+  const Device dev = ctx.exec.device;
+  // h'^k = M_k·[RMSNorm(h^{k−1}); RMSNorm(Emb(t))] as in training
+  const Tensor emb = Tensor::empty({m, d}, ctx.dtype, MemCategory::Workspace, dev);
+  ops::embedding_forward(ctx.exec, tokens, embed_, emb);
+  const Tensor cat = Tensor::empty({m, 2 * d}, ctx.dtype, MemCategory::Workspace, dev);
+  mod.hnorm.forward(ctx, h_prev, cat.cols(0, d), nullptr, false);
+  mod.enorm.forward(ctx, emb, cat.cols(d, 2 * d), nullptr, false);
+  const Tensor h_proj = mod.eh_proj.forward(ctx, cat, nullptr);
+  const Tensor hk = mod.block->decode(ctx, h_proj, cache.mtp[static_cast<size_t>(k)], pos);
+  if (hidden) *hidden = hk;
+  return head_logits(ctx, mod.norm, hk);
+}
+
 }  // namespace fp8train::model

@@ -106,6 +106,30 @@ class DeepSeekV3Model {
   // top-k distribution (LossBreakdown::distill, distill_kl) and its gradient.
   void set_distill_targets(const DistillTargets* targets) { distill_ = targets; }
 
+  // ---- incremental decoding of one sequence with MLA's latent cache (model/mla.h) ----
+  // One [capacity, kv_lora_rank + d_rope] compute-dtype tensor per main block and per MTP block: row s holds
+  // token s's [c_KV; k^R]. A row is written when its token is decoded and overwritten when a later call decodes
+  // that position again, so dropping rejected tokens (speculative decoding) is just decoding from an earlier pos.
+  struct DecodeCache {
+    std::vector<Tensor> layers, mtp;
+    int64_t capacity = 0;
+  };
+  DecodeCache new_decode_cache(int64_t capacity);
+  // Bytes per token of the main model's latent cache, and of the k and v an MHA model of the same head dims
+  // (n_heads·(qk_head_dim + v_head_dim) per layer) would cache, both in the compute dtype.
+  int64_t latent_cache_bytes_per_token() const;
+  int64_t mha_cache_bytes_per_token() const;
+  // tokens: i32 [m], the tokens at positions pos..pos+m−1 (cache rows 0..pos−1 hold the earlier ones). Returns
+  // FP32 logits [m, vocab], row j predicting the token at pos+j+1 (to rounding, last_logits of the prefix); *hidden
+  // (when given) receives the last block's outputs [m, d] (h^0: what the first MTP module reads).
+  Tensor decode(const Tensor& tokens, int64_t pos, DecodeCache& cache, Tensor* hidden = nullptr);
+  // MTP module k (0-based) at positions pos..pos+m−1: h_prev [m, d] is h^k there (decode()'s hidden for k = 0,
+  // module k−1's otherwise) and tokens i32 [m] the tokens at positions pos+k+1.. (the module's embedding input).
+  // Returns FP32 logits [m, vocab] predicting the tokens at pos+k+2..; *hidden receives h^{k+1}.
+  Tensor mtp_decode(int64_t k, const Tensor& h_prev, const Tensor& tokens, int64_t pos, DecodeCache& cache,
+                    Tensor* hidden = nullptr);
+  int64_t mtp_depth() const { return static_cast<int64_t>(mtp_.size()); }
+
   // The parameters changed (optimizer step, checkpoint load, a test's edit): compute copies refresh next forward.
   void mark_parameters_updated() { params_.mark_updated(); }
   // Before a step's first forward: the step seeds stochastic rounding; sample_health makes every Linear GEMM of
@@ -141,6 +165,7 @@ class DeepSeekV3Model {
   struct Pass;
   StepContext make_context(Device device, int64_t batch, int64_t seq, bool training, double grad_scale);
   const Tensor& head_compute(const StepContext& ctx);  // the head weight as the head GEMM reads it
+  Tensor head_logits(const StepContext& ctx, const RMSNorm& norm, const Tensor& h);  // FP32 [rows, vocab]
   LossBreakdown run(const Tensor& inputs, const Tensor& targets, int64_t batch, bool training, bool include_mtp,
                     double grad_scale);
   // Fused head + cross-entropy over row chunks; with dh defined, writes ∂(scale·Σ CE)/∂h into it and accumulates

@@ -46,6 +46,7 @@ struct ScaledGemmProblem;    // ops/scaled_gemm.h
 struct AdamWProblem;         // ops/adamw.h
 struct SumSquaresProblem;    // ops/sum_squares.h
 struct HeadsProblem;         // ops/heads.h
+struct AttentionCachedProblem;  // ops/attention_cached.h
 
 // ---- launcher types (tier 2) -------------------------------------------------------------------------
 using GemmFn = void(const ExecCtx&, const GemmProblem&, const void* a, const void* b, void* c);
@@ -110,6 +111,9 @@ using SumSquaresFn = void(const ExecCtx&, const SumSquaresProblem&, const void* 
 // One [rows, dim] matrix and the same rows seen per head ([rows, heads, dim]): broadcast into and sum over heads.
 using RepeatHeadsFn = void(const ExecCtx&, const HeadsProblem&, const void* src, void* dst);
 using SumHeadsFn = void(const ExecCtx&, const HeadsProblem&, const void* src, void* dst);
+// Incremental decoding: new tokens' queries against a key/value cache shared by every head.
+using AttentionCachedFn = void(const ExecCtx&, const AttentionCachedProblem&, const void* q, const void* k,
+                               const void* v, void* o);
 
 struct OpTable {
   std::string_view backend;  // "cpu", "cuda"
@@ -152,6 +156,8 @@ struct OpTable {
   // Per-head broadcast and reduction (MLA's shared rotated key).
   RepeatHeadsFn* repeat_heads = nullptr;
   SumHeadsFn* sum_heads = nullptr;
+  // Incremental decoding.
+  AttentionCachedFn* attention_cached = nullptr;
 };
 
 // The table of a device type: the CPU's is built in; another backend's exists once registered.

@@ -5,6 +5,7 @@
 //   - a GPU run resumed from its step-10 checkpoint repeats the uninterrupted run's steps 11..20 bit for bit
 //     (every CUDA kernel of the training step is deterministic) and writes the same final weights;
 //   - a GPU checkpoint continues on the CPU (and is evaluated there); sampling on the GPU repeats itself;
+//   - greedy decoding on the GPU gives the same text recomputing, with the latent cache and with MTP speculation;
 //   - bad input on the GPU path: no visible GPU with --device cuda, a model that does not fit in GPU memory, and
 //     a diverging run each give one clear error line and a non-zero exit, and leave no half-written checkpoint.
 #include <gtest/gtest.h>
@@ -186,6 +187,26 @@ TEST_F(TrainGpu, ResumeOnTheGpuRepeatsTheRunBitForBitAndMovesToTheCpu) {
   EXPECT_EQ(g1.out.rfind("The ", 0), 0u) << g1.out;
   EXPECT_GE(g1.out.size(), 5u) << g1.out;  // the prompt, what was sampled, a newline
   EXPECT_EQ(g1.out, g2.out);
+}
+
+// Decoding on the GPU (fp32 recipe, so the paths differ by FP32 rounding only): the latent cache (attention_cached's
+// CUDA kernel, RoPE from a position offset) and MTP speculation give the recomputed greedy text, 70 tokens past the
+// 64-token window; sampled speculation runs.
+TEST_F(TrainGpu, GreedyDecodingOnTheGpuIsTheSameWithTheCacheAndWithMtpSpeculation) {
+  const CliResult r = run(train_args("dec", "cuda") + " --recipe fp32");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const std::string greedy = "generate --checkpoint '" + (work_ / "dec").string() +
+                             "' --prompt 'The ' --max-new-tokens 70 --temperature 0 --device cuda";
+  const CliResult plain = run(greedy + " --no-cache"), cached = run(greedy), spec = run(greedy + " --speculative mtp");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(cached.exit_code, 0) << cached.err;
+  ASSERT_EQ(spec.exit_code, 0) << spec.err;
+  EXPECT_GT(plain.out.size(), 4u);
+  EXPECT_EQ(cached.out, plain.out);
+  EXPECT_EQ(spec.out, plain.out);
+  const CliResult sampled = run("generate --checkpoint '" + (work_ / "dec").string() +
+                                "' --max-new-tokens 40 --temperature 0.8 --speculative mtp --device cuda");
+  EXPECT_EQ(sampled.exit_code, 0) << sampled.err;
 }
 
 TEST_F(TrainGpu, NoVisibleGpuIsAClearError) {

@@ -17,6 +17,7 @@
 
 #include "backend_ops_table.h"
 #include "ops/attention.h"
+#include "ops/attention_cached.h"
 
 namespace fp8train::backend_test {
 namespace attn {
@@ -261,6 +262,48 @@ inline void add_backward_case(std::vector<BackendOpCase>& out, const Shape& s, D
   out.push_back(std::move(c));
 }
 
+// attention_cached: m new tokens' queries (head stride qk + 8) against `keys` cached rows shared by every head; the
+// values are the first v_dim columns of the key buffer (MLA's latent cache: keys [c_KV; k^R], values c_KV).
+// Reference: FP64 with the full softmax over the visible keys; CUDA against the CPU (both FP32, other orders).
+inline void add_cached_case(std::vector<BackendOpCase>& out, int64_t m, int64_t heads, int64_t keys, int64_t qk,
+                            int64_t v, DType dtype) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(qk));
+  const Shape qs{1, m, heads, qk, v}, ks{1, keys, 1, qk, v};
+  BackendOpCase c;
+  c.op = "attention_cached";
+  c.name = fmt::format("{} new of {} keys, heads {} qk {} v {} {}", m, keys, heads, qk, v, dtype_name(dtype));
+  c.cpu = Compare::normalized(dtype == DType::BF16 ? 1e-5 : 1e-10);
+  c.cuda = c.cpu;
+  c.run = [=](const ExecCtx& ctx, uint64_t seed) {
+    const std::vector<float> q = values(qs, qk, seed, dtype), k = values(ks, qk, seed + 1, dtype);
+    const Tensor qb = buffer_on(ctx, qs, qk + 8, {{&q, qk, 0}}, dtype).narrow(2, 0, qk);
+    const Tensor kb = buffer_on(ctx, ks, qk, {{&k, qk, 0}}, dtype).view({keys, qk});
+    const Tensor o = buffer_on(ctx, {1, m, heads, v, v}, v, {{nullptr, v, 0}}, dtype);
+    ops::attention_cached(ctx, qb, kb, kb.cols(0, v), o, scale);
+    return std::vector<OpResult>{view_floats("o", o, 0, v)};
+  };
+  c.reference = [=](uint64_t seed) {
+    const std::vector<float> q = values(qs, qk, seed, dtype), k = values(ks, qk, seed + 1, dtype);
+    std::vector<double> o(static_cast<size_t>(m * heads * v), 0.0), sc(static_cast<size_t>(keys));
+    for (int64_t j = 0; j < m; ++j)
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t visible = keys - m + j + 1;
+        double mx = -std::numeric_limits<double>::infinity(), sum = 0;
+        for (int64_t t = 0; t < visible; ++t) {
+          double d = 0;
+          for (int64_t e = 0; e < qk; ++e) d += static_cast<double>(q[(j * heads + h) * qk + e]) * k[t * qk + e];
+          sc[t] = scale * d;
+          mx = std::max(mx, sc[t]);
+        }
+        for (int64_t t = 0; t < visible; ++t) sum += std::exp(sc[t] - mx);
+        for (int64_t t = 0; t < visible; ++t)
+          for (int64_t e = 0; e < v; ++e) o[(j * heads + h) * v + e] += std::exp(sc[t] - mx) / sum * k[t * qk + e];
+      }
+    return std::vector<OpResult>{{"o", {}, as_floats(o)}};
+  };
+  out.push_back(std::move(c));
+}
+
 }  // namespace attn
 
 inline void attention_op_cases(std::vector<BackendOpCase>& out) {
@@ -277,6 +320,11 @@ inline void attention_op_cases(std::vector<BackendOpCase>& out) {
       attn::add_forward_case(out, s, dtype);
       attn::add_backward_case(out, s, dtype);
     }
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    attn::add_cached_case(out, 1, 4, 37, 48, 32, dtype);  // one token decoded after 36 cached
+    attn::add_cached_case(out, 3, 2, 70, 80, 64, dtype);  // a verify pass: 3 new tokens (causal among them)
+    attn::add_cached_case(out, 5, 3, 5, 24, 16, dtype);   // a prefill: no tokens cached before
+  }
 }
 
 }  // namespace fp8train::backend_test

@@ -370,20 +370,20 @@ inline void add_rmsnorm_backward_case(std::vector<BackendOpCase>& out, DType t, 
 // ---- RoPE ----------------------------------------------------------------------------------------------------------
 // x: the first rope_dim elements of each head of a [rows, heads, head_dim] tensor (row and head strides), in place.
 inline void add_rope_case(std::vector<BackendOpCase>& out, DType t, int64_t batch, int64_t seq, int64_t heads,
-                          int64_t head_dim, int64_t rope_dim, bool inverse) {
+                          int64_t head_dim, int64_t rope_dim, bool inverse, int64_t pos_offset = 0) {
   constexpr double theta = 10000.0;
   const int64_t rows = batch * seq;
   BackendOpCase c;
   c.op = "rope";
-  c.name = fmt::format("{} rows {} (seq {}) heads {} rope {} of {}{}", dt(t), rows, seq, heads, rope_dim, head_dim,
-                       inverse ? " inverse" : "");
+  c.name = fmt::format("{} rows {} (seq {}) heads {} rope {} of {}{}{}", dt(t), rows, seq, heads, rope_dim, head_dim,
+                       inverse ? " inverse" : "", pos_offset > 0 ? fmt::format(" from position {}", pos_offset) : "");
   c.cpu = bound_for(t, 1e-12, 1e-5);
   // The cos/sin tables agree but where a device double lands within ~2^-28 of an F32 rounding boundary (one F32
   // ulp then): bound instead of bits, far below what a wrong angle or pair would give.
   c.cuda = bound_for(t, 1e-13, 1e-6);
   c.run = [=](const ExecCtx& ctx, uint64_t seed) {
     const Tensor x = device_tensor(ctx, random_values(rows, heads * head_dim, seed), {rows, heads, head_dim}, t);
-    ops::rope_(ctx, rope_dim == head_dim ? x : x.narrow(2, 0, rope_dim), seq, theta, inverse);
+    ops::rope_(ctx, rope_dim == head_dim ? x : x.narrow(2, 0, rope_dim), seq, theta, inverse, pos_offset);
     return std::vector<OpResult>{result("x", x, true)};
   };
   c.reference = [=](uint64_t seed) {
@@ -393,7 +393,8 @@ inline void add_rope_case(std::vector<BackendOpCase>& out, DType t, int64_t batc
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t h = 0; h < heads; ++h)
         for (int64_t i = 0; i < rope_dim / 2; ++i) {
-          const double angle = static_cast<double>(r % seq) * std::pow(theta, -2.0 * i / static_cast<double>(rope_dim));
+          const double angle =
+              static_cast<double>(pos_offset + r % seq) * std::pow(theta, -2.0 * i / static_cast<double>(rope_dim));
           const double cs = std::cos(angle), sn = inverse ? -std::sin(angle) : std::sin(angle);
           const size_t e = static_cast<size_t>(r * heads * head_dim + h * head_dim + 2 * i);
           o[e] = static_cast<float>(x[e] * cs - x[e + 1] * sn);
@@ -502,6 +503,7 @@ inline void elementwise_op_cases(std::vector<BackendOpCase>& out) {
   ew_rows::add_rope_case(out, BF16, 2, 19, 3, 96, 64, true);
   ew_rows::add_rope_case(out, BF16, 1, 37, 2, 128, 128, false);
   ew_rows::add_rope_case(out, BF16, 2, 5, 3, 40, 12, false);  // 6 pairs: not whole 4-pair vectors
+  ew_rows::add_rope_case(out, F32, 1, 3, 4, 96, 64, false, 1000);  // decoding: new tokens after a cache
   // SwiGLU.
   for (bool backward : {false, true}) {
     ew_rows::add_swiglu_case(out, backward, F32, 37, 100, 208, 104);

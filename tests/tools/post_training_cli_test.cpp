@@ -139,11 +139,24 @@ TEST_F(PostTrainingCli, EmaIsCheckpointedResumedBitExactAndEvaluated) {
   EXPECT_EQ(ema["weights"], "ema");
   EXPECT_TRUE(std::isfinite(ema["loss"].get<double>()));
   EXPECT_NE(ema["loss"].get<double>(), master["loss"].get<double>());
+  // export --ema writes the EMA weights: the same config, other tensors than the masters' export.
+  const CliResult ex_master = run("export --checkpoint '" + a6.string() + "' --out '" + (work_ / "hf").string() + "'");
+  ASSERT_EQ(ex_master.exit_code, 0) << ex_master.err;
+  const CliResult ex_ema =
+      run("export --ema --checkpoint '" + a6.string() + "' --out '" + (work_ / "hf_ema").string() + "'");
+  ASSERT_EQ(ex_ema.exit_code, 0) << ex_ema.err;
+  EXPECT_EQ(slurp(work_ / "hf_ema" / "config.json"), slurp(work_ / "hf" / "config.json"));
+  EXPECT_NE(slurp(work_ / "hf_ema" / "model.safetensors"), slurp(work_ / "hf" / "model.safetensors"));
   // A checkpoint without an EMA: one clear line.
   ASSERT_EQ(run(train_args("plain") + " --steps 1").exit_code, 0);
   const CliResult none = run("eval --checkpoint '" + (work_ / "plain").string() + "' --ema --threads 1 --device cpu");
   EXPECT_NE(none.exit_code, 0);
   EXPECT_NE(none.err.find("holds no weight EMA"), std::string::npos) << none.err;
+  const CliResult none_export = run("export --ema --checkpoint '" + (work_ / "plain").string() + "' --out '" +
+                                    (work_ / "hf_none").string() + "'");
+  EXPECT_NE(none_export.exit_code, 0);
+  EXPECT_NE(none_export.err.find("holds no weight EMA"), std::string::npos) << none_export.err;
+  EXPECT_FALSE(fs::exists(work_ / "hf_none"));
   // Turning the EMA on at a resume: it starts from the checkpoint's weights, with a warning saying so.
   const CliResult late = run("train --resume '" + (work_ / "plain").string() + "' --steps 2 --ema-decay 0.9");
   ASSERT_EQ(late.exit_code, 0) << late.out << late.err;

@@ -562,3 +562,25 @@ TEST_F(TrainCli, TheReportPlotsSaturationAndUnderflowAndFitsShortRuns) {
   EXPECT_EQ(report.find("bits per token"), std::string::npos) << "byte data is measured per byte";
   EXPECT_NE(report.find("Held-out bits per byte"), std::string::npos);
 }
+
+// generate decodes with MLA's latent cache (the default), without it (--no-cache) and speculatively with the MTP
+// module as drafter: greedy text is the same all three ways (40 tokens: past the window, so the context restarts
+// too); --stats reports speed and the drafts' acceptance rate; a bad --speculative value is one line.
+TEST_F(TrainCli, GenerateWithTheLatentCacheAndMtpSpeculationMatchesRecomputation) {
+  ASSERT_EQ(run(train_args("gen")).exit_code, 0);
+  const std::string base =
+      "generate --checkpoint '" + (work_ / "gen").string() + "' --prompt 'The ' --max-new-tokens 40 --temperature 0";
+  const CliResult plain = run(base + " --no-cache"), cached = run(base),
+                  spec = run(base + " --speculative mtp --stats");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(cached.exit_code, 0) << cached.err;
+  ASSERT_EQ(spec.exit_code, 0) << spec.err;
+  EXPECT_GT(plain.out.size(), 4u);
+  EXPECT_EQ(cached.out, plain.out);
+  EXPECT_EQ(spec.out, plain.out);
+  EXPECT_NE(spec.err.find("drafts accepted"), std::string::npos) << spec.err;
+  const CliResult sampled = run("generate --checkpoint '" + (work_ / "gen").string() +
+                                "' --max-new-tokens 20 --temperature 0.8 --speculative mtp --seed 5");
+  EXPECT_EQ(sampled.exit_code, 0) << sampled.err;
+  expect_one_line_error(base + " --speculative tree", "--speculative must be none or mtp");
+}

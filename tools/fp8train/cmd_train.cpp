@@ -4,12 +4,16 @@
 //       Every config key (src/train/config.h) has a flag; precedence: preset < checkpoint (--resume) < file < flags.
 //       --resume continues the run DIR points into (its run directory), or --out when given: never the directory
 //       recorded inside the checkpoint, which may be a copy's original.
+//       --init-from HFDIR starts from a Hugging Face DeepSeek-V3 directory's weights (src/train/hf_format.h): its
+//       config.json sets the model's shape (precedence: preset < HFDIR < file < flags).
 //   fp8train eval --checkpoint DIR [--data FILE] [--seq-len N] [--batch N] [--max-windows N] [--json]
 //       Perplexity and bits per byte of the model in DIR on FILE (default: the run's own held-out split).
 //       eval and generate read the weights only (optimizer.safetensors may be absent), and encode text with the
 //       tokenizer saved in the checkpoint (--tokenizer, when given, must be that same model).
 //   fp8train generate --checkpoint DIR [--prompt TEXT] [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
-//       Samples a continuation with the main model (the MTP modules are not used at inference).
+//                     [--speculative none|mtp] [--no-cache] [--stats]
+//       Samples a continuation with the main model, incrementally with MLA's latent cache (--no-cache: recomputing
+//       the context for every token); --speculative mtp drafts with the MTP modules (train/generation.h).
 #include <omp.h>
 #include <unistd.h>
 
@@ -32,9 +36,12 @@
 #include "common/error.h"
 #include "dist/bootstrap.h"
 #include "dist/groups.h"
+#include "model/model.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/dataset.h"
+#include "train/generation.h"
+#include "train/hf_format.h"
 #include "train/model_adapter.h"
 #include "train/progress.h"
 #include "train/rng.h"
@@ -54,7 +61,7 @@ using namespace fp8train::train;
 
 // ---- train -----------------------------------------------------------------------------------------------
 struct TrainArgs {
-  std::string preset, config_file, resume, sft;
+  std::string preset, config_file, resume, sft, init_from;
   std::map<std::string, std::string> flag_values;  // flag name → text, for every config flag given
 };
 
@@ -189,6 +196,14 @@ void run_train(const TrainArgs& args) {
   if (!args.preset.empty()) preset = args.preset;
   TrainConfig config = preset_config(preset);
   ConfigSources sources;
+  std::optional<HfCheckpoint> init;
+  if (!args.init_from.empty()) {
+    FP8T_CHECK(!resume, "--init-from starts a new run from other weights; it cannot be combined with --resume");
+    init = read_hf_checkpoint(args.init_from);
+    apply_config_json(config, {{"model", init->model_section}}, fmt::format("init-from '{}'", args.init_from),
+                      &sources);
+    for (const auto& item : init->model_section.items()) sources["model." + item.key()] = "init-from";
+  }
   if (resume) {
     // The checkpoint's settings, but not its run directory: a resume writes where the user pointed (the run
     // the checkpoint is in, or --out), never where the run was first made.
@@ -257,6 +272,11 @@ void run_train(const TrainArgs& args) {
   const TokenData data = load_data(config, *tokenizer);
 
   DeepSeekTrainable model(config.model, derive_seed(static_cast<uint64_t>(config.seed), 0), config.recipe);
+  if (init) {
+    for (const std::string& note : load_hf_weights(*init, model, config.model)) std::printf("note: %s\n", note.c_str());
+    std::printf("initial weights: %s (%zu tensors)\n", args.init_from.c_str(), init->tensors.size());
+    init.reset();  // the host copies are no longer needed
+  }
   const std::unique_ptr<DeepSeekTrainable> teacher = config.teacher.empty() ? nullptr : load_teacher(config.teacher);
   // Every rank has checked the run directory before rank 0 starts writing into it.
   world->barrier();
@@ -411,62 +431,66 @@ struct GenerateArgs {
   int64_t max_new_tokens = 200, top_k = 40, seed = 1, threads = 0;
   std::string device = "auto";
   double temperature = 0.8;
+  std::string speculative = "none";
+  bool no_cache = false, stats = false;
 };
-
-Token sample_token(const std::vector<float>& logits, double temperature, int64_t top_k, Rng& rng,
-                   const Tokenizer& tokenizer) {
-  const size_t v = logits.size();
-  std::vector<size_t> order(v);
-  for (size_t i = 0; i < v; ++i) order[i] = i;
-  // Specials other than EOS are never sampled (they carry no text).
-  auto allowed = [&](size_t t) { return tokenizer.samplable(static_cast<Token>(t)); };
-  order.erase(std::remove_if(order.begin(), order.end(), [&](size_t t) { return !allowed(t); }), order.end());
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return logits[a] > logits[b]; });
-  if (temperature <= 0.0) return static_cast<Token>(order.front());  // greedy
-  if (top_k > 0 && static_cast<size_t>(top_k) < order.size()) order.resize(static_cast<size_t>(top_k));
-  std::vector<double> p(order.size());
-  double sum = 0.0;
-  for (size_t i = 0; i < order.size(); ++i) sum += p[i] = std::exp((logits[order[i]] - logits[order[0]]) / temperature);
-  double u = rng.uniform01() * sum;
-  for (size_t i = 0; i < order.size(); ++i) {
-    if (u < p[i]) return static_cast<Token>(order[i]);
-    u -= p[i];
-  }
-  return static_cast<Token>(order.back());
-}
 
 void run_generate(const GenerateArgs& a) {
   FP8T_CHECK(a.max_new_tokens >= 0, "--max-new-tokens must be non-negative, got {}", a.max_new_tokens);
   FP8T_CHECK(a.temperature >= 0.0 && std::isfinite(a.temperature), "--temperature must be >= 0, got {}", a.temperature);
   FP8T_CHECK(a.top_k >= 0, "--top-k must be non-negative, got {}", a.top_k);
+  FP8T_CHECK(a.speculative == "none" || a.speculative == "mtp", "--speculative must be none or mtp, got '{}'",
+             a.speculative);
+  FP8T_CHECK(!(a.no_cache && a.speculative == "mtp"), "--speculative mtp decodes with the cache; drop --no-cache");
   validate_utf8(a.prompt, "--prompt");
   LoadedModel m = load_model(a.checkpoint, a.threads, a.device, a.tokenizer);
   const Tokenizer& tok = *m.tokenizer;
-  const int64_t window = m.config.seq_len;
   std::vector<Token> context = encode_text(tok, a.prompt);
   if (context.empty()) context = encode_text(tok, "\n");  // an empty prompt starts a new line of the corpus
-  Rng rng(static_cast<uint64_t>(a.seed));
+  GenerateOptions o;
+  o.sampling.temperature = a.temperature;
+  o.sampling.top_k = a.top_k;
+  o.sampling.tokenizer = &tok;
+  o.max_new_tokens = a.max_new_tokens;
+  o.seed = static_cast<uint64_t>(a.seed);
+  o.mode = a.speculative == "mtp" ? DecodeMode::Speculative : a.no_cache ? DecodeMode::Recompute : DecodeMode::Cache;
+  o.window = m.config.seq_len;
   std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
   std::fflush(stdout);
   // Subword pieces (and byte-fallback pieces of one character) print once their text is complete: the new ids
   // are decoded together and what extends the text printed so far is written.
   std::vector<Token> generated;
   std::string printed;
-  for (int64_t i = 0; i < a.max_new_tokens; ++i) {
-    const int64_t n = std::min<int64_t>(window, static_cast<int64_t>(context.size()));
-    const std::vector<float> logits = m.model->next_token_logits(context.data() + context.size() - n, 1, n);
-    const Token t = sample_token(logits, a.temperature, a.top_k, rng, tok);
-    if (t == tok.eos_id()) break;
-    context.push_back(t);
-    generated.push_back(t);
-    const std::string text = tok.decode(generated);
-    if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
-      std::fwrite(text.data() + printed.size(), 1, text.size() - printed.size(), stdout);
-      std::fflush(stdout);
-      printed = text;
+  GenerateStats stats;
+  generate(
+      m.model->model(), context, o,
+      [&](Token t) {
+        generated.push_back(t);
+        const std::string text = tok.decode(generated);
+        if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
+          std::fwrite(text.data() + printed.size(), 1, text.size() - printed.size(), stdout);
+          std::fflush(stdout);
+          printed = text;
+        }
+      },
+      &stats);
+  std::printf("\n");
+  if (a.stats) {
+    std::fprintf(stderr, "%lld tokens in %.3f s (%.1f tokens/s), %lld main-model passes",
+                 static_cast<long long>(stats.new_tokens), stats.seconds, stats.tokens_per_second(),
+                 static_cast<long long>(stats.main_passes));
+    if (o.mode == DecodeMode::Speculative)
+      std::fprintf(stderr, ", %lld of %lld drafts accepted (%.1f%%); %.3f s in main passes, %.3f s drafting",
+                   static_cast<long long>(stats.accepted), static_cast<long long>(stats.drafted),
+                   100.0 * stats.acceptance_rate(), stats.main_seconds, stats.draft_seconds);
+    std::fprintf(stderr, "\n");
+    if (o.mode != DecodeMode::Recompute) {
+      const auto& model = m.model->model();
+      std::fprintf(stderr, "latent KV cache: %lld bytes per token (an MHA model with the same head dims: %lld)\n",
+                   static_cast<long long>(model.latent_cache_bytes_per_token()),
+                   static_cast<long long>(model.mha_cache_bytes_per_token()));
     }
   }
-  std::printf("\n");
 }
 
 // ---- registration ----------------------------------------------------------------------------------------
@@ -482,6 +506,8 @@ void add_train(CLI::App& root) {
                     "responses only (= --data FILE --data-format sft)");
   train->add_option("--resume", train_args.resume,
                     "continue from a checkpoint: a run directory, its checkpoints/ folder or a step directory");
+  train->add_option("--init-from", train_args.init_from,
+                    "start from the weights of a Hugging Face DeepSeek-V3 directory (e.g. fp8train export's)");
   std::vector<std::pair<std::string, CLI::Option*>> options;
   for (const ConfigFlag& f : config_flags()) {
     const std::string section = f.key.substr(0, f.key.find('.'));
@@ -519,7 +545,8 @@ void add_train(CLI::App& root) {
   eval->callback([] { run_eval(eval_args); });
 
   static GenerateArgs gen_args;
-  auto* gen = root.add_subcommand("generate", "Sample text from a checkpoint (temperature / top-k; MTP unused)");
+  auto* gen = root.add_subcommand(
+      "generate", "Sample text from a checkpoint (temperature / top-k; latent KV cache; MTP speculative decoding)");
   gen->option_defaults()->always_capture_default();
   gen->add_option("--checkpoint", gen_args.checkpoint, "run directory, checkpoints/ folder or step directory")->required();
   gen->add_option("--prompt", gen_args.prompt, "text to continue (UTF-8)");
@@ -531,6 +558,10 @@ void add_train(CLI::App& root) {
   gen->add_option("--seed", gen_args.seed, "sampling seed");
   gen->add_option("--threads", gen_args.threads, "CPU threads (0: the run's setting)");
   gen->add_option("--device", gen_args.device, "cpu, cuda or auto (cuda when a Hopper GPU is present)");
+  gen->add_option("--speculative", gen_args.speculative,
+                  "mtp: draft with the MTP modules, verify with the main model (same output distribution)");
+  gen->add_flag("--no-cache", gen_args.no_cache, "recompute the whole context for every token (no latent cache)");
+  gen->add_flag("--stats", gen_args.stats, "print tokens/s (and the draft acceptance rate) to stderr");
   gen->callback([] { run_generate(gen_args); });
 }
 

@@ -51,6 +51,7 @@ SumSquaresFn sum_squares;
 // Per-head broadcast and reduction.
 RepeatHeadsFn repeat_heads;
 SumHeadsFn sum_heads;
+AttentionCachedFn attention_cached;
 
 // The CPU table (built on first use; pins OpenBLAS to one thread).
 const OpTable& cpu_op_table();

@@ -18,7 +18,7 @@ void rope_impl(const RopeProblem& p, S* x) {
   for (int64_t pos = 0; pos < p.seq_len; ++pos)
     for (int64_t i = 0; i < half; ++i) {
       const double inv_freq = std::pow(p.theta, -2.0 * static_cast<double>(i) / static_cast<double>(p.rope_dim));
-      const double angle = static_cast<double>(pos) * inv_freq;
+      const double angle = static_cast<double>(p.pos_offset + pos) * inv_freq;
       cos_table[pos * half + i] = static_cast<T>(std::cos(angle));
       sin_table[pos * half + i] = static_cast<T>(p.inverse ? -std::sin(angle) : std::sin(angle));
     }

@@ -58,6 +58,7 @@ OpTable make_table() {
   t.sum_squares = sum_squares;
   // Per-head broadcast and reduction.
   t.repeat_heads = repeat_heads;
+  t.attention_cached = attention_cached;
   t.sum_heads = sum_heads;
   return t;
 }

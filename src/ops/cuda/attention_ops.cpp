@@ -18,6 +18,8 @@
 #include "common/error.h"
 #include "ops/attention.h"
 #include "ops/cuda/attention_cudnn.h"
+#include "ops/attention_cached.h"
+#include "ops/cuda/attention_cached_launch.h"
 #include "ops/cuda/attention_launch.h"
 #include "ops/cuda/kernels.h"
 
@@ -145,11 +147,39 @@ void attention_backward(const ExecCtx& ctx, const AttentionProblem& p, const voi
     check(op, detail::launch_attention_backward_simt(a, stream));
 }
 
+void attention_cached(const ExecCtx& ctx, const AttentionCachedProblem& p, const void* q, const void* k, const void* v,
+                      void* o) {
+  const char* op = "attention_cached";
+  if (p.dtype == DType::F64) throw_not_implemented(op, "f64");
+  // the query lives in shared memory (48 KiB without opting in)
+  if (p.qk_dim > 12288) throw_not_implemented(op, "key dims above 12288 (" + std::to_string(p.qk_dim) + ")");
+  FP8T_CHECK(p.queries * p.heads < (int64_t{1} << 31), "{}: {} tokens of {} heads are too many for one launch", op,
+             p.queries, p.heads);
+  detail::AttnCachedArgs a;
+  a.bf16 = p.dtype == DType::BF16;
+  a.queries = p.queries;
+  a.heads = p.heads;
+  a.keys = p.keys;
+  a.qk_dim = p.qk_dim;
+  a.v_dim = p.v_dim;
+  a.scale = static_cast<float>(p.scale);
+  a.q_row = p.q_row;
+  a.q_head = p.q_head;
+  a.ld_k = p.ld_k;
+  a.ld_v = p.ld_v;
+  a.o_row = p.o_row;
+  a.o_head = p.o_head;
+  const Tensor scores = ctx.scratch({p.queries * p.heads * p.keys}, DType::F32);
+  check(op,
+        detail::launch_attention_cached(a, q, k, v, o, scores.data<float>(), static_cast<cudaStream_t>(ctx.stream)));
+}
+
 }  // namespace
 
 void install_attention_ops(OpTable& t) {
   t.attention_forward = attention_forward;
   t.attention_backward = attention_backward;
+  t.attention_cached = attention_cached;
 }
 
 }  // namespace fp8train::ops::cuda

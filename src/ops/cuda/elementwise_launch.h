@@ -65,6 +65,7 @@ struct RopeArgs {
   int64_t seq_len = 0;
   double theta = 10000.0;
   bool inverse = false;
+  int64_t pos_offset = 0;
 };
 cudaError_t rope_table(const RopeArgs& args, float* table, cudaStream_t stream);
 cudaError_t rope(const RopeArgs& args, void* x, const float* table, cudaStream_t stream);

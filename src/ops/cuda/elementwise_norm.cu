@@ -420,7 +420,7 @@ __global__ void rope_table_kernel(RopeArgs p, float* table) {
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t pos = idx / half, i = idx % half;
     const double inv_freq = pow(p.theta, -2.0 * static_cast<double>(i) / static_cast<double>(p.rope_dim));
-    const double angle = static_cast<double>(pos) * inv_freq;
+    const double angle = static_cast<double>(p.pos_offset + pos) * inv_freq;
     const double s = sin(angle);
     table[2 * idx] = static_cast<float>(cos(angle));
     table[2 * idx + 1] = static_cast<float>(p.inverse ? -s : s);

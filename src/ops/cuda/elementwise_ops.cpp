@@ -127,9 +127,15 @@ void rmsnorm_backward(const ExecCtx& ctx, const RmsNormProblem& p, const void* x
         "rmsnorm_backward", ctx);
 }
 
-// The cos/sin table of a RoPE setting (device, seq_len, rope_dim, theta, direction), computed on first use and kept:
-// a step applies the same few settings to every layer, and the table costs double-precision pow/sin/cos per entry.
-const float* rope_table(const ExecCtx& ctx, const ew::RopeArgs& a) {
+// The cos/sin table of a training RoPE setting (device, seq_len, rope_dim, theta, direction), computed on first use
+// and kept: a step applies the same few settings to every layer, and the table costs double-precision pow/sin/cos
+// per entry. Decoding (a position offset: a new one per call) computes its small table into `scratch` instead.
+const float* rope_table(const ExecCtx& ctx, const ew::RopeArgs& a, Tensor& scratch) {
+  if (a.pos_offset != 0) {
+    scratch = ctx.scratch({a.seq_len * (a.rope_dim / 2) * 2}, DType::F32);
+    check(ew::rope_table(a, scratch.data<float>(), stream_of(ctx)), "rope", ctx);
+    return scratch.data<float>();
+  }
   static std::mutex mutex;
   static auto* tables = new std::map<std::string, Tensor>();  // leaked: device memory outlives static destructors
   const std::string key = fmt::format("{}:{}:{}:{}:{}", ctx.device.index, a.seq_len, a.rope_dim, a.theta, a.inverse);
@@ -154,9 +160,11 @@ void rope(const ExecCtx& ctx, const RopeProblem& p, void* x) {
   a.seq_len = p.seq_len;
   a.theta = p.theta;
   a.inverse = p.inverse;
+  a.pos_offset = p.pos_offset;
   const int64_t half = p.rope_dim / 2;
   if (p.rows <= 0 || p.heads <= 0 || half <= 0) return;
-  check(ew::rope(a, x, rope_table(ctx, a), stream_of(ctx)), "rope", ctx);
+  Tensor scratch;  // kept until the kernel is enqueued (the caching allocator is stream-ordered)
+  check(ew::rope(a, x, rope_table(ctx, a, scratch), stream_of(ctx)), "rope", ctx);
 }
 
 ew::SwigluArgs swiglu_args(const SwigluProblem& p, const char* op) {

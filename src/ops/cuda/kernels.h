@@ -23,7 +23,7 @@ const OpTable& cuda_op_table();
 // launchers (.cpp) validate and report errors with fmt; their kernels live in .cu files behind plain launch
 // functions that return cudaError_t (nvcc cannot compile fmt's consteval format checks).
 //   elementwise_ops.cpp axpby, fill, embedding, RMSNorm, RoPE, SwiGLU
-//   attention_ops.cpp   the attention core (forward, backward)
+//   attention_ops.cpp   the attention core (forward, backward) and the cached decoding attention
 //   moe_ops.cpp         router, sequence balance loss, MoE plan / permute / unpermute
 //   train_ops.cpp       cross-entropy, AdamW, sum of squares
 void install_elementwise_ops(OpTable& t);
