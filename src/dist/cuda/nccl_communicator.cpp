@@ -77,7 +77,20 @@ class NcclCommunicator final : public Communicator {
     cv_.notify_all();
     if (watchdog_.joinable()) watchdog_.join();
     for (Pending& p : pending_) cudaEventDestroy(p.event);
-    if (comm_) ncclCommFinalize(comm_), ncclCommDestroy(comm_);
+    if (comm_) {
+      // A non-blocking communicator finalizes in the background: wait for it (bounded) before destroying it.
+      ncclResult_t rc = ncclCommFinalize(comm_);
+      const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(options().timeout_seconds));
+      while (rc == ncclInProgress && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+        ncclCommGetAsyncError(comm_, &rc);
+      }
+      if (rc == ncclSuccess)
+        ncclCommDestroy(comm_);
+      else
+        ncclCommAbort(comm_);
+    }
   }
   std::string_view backend() const override { return "nccl"; }
 
@@ -229,7 +242,12 @@ class NcclCommunicator final : public Communicator {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t sub = nullptr;
-    complete(ncclCommSplit(comm_, color, key, &sub, &config), fmt::format("split into '{}'", name));
+    const ncclResult_t rc = ncclCommSplit(comm_, color, key, &sub, &config);
+    FP8T_CHECK((rc == ncclSuccess || rc == ncclInProgress) && sub != nullptr,
+               "rank {}: NCCL split of group '{}' into '{}' failed: {}", rank(), this->name(), name,
+               ncclGetErrorString(rc));
+    // Non-blocking: the new communicator initialises in the background; its own state says when it is ready.
+    wait_ready(sub, rc, fmt::format("split into '{}'", name), options(), rank(), this->name());
     int r = 0, n = 0;
     check_nccl(ncclCommUserRank(sub, &r), "ncclCommUserRank");
     check_nccl(ncclCommCount(sub, &n), "ncclCommCount");
