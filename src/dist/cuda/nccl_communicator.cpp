@@ -239,15 +239,18 @@ class NcclCommunicator final : public Communicator {
   }
 
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override {
+    // A blocking split (the groups are made once, at start-up): with a non-blocking one the new handle was not
+    // usable when the parent reported completion (NCCL 2.28, H100: a null handle, then "invalid argument").
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
+    config.blocking = 1;
     ncclComm_t sub = nullptr;
-    const ncclResult_t rc = ncclCommSplit(comm_, color, key, &sub, &config);
-    FP8T_CHECK((rc == ncclSuccess || rc == ncclInProgress) && sub != nullptr,
-               "rank {}: NCCL split of group '{}' into '{}' failed: {}", rank(), this->name(), name,
-               ncclGetErrorString(rc));
-    // Non-blocking: the new communicator initialises in the background; its own state says when it is ready.
-    wait_ready(sub, rc, fmt::format("split into '{}'", name), options(), rank(), this->name());
+    ncclResult_t rc = ncclCommSplit(comm_, color, key, &sub, &config);
+    const std::string what = fmt::format("split into '{}'", name);
+    wait_ready(comm_, rc, what, options(), rank(), this->name());  // the non-blocking parent's part, if pending
+    FP8T_CHECK(sub != nullptr, "rank {}: NCCL split of group '{}' into '{}' returned no communicator", rank(),
+               this->name(), name);
+    ncclCommGetAsyncError(sub, &rc);
+    wait_ready(sub, rc, what, options(), rank(), this->name());
     int r = 0, n = 0;
     check_nccl(ncclCommUserRank(sub, &r), "ncclCommUserRank");
     check_nccl(ncclCommCount(sub, &n), "ncclCommCount");
