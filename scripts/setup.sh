@@ -5,8 +5,10 @@
 set -euo pipefail
 # libprotobuf-dev, protobuf-compiler: TensorBoard event files (protobuf records).
 # libopenmpi-dev, openmpi-bin: distributed training on CPU ranks (src/dist/, the `mpi` tests).
+# libsentencepiece-dev: the subword tokenizer (fp8train tokenizer train, --tokenizer).
 packages=(build-essential cmake pkg-config git libcli11-dev nlohmann-json3-dev libfmt-dev libgtest-dev
-          libgmock-dev libbenchmark-dev libopenblas-dev libprotobuf-dev protobuf-compiler libopenmpi-dev openmpi-bin)
+          libgmock-dev libbenchmark-dev libopenblas-dev libprotobuf-dev protobuf-compiler libopenmpi-dev openmpi-bin
+          libsentencepiece-dev)
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -110,6 +110,7 @@ StTensor st_exact(const std::string& name, const Tensor& host) {
 
 constexpr const char* kRecipeStateFile = "recipe_state.safetensors";  // only when the recipe has state
 constexpr const char* kEmaFile = "ema.safetensors";                   // only when the run keeps a weight EMA
+constexpr const char* kTokenizerFile = "tokenizer.model";             // only with a SentencePiece tokenizer
 
 // The optimizer's moments over the whole arena ([elements] each, host) on DP rank 0: its own shard plus every other
 // rank's, received in rank order (each rank sends its shard's exp_avg, then exp_avg_sq); undefined on other ranks.
@@ -237,6 +238,7 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointWrite& w
     put(kEmaFile, encode_safetensors(ef));
   }
   put("config.json", what.config->dump(2) + "\n");
+  if (!what.tokenizer_model.empty()) put(kTokenizerFile, what.tokenizer_model);
   nlohmann::json state = {{"format", kFormat}, {"files", files}};
   state["dp_ranks"] = what.comm ? what.comm->size() : 1;  // informative: a checkpoint loads on any number of ranks
   state.update(state_to_json(what.state));
@@ -306,6 +308,7 @@ CheckpointMeta read_checkpoint_meta(const std::string& step_dir, CheckpointUse u
   std::vector<const char*> files(std::begin(kDataFiles), std::end(kDataFiles));
   if (meta.files.is_object() && meta.files.contains(kRecipeStateFile)) files.push_back(kRecipeStateFile);
   if (meta.files.is_object() && meta.files.contains(kEmaFile)) files.push_back(kEmaFile);
+  if (meta.files.is_object() && meta.files.contains(kTokenizerFile)) files.push_back(kTokenizerFile);
   for (const char* file : files) {
     if (use == CheckpointUse::Inference && std::string(file) == "optimizer.safetensors") continue;
     FP8T_CHECK(meta.files.contains(file), "{} is corrupted: state.json does not list {}", where, file);
@@ -317,6 +320,7 @@ CheckpointMeta read_checkpoint_meta(const std::string& step_dir, CheckpointUse u
                bytes.size(), expected);
     FP8T_CHECK(fnv1a64_hex(bytes) == meta.files[file].value("fnv1a64", ""),
                "{} is corrupted: {} does not match its recorded checksum", where, file);
+    if (std::string(file) == kTokenizerFile) meta.tokenizer_model = bytes;
     if (std::string(file) == "config.json") {
       try {
         meta.config = nlohmann::json::parse(bytes);
@@ -326,6 +330,12 @@ CheckpointMeta read_checkpoint_meta(const std::string& step_dir, CheckpointUse u
     }
   }
   return meta;
+}
+
+std::unique_ptr<Tokenizer> checkpoint_tokenizer(const CheckpointMeta& meta) {
+  return meta.tokenizer_model.empty()
+             ? make_byte_tokenizer()
+             : sentencepiece_tokenizer(meta.tokenizer_model, "checkpoint '" + meta.dir + "' tokenizer.model");
 }
 
 std::vector<std::string> prune_checkpoints(const std::string& run_dir, int64_t keep_last, int64_t keep_every) {

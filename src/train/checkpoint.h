@@ -13,6 +13,7 @@
 //                            the memory maximum, the data's fingerprint), and the byte size + FNV-1a 64
 //                            checksum of every other file
 //     config.json            the resolved TrainConfig
+//     tokenizer.model        the run's SentencePiece model (absent with the byte tokenizer)
 //   RUN/checkpoints/latest   one line: "step-00000300"
 //
 // Writing: every file goes into "step-XXXXXXXX.tmp-<pid>/" (each fsync'ed), the folder is renamed into place,
@@ -63,6 +64,7 @@ struct CheckpointWrite {
   WeightEma* ema = nullptr;  // the weight EMA of the model's parameter arena, when the run keeps one
   TrainerState state;
   dist::Communicator* comm = nullptr;  // the DP group when the optimizer is sharded (null: one rank)
+  std::string tokenizer_model;         // SentencePiece model bytes saved as tokenizer.model (empty: byte tokenizer)
 };
 
 // Writes RUN/checkpoints/step-<step>/ and points "latest" at it; returns the checkpoint directory (on DP ranks other
@@ -81,6 +83,7 @@ struct CheckpointMeta {
   nlohmann::json config;
   TrainerState state;
   nlohmann::json files;  // name → {"bytes", "fnv1a64"}
+  std::string tokenizer_model;  // tokenizer.model's bytes (verified), empty when the run used the byte tokenizer
 };
 
 // What a checkpoint is read for: resuming training needs every file; evaluation and generation never read
@@ -89,6 +92,9 @@ enum class CheckpointUse { Resume, Inference };
 
 // Reads state.json and config.json and verifies every needed file's size and checksum.
 CheckpointMeta read_checkpoint_meta(const std::string& step_dir, CheckpointUse use = CheckpointUse::Resume);
+
+// The tokenizer the checkpoint's run trained with: its tokenizer.model, or the byte tokenizer when it has none.
+std::unique_ptr<Tokenizer> checkpoint_tokenizer(const CheckpointMeta& meta);
 
 // Retention: deletes RUN's checkpoints except the `keep_last` highest steps (0: keep all), those whose step is
 // a multiple of `keep_every` (0: none), and the one "latest" names; returns the deleted folder names. Each is

@@ -28,8 +28,9 @@ constexpr double kBig = 1e15;  // "no practical upper bound" for integer keys
 std::vector<ConfigKey> make_keys() {
   std::vector<ConfigKey> k;
   append_model_keys(k);
-  k.push_back({"data.path", "data", 0, 0, {}, "training data: UTF-8 text or a token file (empty: the embedded corpus)", FP8T_REF(data_path)});
+  k.push_back({"data.path", "data", 0, 0, {}, "training data: UTF-8 text, a token file, or a token shard directory (fp8train tokenize) (empty: the embedded corpus)", FP8T_REF(data_path)});
   k.push_back({"data.format", "data-format", 0, 0, {"text", "sft"}, "what data.path holds: text (UTF-8 or a token file) or sft (JSONL, one {\"prompt\", \"response\"} object per line; the loss counts the response tokens only)", FP8T_REF(data_format), "text"});
+  k.push_back({"data.tokenizer", "tokenizer", 0, 0, {}, "SentencePiece tokenizer model (fp8train tokenizer train); empty: the byte tokenizer, or the tokenizer of a --data shard directory; model.vocab_size follows it", FP8T_REF(tokenizer_path), ""});
   k.push_back({"data.corpus_bytes", "corpus-bytes", 10000, 1e9, {}, "size of the embedded corpus in bytes", FP8T_REF(corpus_bytes)});
   k.push_back({"data.eval_fraction", "eval-fraction", 0.001, 0.5, {}, "fraction of the data held out for evaluation (the tail)", FP8T_REF(eval_fraction)});
   k.push_back({"train.steps", "steps", 1, kBig, {}, "optimizer steps", FP8T_REF(steps)});

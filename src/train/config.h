@@ -30,8 +30,9 @@ struct TrainConfig {
   model::ModelConfig model;  // the model layer's config (model/config.h), keys under "model"
 
   // data
-  std::string data_path;        // empty: the embedded corpus
+  std::string data_path;             // empty: the embedded corpus
   std::string data_format = "text";  // text (UTF-8 or a token file) or sft (JSONL prompt/response, train/sft.h)
+  std::string tokenizer_path;  // SentencePiece model (tokenizer.h); empty: the byte tokenizer (or a shard dir's own)
   int64_t corpus_bytes = 3000000;
   double eval_fraction = 0.1;
 

@@ -17,7 +17,7 @@ std::vector<double> sampling_distribution(const float* logits, int64_t vocab, co
   order.reserve(static_cast<size_t>(vocab));
   // Specials other than EOS are never sampled (they carry no text).
   for (size_t t = 0; t < static_cast<size_t>(vocab); ++t)
-    if (t < 256 || t == kEos) order.push_back(t);
+    if (o.tokenizer ? o.tokenizer->samplable(static_cast<Token>(t)) : t < 256 || t == kEos) order.push_back(t);
   FP8T_CHECK(!order.empty(), "sampling: the vocabulary has no samplable token");
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return logits[a] > logits[b]; });
   std::vector<double> p(static_cast<size_t>(vocab), 0.0);
@@ -81,10 +81,11 @@ struct Output {
   std::vector<Token> produced;
   const std::function<void(Token)>& emit;
   int64_t limit;
+  Token eos;
   bool done = false;
   void push(Token t) {
     if (done) return;
-    if (t == kEos) {
+    if (t == eos) {
       done = true;
       return;
     }
@@ -114,7 +115,7 @@ std::vector<Token> generate(model::DeepSeekV3Model& model, const std::vector<Tok
   Rng rng(o.seed);
   GenerateStats st;
   std::vector<Token> all = prompt;
-  Output out{all, {}, emit, o.max_new_tokens};
+  Output out{all, {}, emit, o.max_new_tokens, o.sampling.tokenizer ? o.sampling.tokenizer->eos_id() : kEos};
   if (o.max_new_tokens == 0) out.done = true;
 
   const int64_t window = o.window;

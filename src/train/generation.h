@@ -29,9 +29,12 @@ namespace fp8train::train {
 struct SamplingOptions {
   double temperature = 0.8;  // 0: greedy
   int64_t top_k = 40;        // 0: every token
+  // Which ids may be drawn and which one is EOS (Tokenizer::samplable, eos_id); null: the byte tokenizer's.
+  const Tokenizer* tokenizer = nullptr;
 };
 
-// The distribution the next token is drawn from, over the whole vocabulary: specials other than EOS get 0;
+// The distribution the next token is drawn from, over the whole vocabulary: ids the tokenizer does not sample
+// (specials other than EOS) get 0;
 // temperature 0 puts 1 on the most likely token (the lowest id among ties); top_k > 0 keeps the k most likely
 // (ties to the lower id); the rest softmax(logits / temperature).
 std::vector<double> sampling_distribution(const float* logits, int64_t vocab, const SamplingOptions& options);

@@ -16,6 +16,7 @@
 #include "train/atomic_file.h"
 #include "train/checkpoint.h"
 #include "train/tokenizer.h"
+#include "train/tokenizer_hf.h"
 
 namespace fp8train::train {
 namespace {
@@ -325,15 +326,14 @@ std::string export_hf(const std::string& checkpoint, const std::string& out_dir,
   const fs::path tmp = fs::path(out_dir + ".tmp-" + std::to_string(::getpid()));
   fs::remove_all(tmp);
   fs::create_directories(tmp);
+  std::vector<std::string> tokenizer_files;
   try {
     write_safetensors((tmp / "model.safetensors").string(), weights);
     write_file_atomic((tmp / "config.json").string(), hf_config_json(c, seq_len).dump(2) + "\n");
     write_file_atomic((tmp / "generation_config.json").string(), gen.dump(2) + "\n");
-    // ---- Tokenizer files ----------------------------------------------------------------------------------
-    // The tokenizer's exporter writes its Hugging Face files (tokenizer.json / tokenizer_config.json /
-    // special_tokens_map.json, loadable by AutoTokenizer) into `tmp` here, from the tokenizer saved with the
-    // checkpoint in meta.dir, so they land atomically with the weights.
-    // ------------------------------------------------------------------------------------------------------
+    // The tokenizer saved with the checkpoint, as Hugging Face files (train/tokenizer_hf.h: loadable by
+    // AutoTokenizer), so they land atomically with the weights.
+    tokenizer_files = write_hf_tokenizer_files(*checkpoint_tokenizer(meta), tmp.string());
     fsync_directory(tmp.string());
     fs::rename(tmp, final_dir);
     fsync_directory(final_dir.has_parent_path() ? final_dir.parent_path().string() : ".");
@@ -341,8 +341,9 @@ std::string export_hf(const std::string& checkpoint, const std::string& out_dir,
     fs::remove_all(tmp, ec);
     throw;
   }
-  std::string summary = fmt::format("exported {} (step {}) to {}: {} tensors, config.json, generation_config.json",
-                                    meta.dir, meta.state.step, out_dir, weights.tensors.size());
+  std::string summary =
+      fmt::format("exported {} (step {}) to {}: {} tensors, config.json, generation_config.json, {}", meta.dir,
+                  meta.state.step, out_dir, weights.tensors.size(), fmt::join(tokenizer_files, ", "));
   if (c.rms_norm_eps != 1e-6)  // transformers' q/kv compression norms use 1e-6 whatever the config says
     summary += fmt::format(
         "\nnote: rms_norm_eps is {}, but transformers normalizes the MLA compressions with 1e-6, "

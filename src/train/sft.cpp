@@ -16,6 +16,19 @@ SftTokenizer byte_sft_tokenizer() {
   return t;
 }
 
+SftTokenizer sft_tokenizer(const Tokenizer& tokenizer) {
+  SftTokenizer t;
+  t.encode = [&tokenizer](std::string_view text) { return encode_text(tokenizer, text); };
+  t.bos = tokenizer.bos_id();
+  t.eos = tokenizer.eos_id();
+  t.vocab_size = tokenizer.vocab_size();
+  t.byte_tokens = tokenizer.is_byte();
+  FP8T_CHECK(t.bos < t.vocab_size && t.eos < t.vocab_size,
+             "the {} has no {} id, which SFT data needs (each example is [BOS] prompt response [EOS])",
+             tokenizer.describe(), t.bos < t.vocab_size ? "EOS" : "BOS");
+  return t;
+}
+
 TokenData load_sft_data(const std::string& path, const SftTokenizer& tokenizer) {
   FP8T_CHECK(static_cast<bool>(tokenizer.encode), "SFT data '{}': no tokenizer given", path);
   const std::string bytes = read_file(path);
@@ -23,6 +36,7 @@ TokenData load_sft_data(const std::string& path, const SftTokenizer& tokenizer) 
   TokenData data;
   data.vocab_size = tokenizer.vocab_size;
   data.byte_tokens = tokenizer.byte_tokens;
+  std::vector<Token> tokens;
   int64_t examples = 0, response_tokens = 0;
   size_t line_no = 0;
   for (size_t begin = 0; begin < bytes.size();) {
@@ -45,23 +59,25 @@ TokenData load_sft_data(const std::string& path, const SftTokenizer& tokenizer) 
     FP8T_CHECK(!response.empty(), "{}: the response is empty (it is what the model learns)", where);
     const std::vector<Token> p = tokenizer.encode(prompt), r = tokenizer.encode(response);
     // [BOS] prompt response [EOS]; the mask says which tokens are targets: the response and its EOS.
-    data.tokens.push_back(tokenizer.bos);
+    tokens.push_back(tokenizer.bos);
     data.loss_mask.push_back(0);
-    data.tokens.insert(data.tokens.end(), p.begin(), p.end());
+    tokens.insert(tokens.end(), p.begin(), p.end());
     data.loss_mask.insert(data.loss_mask.end(), p.size(), 0);
-    data.tokens.insert(data.tokens.end(), r.begin(), r.end());
+    tokens.insert(tokens.end(), r.begin(), r.end());
     data.loss_mask.insert(data.loss_mask.end(), r.size(), 1);
-    data.tokens.push_back(tokenizer.eos);
+    tokens.push_back(tokenizer.eos);
     data.loss_mask.push_back(1);
     ++examples;
     response_tokens += static_cast<int64_t>(r.size()) + 1;
   }
   FP8T_CHECK(examples > 0, "SFT data file '{}' holds no example (one JSON object per line)", path);
-  for (Token t : data.tokens)
+  for (Token t : tokens)
     FP8T_CHECK(t < data.vocab_size, "SFT data '{}': the tokenizer produced token {}, outside its vocabulary of {}",
                path, t, data.vocab_size);
+  const size_t token_count = tokens.size();
+  data.tokens = TokenSequence(std::move(tokens));
   data.source = fmt::format("{} (SFT: {} examples, {} of {} tokens are response targets)", path, examples,
-                            response_tokens, data.tokens.size());
+                            response_tokens, token_count);
   return data;
 }
 

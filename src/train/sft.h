@@ -5,8 +5,9 @@
 // training targets: the response's tokens and its EOS. Every other target (BOS, the prompt) is ignored by the loss
 // (kIgnoreTarget, −1 in the model's i32 targets). Windows may span two examples; attention is not reset between
 // them (as for plain text).
-// The tokenizer is a parameter (SftTokenizer): today the byte tokenizer (byte_sft_tokenizer); any tokenizer with
-// an encode function and BOS / EOS ids plugs in the same way.
+// The tokenizer is a parameter (SftTokenizer): the byte tokenizer (byte_sft_tokenizer) or the run's tokenizer
+// (sft_tokenizer: byte or SentencePiece); any tokenizer with an encode function and BOS / EOS ids plugs in the same
+// way.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -28,6 +29,10 @@ struct SftTokenizer {
 
 // The byte tokenizer (train/tokenizer.h): bytes, BOS 256, EOS 257.
 SftTokenizer byte_sft_tokenizer();
+
+// A run's tokenizer (borrowed: it must outlive the result). Error when it has no BOS or EOS id (a foreign
+// SentencePiece model without them).
+SftTokenizer sft_tokenizer(const Tokenizer& tokenizer);
 
 // Reads `path` (format above). Errors name the file and line: missing/empty file, a line that is not a JSON
 // object, a missing or non-string "prompt" / "response", text that is not valid UTF-8, an empty response, no

@@ -2,6 +2,8 @@
 #include "train/tokenizer.h"
 
 #include "common/error.h"
+#include "train/atomic_file.h"
+#include "train/checkpoint.h"
 
 namespace fp8train::train {
 
@@ -65,6 +67,36 @@ std::string decode_tokens(const std::vector<Token>& tokens) {
     if (t < 256) out.push_back(static_cast<char>(t));
   }
   return out;
+}
+
+namespace {
+
+class ByteTokenizer final : public Tokenizer {
+ public:
+  std::string kind() const override { return "byte"; }
+  uint32_t vocab_size() const override { return kByteVocabSize; }
+  std::vector<Token> encode(std::string_view text) const override { return encode_bytes(text); }
+  std::string decode(const std::vector<Token>& ids) const override { return decode_tokens(ids); }
+  Token eos_id() const override { return kEos; }
+  Token bos_id() const override { return kBos; }
+  bool samplable(Token id) const override { return id < 256 || id == kEos; }
+  const std::string& model_bytes() const override { return empty_; }
+
+ private:
+  std::string empty_;
+};
+
+}  // namespace
+
+std::string Tokenizer::fingerprint() const { return is_byte() ? "byte" : kind() + ":" + fnv1a64_hex(model_bytes()); }
+
+std::string Tokenizer::describe() const { return fmt::format("{} tokenizer ({} ids)", kind(), vocab_size()); }
+
+std::unique_ptr<Tokenizer> make_byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
+
+std::unique_ptr<Tokenizer> load_tokenizer_file(const std::string& path) {
+  const std::string bytes = read_file(path);
+  return sentencepiece_tokenizer(bytes, "tokenizer model '" + path + "'");
 }
 
 }  // namespace fp8train::train

@@ -180,21 +180,49 @@ bool stop_requested() { return g_stop != 0; }
 
 
 std::string data_fingerprint(const TokenData& data) {
+  if (!data.fingerprint.empty()) return data.fingerprint;
   std::string bytes;
   bytes.reserve(data.tokens.size() * 4);
-  for (Token t : data.tokens)
+  const std::vector<Token> tokens = data.tokens.to_vector();
+  for (Token t : tokens)
     for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<char>((t >> (8 * i)) & 0xff));
   for (uint8_t m : data.loss_mask) bytes.push_back(static_cast<char>(m));
   return fnv1a64_hex(bytes);
 }
 
+namespace {
+
+// Fills row `r` of inputs/targets [rows, seq_len] with the window of seq_len + 1 tokens at `start` (a target whose
+// loss-mask entry is 0 is kIgnoreTarget); returns the number of targets the loss counts.
+int64_t fill_eval_row(const TokenSequence& tokens, const std::vector<uint8_t>& loss_mask, size_t start, size_t r,
+                      std::vector<Token>& window, std::vector<Token>& inputs, std::vector<Token>& targets) {
+  const size_t t = window.size() - 1;
+  tokens.copy(start, t + 1, window.data());
+  int64_t count = 0;
+  for (size_t i = 0; i < t; ++i) {
+    const bool target = loss_mask.empty() || loss_mask[start + i + 1] != 0;
+    inputs[r * t + i] = window[i];
+    targets[r * t + i] = target ? window[i + 1] : kIgnoreTarget;
+    count += target ? 1 : 0;
+  }
+  return count;
+}
+
+}  // namespace
+
 double evaluate_loss(TrainableModel& model, const std::vector<Token>& tokens, const std::vector<int64_t>& starts,
+                     int64_t seq_len, int64_t batch, const EvalProgress& progress,
+                     const std::vector<uint8_t>& loss_mask) {
+  return evaluate_loss(model, TokenSequence::view(tokens), starts, seq_len, batch, progress, loss_mask);
+}
+
+double evaluate_loss(TrainableModel& model, const TokenSequence& tokens, const std::vector<int64_t>& starts,
                      int64_t seq_len, int64_t batch, const EvalProgress& progress,
                      const std::vector<uint8_t>& loss_mask) {
   FP8T_CHECK(!starts.empty(), "no held-out windows to evaluate (the held-out data is shorter than seq_len + 1)");
   FP8T_CHECK(loss_mask.empty() || loss_mask.size() == tokens.size(), "the loss mask has {} entries for {} tokens",
              loss_mask.size(), tokens.size());
-  std::vector<Token> inputs, targets;
+  std::vector<Token> inputs, targets, window(static_cast<size_t>(seq_len) + 1);
   double sum = 0.0;
   int64_t count = 0;
   for (size_t first = 0; first < starts.size(); first += static_cast<size_t>(batch)) {
@@ -202,13 +230,7 @@ double evaluate_loss(TrainableModel& model, const std::vector<Token>& tokens, co
     inputs.resize(rows * static_cast<size_t>(seq_len));
     targets.resize(inputs.size());
     for (size_t r = 0; r < rows; ++r)
-      for (int64_t i = 0; i < seq_len; ++i) {
-        const size_t at = static_cast<size_t>(starts[first + r] + i);
-        const bool target = loss_mask.empty() || loss_mask[at + 1] != 0;
-        inputs[r * static_cast<size_t>(seq_len) + static_cast<size_t>(i)] = tokens[at];
-        targets[r * static_cast<size_t>(seq_len) + static_cast<size_t>(i)] = target ? tokens[at + 1] : kIgnoreTarget;
-        count += target ? 1 : 0;
-      }
+      count += fill_eval_row(tokens, loss_mask, static_cast<size_t>(starts[first + r]), r, window, inputs, targets);
     sum += model.eval_loss_sum(inputs.data(), targets.data(), static_cast<int64_t>(rows), seq_len);
     if (progress) progress(first + rows, starts.size());
   }
@@ -219,8 +241,16 @@ double evaluate_loss(TrainableModel& model, const std::vector<Token>& tokens, co
 double evaluate_distill_kl(TrainableModel& student, TrainableModel& teacher, int64_t top_k,
                            const std::vector<Token>& tokens, const std::vector<int64_t>& starts, int64_t seq_len,
                            int64_t batch, const std::vector<uint8_t>& loss_mask) {
+  return evaluate_distill_kl(student, teacher, top_k, TokenSequence::view(tokens), starts, seq_len, batch, loss_mask);
+}
+
+double evaluate_distill_kl(TrainableModel& student, TrainableModel& teacher, int64_t top_k, const TokenSequence& tokens,
+                           const std::vector<int64_t>& starts, int64_t seq_len, int64_t batch,
+                           const std::vector<uint8_t>& loss_mask) {
   FP8T_CHECK(!starts.empty(), "no held-out windows to evaluate (the held-out data is shorter than seq_len + 1)");
-  std::vector<Token> inputs, targets;
+  FP8T_CHECK(loss_mask.empty() || loss_mask.size() == tokens.size(), "the loss mask has {} entries for {} tokens",
+             loss_mask.size(), tokens.size());
+  std::vector<Token> inputs, targets, window(static_cast<size_t>(seq_len) + 1);
   double sum = 0.0;
   int64_t count = 0;
   for (size_t first = 0; first < starts.size(); first += static_cast<size_t>(batch)) {
@@ -228,13 +258,7 @@ double evaluate_distill_kl(TrainableModel& student, TrainableModel& teacher, int
     inputs.resize(rows * static_cast<size_t>(seq_len));
     targets.resize(inputs.size());
     for (size_t r = 0; r < rows; ++r)
-      for (int64_t i = 0; i < seq_len; ++i) {
-        const size_t at = static_cast<size_t>(starts[first + r] + i);
-        const bool target = loss_mask.empty() || loss_mask[at + 1] != 0;
-        inputs[r * static_cast<size_t>(seq_len) + static_cast<size_t>(i)] = tokens[at];
-        targets[r * static_cast<size_t>(seq_len) + static_cast<size_t>(i)] = target ? tokens[at + 1] : kIgnoreTarget;
-        count += target ? 1 : 0;
-      }
+      count += fill_eval_row(tokens, loss_mask, static_cast<size_t>(starts[first + r]), r, window, inputs, targets);
     const TopKTargets t = teacher.top_k(inputs.data(), static_cast<int64_t>(rows), seq_len, top_k);
     sum += student.eval_distill_kl_sum(inputs.data(), targets.data(), static_cast<int64_t>(rows), seq_len, t);
   }
@@ -274,11 +298,17 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
   FP8T_CHECK(data.vocab_size <= static_cast<uint64_t>(model.vocab_size()),
              "the data's vocabulary ({}) is larger than the model's (config key 'model.vocab_size' = {})",
              data.vocab_size, model.vocab_size());
+  const bool save_tokenizer = options.tokenizer != nullptr && !options.tokenizer->is_byte();
+  if (save_tokenizer)
+    FP8T_CHECK(options.tokenizer->vocab_size() == static_cast<uint64_t>(model.vocab_size()),
+               "the tokenizer has {} ids but the model's vocabulary (config key 'model.vocab_size') is {}; they must "
+               "be equal (leave model.vocab_size unset and it follows the tokenizer)",
+               options.tokenizer->vocab_size(), model.vocab_size());
   const fs::path run(options.run_dir);
   config.out = options.run_dir;
   const nlohmann::json config_json = config_to_json(config);
 
-  const TrainEvalSplit split = split_train_eval(data.tokens, config.eval_fraction, config.seq_len, data.loss_mask);
+  const TokenSplit split = split_tokens(data.tokens, config.eval_fraction, config.seq_len, data.loss_mask);
   BatchSampler sampler(split.train, config.seq_len, derive_seed(static_cast<uint64_t>(config.seed), 1),
                        &split.train_mask);
   const std::vector<int64_t> eval_starts =
@@ -348,6 +378,7 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
   if (lead) {
     fs::create_directories(run);
     write_file_atomic((run / "config.json").string(), config_json.dump(2) + "\n");
+    if (save_tokenizer) write_file_atomic((run / "tokenizer.model").string(), options.tokenizer->model_bytes());
     if (options.resume)
       for (const char* f : kStepLogs) truncate_jsonl_after_step((run / f).string(), state.step);
   }
@@ -393,6 +424,7 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       w.ema = ema.get();
       w.state = state;
       w.comm = &dp;
+      if (save_tokenizer) w.tokenizer_model = options.tokenizer->model_bytes();
       const std::string dir = save_checkpoint(options.run_dir, w);
       if (!lead) return;  // the lead saved the files
       events_log.write({{"step", state.step}, {"event", "checkpoint"}, {"detail", dir}});

@@ -57,6 +57,9 @@ struct TrainOptions {
   // optimizer state, and the parameters are all-gathered. Rank 0 alone writes the run directory and the output;
   // every rank evaluates (the same windows, so the same numbers) and joins each checkpoint save (checkpoint.h).
   dist::Communicator* dp = nullptr;
+  // The run's tokenizer: a SentencePiece model is saved as RUN/tokenizer.model and in every checkpoint (null or
+  // the byte tokenizer: nothing is saved). Its vocabulary must equal the model's.
+  const Tokenizer* tokenizer = nullptr;
 };
 
 struct TrainResult {
@@ -76,17 +79,23 @@ using EvalProgress = std::function<void(size_t done, size_t total)>;
 
 // Mean held-out loss over the given windows (batched by `batch`), forward only, nats per token. With a loss mask
 // (one entry per token, TokenData::loss_mask) only the targets whose entry is 1 count (SFT: the responses).
+double evaluate_loss(TrainableModel& model, const TokenSequence& tokens, const std::vector<int64_t>& starts,
+                     int64_t seq_len, int64_t batch, const EvalProgress& progress = {},
+                     const std::vector<uint8_t>& loss_mask = {});
 double evaluate_loss(TrainableModel& model, const std::vector<Token>& tokens, const std::vector<int64_t>& starts,
                      int64_t seq_len, int64_t batch, const EvalProgress& progress = {},
                      const std::vector<uint8_t>& loss_mask = {});
 
 // Mean KL(teacher top-k ‖ student) per target token over the given windows (as evaluate_loss).
+double evaluate_distill_kl(TrainableModel& student, TrainableModel& teacher, int64_t top_k, const TokenSequence& tokens,
+                           const std::vector<int64_t>& starts, int64_t seq_len, int64_t batch,
+                           const std::vector<uint8_t>& loss_mask = {});
 double evaluate_distill_kl(TrainableModel& student, TrainableModel& teacher, int64_t top_k,
                            const std::vector<Token>& tokens, const std::vector<int64_t>& starts, int64_t seq_len,
                            int64_t batch, const std::vector<uint8_t>& loss_mask = {});
 
-// FNV-1a 64 of the tokens (as little-endian uint32, then the loss mask's bytes when there is one): tells whether a
-// resume trains on the same data.
+// FNV-1a 64 of the tokens (as little-endian uint32, then the loss mask's bytes when there is one), or for shards
+// their index's checksums (TokenData::fingerprint): tells whether a resume trains on the same data.
 std::string data_fingerprint(const TokenData& data);
 
 // Refuses a resume into `run_dir` that cannot continue: a checkpoint past train.steps, or a finished run (the

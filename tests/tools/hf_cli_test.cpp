@@ -1,6 +1,6 @@
 // `fp8train export --format hf`, `train --init-from` and `logits` end to end through the built CLI (FP8TRAIN_CLI)
 // on a very small model (seconds):
-//   - export writes config.json / generation_config.json / model.safetensors and nothing else, leaves no
+//   - export writes config.json / generation_config.json / model.safetensors and the tokenizer's files, leaves no
 //     temporary behind, refuses an existing --out, and writes nothing when the checkpoint is corrupt;
 //   - train --init-from takes the model's shape from the directory, starts from its weights (the first step's
 //     loss equals the exported model's held-out level, far below a fresh model's), and refuses --resume with it;
@@ -120,7 +120,9 @@ TEST_F(HfCli, ExportWritesTheDirectoryAtomically) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(work_ / "hf")) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors"}));
+  // The byte tokenizer's Hugging Face files come with the weights (train/tokenizer_hf.h).
+  EXPECT_EQ(names, (std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors",
+                                             "tokenizer.json", "tokenizer_config.json"}));
   for (const auto& e : fs::directory_iterator(work_))
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
   const nlohmann::json c = nlohmann::json::parse(slurp(work_ / "hf" / "config.json"));

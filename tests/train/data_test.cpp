@@ -107,13 +107,13 @@ TEST(TokenData, LoadsTextAndTokenFilesAndRefusesBadInput) {
   write_file_atomic(text_path, "hello\n");
   const TokenData text = load_token_data(text_path);
   EXPECT_TRUE(text.byte_tokens);
-  EXPECT_EQ(text.tokens, encode_bytes("hello\n"));
+  EXPECT_EQ(text.tokens.to_vector(), encode_bytes("hello\n"));
   const std::string tok_path = (dir / "a.tok").string();
   write_token_file(tok_path, {3, 1, 2}, 1000, 2);
   const TokenData tok = load_token_data(tok_path);
   EXPECT_FALSE(tok.byte_tokens);
   EXPECT_EQ(tok.vocab_size, 1000u);
-  EXPECT_EQ(tok.tokens, (std::vector<Token>{3, 1, 2}));
+  EXPECT_EQ(tok.tokens.to_vector(), (std::vector<Token>{3, 1, 2}));
   const std::string bad_path = (dir / "bad.txt").string();
   write_file_atomic(bad_path, std::string("abc\xFF", 4));
   EXPECT_NE(error_of([&] { load_token_data(bad_path); }).find("byte offset 3"), std::string::npos);

@@ -64,7 +64,7 @@ TEST(Sft, PacksExamplesWithBosEosAndMasksAllButTheResponse) {
   const TokenData d = load_sft_data(p.string(), byte_sft_tokenizer());
   const std::vector<Token> want = {kBos, 'a', 'b', 'c', kEos, kBos, 'x', 'y', kEos};
   const std::vector<uint8_t> mask = {0, 0, 0, 1, 1, 0, 1, 1, 1};
-  EXPECT_EQ(d.tokens, want);
+  EXPECT_EQ(d.tokens.to_vector(), want);
   EXPECT_EQ(d.loss_mask, mask);
   EXPECT_TRUE(d.byte_tokens);
   EXPECT_NE(d.source.find("2 examples"), std::string::npos) << d.source;
@@ -78,7 +78,7 @@ TEST(Sft, TheTokenizerIsAParameter) {
   t.vocab_size = 10;
   t.byte_tokens = false;
   const TokenData d = load_sft_data(write_temp("b.jsonl", R"({"prompt":"pq","response":"r"})").string(), t);
-  EXPECT_EQ(d.tokens, (std::vector<Token>{1, 5, 5, 5, 2}));
+  EXPECT_EQ(d.tokens.to_vector(), (std::vector<Token>{1, 5, 5, 5, 2}));
   EXPECT_EQ(d.vocab_size, 10u);
   EXPECT_FALSE(d.byte_tokens);
 }
@@ -105,7 +105,7 @@ TEST(Sft, SamplerAndEvaluationIgnoreMaskedTargets) {
             R"(","response":"answer"})"
             "\n";
   const TokenData d = load_sft_data(write_temp("c.jsonl", text).string(), byte_sft_tokenizer());
-  const TrainEvalSplit split = split_train_eval(d.tokens, 0.2, 16, d.loss_mask);
+  const TokenSplit split = split_tokens(d.tokens, 0.2, 16, d.loss_mask);
   ASSERT_EQ(split.train_mask.size(), split.train.size());
   ASSERT_EQ(split.eval_mask.size(), split.eval.size());
   BatchSampler sampler(split.train, 16, 3, &split.train_mask);

@@ -8,7 +8,8 @@
 //       config.json sets the model's shape (precedence: preset < HFDIR < file < flags).
 //   fp8train eval --checkpoint DIR [--data FILE] [--seq-len N] [--batch N] [--max-windows N] [--json]
 //       Perplexity and bits per byte of the model in DIR on FILE (default: the run's own held-out split).
-//       eval and generate read the weights only (optimizer.safetensors may be absent).
+//       eval and generate read the weights only (optimizer.safetensors may be absent), and encode text with the
+//       tokenizer saved in the checkpoint (--tokenizer, when given, must be that same model).
 //   fp8train generate --checkpoint DIR [--prompt TEXT] [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]
 //                     [--speculative none|mtp] [--no-cache] [--stats]
 //       Samples a continuation with the main model, incrementally with MLA's latent cache (--no-cache: recomputing
@@ -45,6 +46,8 @@
 #include "train/progress.h"
 #include "train/rng.h"
 #include "train/sft.h"
+#include "train/token_shards.h"
+#include "train/tokenizer.h"
 #include "train/trainer.h"
 #ifdef FP8TRAIN_HAVE_CUDA
 #include "tensor/cuda/device.h"
@@ -86,10 +89,58 @@ std::string device_description() {
 
 namespace {
 
-TokenData load_data(const TrainConfig& c) {
-  if (c.data_format == "sft") return load_sft_data(c.data_path, byte_sft_tokenizer());
-  return c.data_path.empty() ? embedded_corpus_data(static_cast<uint64_t>(c.seed), static_cast<size_t>(c.corpus_bytes))
-                             : load_token_data(c.data_path);
+// The run's data, encoded with its tokenizer (SFT JSONL too: [BOS] prompt response [EOS] in that tokenizer's ids).
+TokenData load_data(const TrainConfig& c, const Tokenizer& tokenizer) {
+  if (c.data_format == "sft") return load_sft_data(c.data_path, sft_tokenizer(tokenizer));
+  return c.data_path.empty()
+             ? embedded_corpus_data(static_cast<uint64_t>(c.seed), static_cast<size_t>(c.corpus_bytes), &tokenizer)
+             : load_token_data(c.data_path, tokenizer);
+}
+
+bool set_by_user(const ConfigSources& sources, const std::string& key) {
+  const auto it = sources.find(key);
+  return it != sources.end() && it->second != "preset" && it->second != "checkpoint";
+}
+
+// A --tokenizer given with a checkpoint must be the checkpoint's own tokenizer.
+void check_same_tokenizer(const Tokenizer& checkpoint, const std::string& given_path, const std::string& dir) {
+  const std::unique_ptr<Tokenizer> given = given_path.empty() ? make_byte_tokenizer() : load_tokenizer_file(given_path);
+  FP8T_CHECK(given->fingerprint() == checkpoint.fingerprint(),
+             "the tokenizer given ({}: {}) is not the one checkpoint '{}' was trained with ({}: {}); omit "
+             "--tokenizer to use the checkpoint's",
+             given_path.empty() ? "the byte tokenizer" : "'" + given_path + "'", given->describe(), dir,
+             checkpoint.is_byte() ? "the byte tokenizer" : "its tokenizer.model", checkpoint.describe());
+}
+
+// The run's tokenizer: the checkpoint's on a resume; else data.tokenizer; else the one a shard directory given as
+// data.path was made with; else bytes. With a SentencePiece tokenizer model.vocab_size follows it, and a value
+// set by the user that differs is an error.
+std::unique_ptr<Tokenizer> train_tokenizer(TrainConfig& c, ConfigSources& sources, const CheckpointMeta* resume) {
+  std::unique_ptr<Tokenizer> tok;
+  if (resume) {
+    tok = checkpoint_tokenizer(*resume);
+    if (set_by_user(sources, "data.tokenizer")) check_same_tokenizer(*tok, c.tokenizer_path, resume->dir);
+  } else if (!c.tokenizer_path.empty()) {
+    tok = load_tokenizer_file(c.tokenizer_path);
+  } else if (!c.data_path.empty() && is_token_shard_dir(c.data_path)) {
+    tok = token_shards_tokenizer(c.data_path);
+    if (!tok->is_byte()) {
+      c.tokenizer_path = (fs::path(c.data_path) / "tokenizer.model").string();
+      sources["data.tokenizer"] = "data";
+    }
+  } else {
+    tok = make_byte_tokenizer();
+  }
+  if (!tok->is_byte()) {
+    const int64_t v = tok->vocab_size();
+    FP8T_CHECK(!set_by_user(sources, "model.vocab_size") || c.model.vocab_size == v,
+               "config key 'model.vocab_size' = {} differs from the tokenizer's {} ids; leave it unset (it follows "
+               "the tokenizer) or set it to {}",
+               c.model.vocab_size, v, v);
+    if (c.model.vocab_size != v) sources["model.vocab_size"] = "tokenizer";
+    c.model.vocab_size = v;
+  }
+  return tok;
 }
 
 void set_threads(int64_t threads) {
@@ -167,12 +218,25 @@ void run_train(const TrainArgs& args) {
     apply_config_flag(config, "data-format", "sft", &sources);
   }
   for (const auto& [flag, text] : args.flag_values) apply_config_flag(config, flag, text, &sources);
+  const std::unique_ptr<Tokenizer> tokenizer = train_tokenizer(config, sources, resume ? &*resume : nullptr);
   validate_config(config);
   resolve_moment_dtype(config, &sources);
 
   // The ranks of a distributed run (mpirun, srun or the torchrun-style environment; one rank otherwise). The world
   // is started on the device the run computes on: CPU ranks talk over MPI, GPU ranks over NCCL.
   set_threads(config.threads);
+  // The GPU runs the fp32 and bf16 recipes end to end; the quantized recipes' GPU path is not complete yet, so
+  // `auto` keeps them on the CPU (exact emulation) and says why (printed below, by rank 0 only); an explicit
+  // --device cuda is left to try.
+  const std::string recipe_base = config.recipe.substr(0, config.recipe.find(':'));
+  std::string device_note;
+  if (config.device == "auto" && recipe_base != "fp32" && recipe_base != "bf16" && hopper_gpu_visible()) {
+    device_note = fmt::format(
+        "device: a Hopper GPU is present, but recipe {} has no end-to-end GPU path yet (the GPU trains fp32 and "
+        "bf16): training on the CPU (exact FP8 emulation); --recipe bf16 uses the GPU\n",
+        config.recipe);
+    config.device = "cpu";
+  }
   config.device = start_device(config.device);  // config.json records where the run computed
   const std::unique_ptr<dist::Communicator> world =
       dist::init_world(config.device, dist::CommOptions{.timeout_seconds = config.dist_timeout});
@@ -205,7 +269,7 @@ void run_train(const TrainArgs& args) {
   }
 
   // Data first: a bad data file fails before anything is created.
-  const TokenData data = load_data(config);
+  const TokenData data = load_data(config, *tokenizer);
 
   DeepSeekTrainable model(config.model, derive_seed(static_cast<uint64_t>(config.seed), 0), config.recipe);
   if (init) {
@@ -220,13 +284,14 @@ void run_train(const TrainArgs& args) {
   if (!lead)
     FP8T_CHECK(std::freopen("/dev/null", "w", stdout) != nullptr, "cannot silence the output of rank {}",
                world->rank());
+  std::printf("%s", device_note.c_str());
   if (world->size() > 1)
     std::printf("distributed: %d ranks (%s), layout %s, collective timeout %g s\n", world->size(),
                 std::string(world->backend()).c_str(), groups.layout.str().c_str(), config.dist_timeout);
   std::printf("fp8train train: DeepSeek-V3-style model, %lld parameters (%s)\n",
               static_cast<long long>(model.parameter_count()), config.model.describe().c_str());
-  std::printf("data: %s, %zu tokens; recipe %s; %s; run directory %s\n", data.source.c_str(), data.tokens.size(),
-              config.recipe.c_str(), device_description().c_str(), config.out.c_str());
+  std::printf("data: %s, %zu tokens (%s); recipe %s; %s; run directory %s\n", data.source.c_str(), data.tokens.size(),
+              tokenizer->describe().c_str(), config.recipe.c_str(), device_description().c_str(), config.out.c_str());
   std::printf("\n%s\n", config_table(config, sources).c_str());
   std::fflush(stdout);
 
@@ -243,13 +308,15 @@ void run_train(const TrainArgs& args) {
   options.device = device_description();
   options.teacher = teacher.get();
   options.dp = groups.dp.get();
+  options.tokenizer = tokenizer.get();
   const TrainResult r = run_training(config, model, data, options);
   if (!lead) return;
-  std::printf("done: %lld steps in %s (%lld skipped); held-out loss %.4f = %.4f bits per %s; final train loss "
-              "(total, mean of the last 10 steps) %.4f\n",
-              static_cast<long long>(r.steps_done), format_duration(r.seconds).c_str(),
-              static_cast<long long>(r.skipped_steps), r.final_eval_loss, r.final_eval_bits,
-              data.byte_tokens ? "byte" : "token", r.final_train_loss);
+  std::printf(
+      "done: recipe %s on %s: %lld steps in %s (%lld skipped); held-out loss %.4f = %.4f bits per %s; final train loss "
+      "(total, mean of the last 10 steps) %.4f\n",
+      config.recipe.c_str(), options.device.c_str(), static_cast<long long>(r.steps_done),
+      format_duration(r.seconds).c_str(), static_cast<long long>(r.skipped_steps), r.final_eval_loss, r.final_eval_bits,
+      data.byte_tokens ? "byte" : "token", r.final_train_loss);
   std::printf("metrics: %s/metrics.jsonl (TensorBoard: tensorboard --logdir %s)\nreport:  %s\n", config.out.c_str(),
               config.out.c_str(), r.report_path.c_str());
 }
@@ -259,14 +326,18 @@ struct LoadedModel {
   TrainConfig config;
   std::unique_ptr<DeepSeekTrainable> model;
   CheckpointMeta meta;
+  std::unique_ptr<Tokenizer> tokenizer;
 };
 
 // ema: the checkpoint's weight EMA in place of its master weights (eval --ema).
-LoadedModel load_model(const std::string& checkpoint, int64_t threads, const std::string& device, bool ema = false) {
+LoadedModel load_model(const std::string& checkpoint, int64_t threads, const std::string& device,
+                       const std::string& tokenizer_path, bool ema = false) {
   LoadedModel m;
   m.meta = read_checkpoint_meta(resolve_checkpoint_dir(checkpoint), CheckpointUse::Inference);
   FP8T_CHECK(!ema || checkpoint_has_ema(m.meta),
              "checkpoint '{}' holds no weight EMA (train with --ema-decay D, e.g. 0.999, to keep one)", m.meta.dir);
+  m.tokenizer = checkpoint_tokenizer(m.meta);
+  if (!tokenizer_path.empty()) check_same_tokenizer(*m.tokenizer, tokenizer_path, m.meta.dir);
   const std::string preset = m.meta.config.value("preset", "small");
   m.config = preset_config(preset);
   apply_config_json(m.config, m.meta.config, "checkpoint", nullptr);
@@ -281,7 +352,7 @@ LoadedModel load_model(const std::string& checkpoint, int64_t threads, const std
 
 // ---- eval ------------------------------------------------------------------------------------------------
 struct EvalArgs {
-  std::string checkpoint, data, sft;
+  std::string checkpoint, data, sft, tokenizer;
   int64_t seq_len = 0, batch = 8, max_windows = 0, threads = 0;
   std::string device = "auto";
   bool json = false;
@@ -291,15 +362,15 @@ struct EvalArgs {
 void run_eval(const EvalArgs& a) {
   FP8T_CHECK(a.batch >= 1, "--batch must be at least 1, got {}", a.batch);
   FP8T_CHECK(a.seq_len >= 0 && a.max_windows >= 0, "--seq-len and --max-windows must be non-negative");
-  LoadedModel m = load_model(a.checkpoint, a.threads, a.device, a.ema);
+  LoadedModel m = load_model(a.checkpoint, a.threads, a.device, a.tokenizer, a.ema);
   const int64_t seq_len = a.seq_len > 0 ? a.seq_len : m.config.seq_len;
   FP8T_CHECK(a.data.empty() || a.sft.empty(), "give --data or --sft, not both");
-  std::vector<Token> tokens;
+  TokenSequence tokens;
   std::vector<uint8_t> mask;
   std::string source;
   bool bytes = true;
-  if (!a.sft.empty()) {  // the response tokens of chat / SFT data
-    TokenData d = load_sft_data(a.sft, byte_sft_tokenizer());
+  if (!a.sft.empty()) {  // the response tokens of chat / SFT data, in the checkpoint's tokenizer
+    TokenData d = load_sft_data(a.sft, sft_tokenizer(*m.tokenizer));
     FP8T_CHECK(d.vocab_size <= static_cast<uint32_t>(m.model->vocab_size()),
                "'{}' has a vocabulary of {}, the model's is {}", a.sft, d.vocab_size, m.model->vocab_size());
     tokens = std::move(d.tokens);
@@ -307,15 +378,15 @@ void run_eval(const EvalArgs& a) {
     source = d.source;
     bytes = d.byte_tokens;
   } else if (!a.data.empty()) {
-    TokenData d = load_token_data(a.data);
+    TokenData d = load_token_data(a.data, *m.tokenizer);
     tokens = std::move(d.tokens);
     source = a.data;
     bytes = d.byte_tokens;
     FP8T_CHECK(d.vocab_size <= static_cast<uint32_t>(m.model->vocab_size()),
                "'{}' has a vocabulary of {}, the model's is {}", a.data, d.vocab_size, m.model->vocab_size());
   } else {  // the run's own held-out split
-    TokenData d = load_data(m.config);
-    TrainEvalSplit split = split_train_eval(d.tokens, m.config.eval_fraction, m.config.seq_len, d.loss_mask);
+    TokenData d = load_data(m.config, *m.tokenizer);
+    TokenSplit split = split_tokens(d.tokens, m.config.eval_fraction, m.config.seq_len, d.loss_mask);
     tokens = std::move(split.eval);
     mask = std::move(split.eval_mask);
     source = d.source + " (held-out split)";
@@ -356,7 +427,7 @@ void run_eval(const EvalArgs& a) {
 
 // ---- generate --------------------------------------------------------------------------------------------
 struct GenerateArgs {
-  std::string checkpoint, prompt;
+  std::string checkpoint, prompt, tokenizer;
   int64_t max_new_tokens = 200, top_k = 40, seed = 1, threads = 0;
   std::string device = "auto";
   double temperature = 0.8;
@@ -372,25 +443,35 @@ void run_generate(const GenerateArgs& a) {
              a.speculative);
   FP8T_CHECK(!(a.no_cache && a.speculative == "mtp"), "--speculative mtp decodes with the cache; drop --no-cache");
   validate_utf8(a.prompt, "--prompt");
-  LoadedModel m = load_model(a.checkpoint, a.threads, a.device);
-  std::vector<Token> context = encode_bytes(a.prompt);
-  if (context.empty()) context.push_back('\n');  // an empty prompt starts a new line of the corpus
+  LoadedModel m = load_model(a.checkpoint, a.threads, a.device, a.tokenizer);
+  const Tokenizer& tok = *m.tokenizer;
+  std::vector<Token> context = encode_text(tok, a.prompt);
+  if (context.empty()) context = encode_text(tok, "\n");  // an empty prompt starts a new line of the corpus
   GenerateOptions o;
   o.sampling.temperature = a.temperature;
   o.sampling.top_k = a.top_k;
+  o.sampling.tokenizer = &tok;
   o.max_new_tokens = a.max_new_tokens;
   o.seed = static_cast<uint64_t>(a.seed);
   o.mode = a.speculative == "mtp" ? DecodeMode::Speculative : a.no_cache ? DecodeMode::Recompute : DecodeMode::Cache;
   o.window = m.config.seq_len;
   std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
   std::fflush(stdout);
+  // Subword pieces (and byte-fallback pieces of one character) print once their text is complete: the new ids
+  // are decoded together and what extends the text printed so far is written.
+  std::vector<Token> generated;
+  std::string printed;
   GenerateStats stats;
   generate(
       m.model->model(), context, o,
-      [](Token t) {
-        const char byte = static_cast<char>(t);
-        std::fwrite(&byte, 1, 1, stdout);
-        std::fflush(stdout);
+      [&](Token t) {
+        generated.push_back(t);
+        const std::string text = tok.decode(generated);
+        if (text.size() > printed.size() && text.compare(0, printed.size(), printed) == 0) {
+          std::fwrite(text.data() + printed.size(), 1, text.size() - printed.size(), stdout);
+          std::fflush(stdout);
+          printed = text;
+        }
       },
       &stats);
   std::printf("\n");
@@ -448,9 +529,12 @@ void add_train(CLI::App& root) {
   auto* eval = root.add_subcommand("eval", "Perplexity and bits per byte of a checkpoint on a file");
   eval->option_defaults()->always_capture_default();
   eval->add_option("--checkpoint", eval_args.checkpoint, "run directory, checkpoints/ folder or step directory")->required();
-  eval->add_option("--data", eval_args.data, "UTF-8 text or token file (default: the run's held-out split)");
+  eval->add_option("--data", eval_args.data,
+                   "UTF-8 text, token file or token shard directory (default: the run's held-out split)");
   eval->add_option("--sft", eval_args.sft,
                    "chat / SFT JSONL file: the loss of the responses given their prompts (format: src/train/sft.h)");
+  eval->add_option("--tokenizer", eval_args.tokenizer,
+                   "SentencePiece model; must be the checkpoint's own (default: the checkpoint's tokenizer)");
   eval->add_option("--seq-len", eval_args.seq_len, "window length (default: the training seq_len)");
   eval->add_option("--batch", eval_args.batch, "windows per forward pass");
   eval->add_option("--max-windows", eval_args.max_windows, "evaluate at most this many windows (0: the whole file)");
@@ -466,6 +550,8 @@ void add_train(CLI::App& root) {
   gen->option_defaults()->always_capture_default();
   gen->add_option("--checkpoint", gen_args.checkpoint, "run directory, checkpoints/ folder or step directory")->required();
   gen->add_option("--prompt", gen_args.prompt, "text to continue (UTF-8)");
+  gen->add_option("--tokenizer", gen_args.tokenizer,
+                  "SentencePiece model; must be the checkpoint's own (default: the checkpoint's tokenizer)");
   gen->add_option("--max-new-tokens", gen_args.max_new_tokens, "tokens to generate");
   gen->add_option("--temperature", gen_args.temperature, "sampling temperature (0: greedy)");
   gen->add_option("--top-k", gen_args.top_k, "sample among the k most likely tokens (0: all)");

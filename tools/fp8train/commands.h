@@ -25,6 +25,8 @@ std::string device_description();
 // model, its arenas and every tensor of a step live there); or "auto" (cuda when this build has CUDA and a
 // Hopper GPU is visible, else cpu). Throws naming the reason when cuda is asked for and cannot be had.
 std::string start_device(const std::string& wanted);
+// Whether `auto` would choose cuda: this build has CUDA and a Hopper GPU is visible (starts nothing).
+bool hopper_gpu_visible();
 // The device start_device chose ("cpu" before any call).
 const std::string& started_device();
 

@@ -18,6 +18,14 @@ std::string& chosen() {
 
 const std::string& started_device() { return chosen(); }
 
+bool hopper_gpu_visible() {
+#ifdef FP8TRAIN_HAVE_CUDA
+  return fp8train::cuda::device_count() > 0 && fp8train::cuda::device_info(0).cc_major == 9;
+#else
+  return false;
+#endif
+}
+
 std::string start_device(const std::string& wanted) {
   FP8T_CHECK(wanted == "auto" || wanted == "cpu" || wanted == "cuda",
              "device '{}' is not one of auto, cpu, cuda", wanted);
