@@ -4,7 +4,7 @@ to the same ids as `fp8train tokenizer encode`, for a SentencePiece BPE model tr
 and for the byte tokenizer; and decodes fp8train's ids back to the text.
 
 Usage: test_tokenizer_oracle.py FP8TRAIN_BINARY SOURCE_DIR
-Needs the packages of tests/python/requirements-tokenizer.txt; without them it fails, saying what to install.
+Needs the packages of tests/python/requirements.txt; without them it fails, saying what to install.
 Prints "N passed, M failed" and exits non-zero on any failure.
 """
 import json
@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 
-REQUIREMENTS = "tests/python/requirements-tokenizer.txt"
+REQUIREMENTS = "tests/python/requirements.txt"
 
 
 def fail_missing(err):
