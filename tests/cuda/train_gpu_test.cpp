@@ -21,24 +21,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../common/cli_runner.h"
+
 namespace fs = std::filesystem;
+using fp8train::test::CliResult;
+using fp8train::test::jsonl;
+using fp8train::test::slurp;
 
 namespace {
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::vector<nlohmann::json> jsonl(const fs::path& p) {
-  std::vector<nlohmann::json> rows;
-  std::istringstream in(slurp(p));
-  for (std::string l; std::getline(in, l);)
-    if (!l.empty()) rows.push_back(nlohmann::json::parse(l));
-  return rows;
-}
 
 // The per-step rows of a run's metrics.jsonl (those with a training loss).
 std::vector<nlohmann::json> step_rows(const fs::path& run) {
@@ -47,17 +37,6 @@ std::vector<nlohmann::json> step_rows(const fs::path& run) {
     if (r.contains("loss") && r.contains("grad_norm")) out.push_back(std::move(r));
   return out;
 }
-
-struct CliResult {
-  int exit_code = -1;
-  std::string out, err;
-  std::vector<std::string> err_lines() const {
-    std::vector<std::string> lines;
-    std::istringstream in(err);
-    for (std::string l; std::getline(in, l);) lines.push_back(l);
-    return lines;
-  }
-};
 
 class TrainGpu : public ::testing::Test {
  protected:
@@ -82,15 +61,7 @@ class TrainGpu : public ::testing::Test {
   void TearDown() override { fs::remove_all(work_); }
 
   CliResult run(const std::string& args, const std::string& env = "") {
-    const fs::path out = work_ / "stdout.txt", err = work_ / "stderr.txt";
-    const std::string cmd = env + (env.empty() ? "" : " ") + "'" + FP8TRAIN_CLI + "' " + args + " > '" +
-                            out.string() + "' 2> '" + err.string() + "'";
-    const int status = std::system(cmd.c_str());
-    CliResult r;
-    r.exit_code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
+    return fp8train::test::run_cli(FP8TRAIN_CLI, args, work_, env + (env.empty() ? "" : " "));
   }
   std::string train_args(const std::string& out, const std::string& device) const {
     return "train --config '" + (work_ / "tiny.json").string() + "' --out '" + (work_ / out).string() +

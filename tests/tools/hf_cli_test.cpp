@@ -22,31 +22,16 @@
 
 #include <fmt/format.h>
 
+#include "../common/cli_runner.h"
+
 namespace fs = std::filesystem;
+using fp8train::test::CliResult;
+using fp8train::test::jsonl;
+using fp8train::test::slurp;
 
 namespace {
 
 std::string q(const fs::path& p) { return fmt::format("'{}'", p.string()); }
-
-struct CliResult {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::vector<nlohmann::json> jsonl(const fs::path& p) {
-  std::vector<nlohmann::json> rows;
-  std::istringstream in(slurp(p));
-  for (std::string l; std::getline(in, l);)
-    if (!l.empty()) rows.push_back(nlohmann::json::parse(l));
-  return rows;
-}
 
 class HfCli : public ::testing::Test {
  protected:
@@ -73,16 +58,7 @@ class HfCli : public ::testing::Test {
   }
   static void TearDownTestSuite() { fs::remove_all(work_); }
 
-  static CliResult run(const std::string& args) {
-    const fs::path out = work_ / "stdout.txt", err = work_ / "stderr.txt";
-    const std::string cmd = fmt::format("{} {} > {} 2> {}", q(FP8TRAIN_CLI), args, q(out), q(err));
-    const int status = std::system(cmd.c_str());
-    CliResult r;
-    r.exit_code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
+  static CliResult run(const std::string& args) { return fp8train::test::run_cli(FP8TRAIN_CLI, args, work_); }
 
   static void expect_one_line_error(const std::string& args, const std::string& needle) {
     const CliResult r = run(args);

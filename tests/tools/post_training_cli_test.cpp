@@ -18,29 +18,14 @@
 
 #include <fmt/format.h>
 
+#include "../common/cli_runner.h"
+
 namespace fs = std::filesystem;
+using fp8train::test::CliResult;
+using fp8train::test::jsonl;
+using fp8train::test::slurp;
 
 namespace {
-
-struct CliResult {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-std::vector<nlohmann::json> jsonl(const fs::path& p) {
-  std::vector<nlohmann::json> rows;
-  std::istringstream in(slurp(p));
-  for (std::string l; std::getline(in, l);)
-    if (!l.empty()) rows.push_back(nlohmann::json::parse(l));
-  return rows;
-}
 
 class PostTrainingCli : public ::testing::Test {
  protected:
@@ -63,16 +48,8 @@ class PostTrainingCli : public ::testing::Test {
   void TearDown() override { fs::remove_all(work_); }
 
   CliResult run(const std::string& args) {
-    const fs::path out = work_ / "stdout.txt", err = work_ / "stderr.txt";
     const char* other = std::getenv("FP8TRAIN_CLI_UNDER_TEST");
-    const std::string cli = other && *other ? other : FP8TRAIN_CLI;
-    const std::string cmd = "'" + cli + "' " + args + " > '" + out.string() + "' 2> '" + err.string() + "'";
-    const int status = std::system(cmd.c_str());
-    CliResult r;
-    r.exit_code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
+    return fp8train::test::run_cli(other && *other ? other : FP8TRAIN_CLI, args, work_);
   }
   std::string train_args(const std::string& out) const {
     return "train --config '" + (work_ / "tiny.json").string() + "' --out '" + (work_ / out).string() + "'";

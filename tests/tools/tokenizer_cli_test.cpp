@@ -20,21 +20,14 @@
 
 #include "train/corpus.h"
 
+#include "../common/cli_runner.h"
+
 namespace fs = std::filesystem;
+using fp8train::test::CliResult;
+using fp8train::test::jsonl;
+using fp8train::test::slurp;
 
 namespace {
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-struct CliResult {
-  int exit_code = -1;
-  std::string out, err;
-};
 
 class TokenizerCli : public ::testing::Test {
  protected:
@@ -57,15 +50,7 @@ class TokenizerCli : public ::testing::Test {
   void TearDown() override { fs::remove_all(work_); }
 
   CliResult run(const std::string& args) {
-    const fs::path out = work_ / "stdout.txt", err = work_ / "stderr.txt";
-    const std::string cmd = "cd '" + work_.string() + "' && '" + std::string(FP8TRAIN_CLI) + "' " + args + " > '" +
-                            out.string() + "' 2> '" + err.string() + "'";
-    const int status = std::system(cmd.c_str());
-    CliResult r;
-    r.exit_code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
+    return fp8train::test::run_cli(FP8TRAIN_CLI, args, work_, "cd '" + work_.string() + "' && ");
   }
   void ok(const std::string& args) {
     const CliResult r = run(args);

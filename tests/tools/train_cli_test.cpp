@@ -31,27 +31,14 @@
 #include "train/safetensors.h"
 #include "train/token_file.h"
 
+#include "../common/cli_runner.h"
+
 namespace fs = std::filesystem;
+using fp8train::test::CliResult;
+using fp8train::test::jsonl;
+using fp8train::test::slurp;
 
 namespace {
-
-struct CliResult {
-  int exit_code = -1;  // -1: killed by a signal
-  std::string out, err;
-  std::vector<std::string> err_lines() const {
-    std::vector<std::string> lines;
-    std::istringstream in(err);
-    for (std::string l; std::getline(in, l);) lines.push_back(l);
-    return lines;
-  }
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::string cli_path() {
   const char* other = std::getenv("FP8TRAIN_CLI_UNDER_TEST");
@@ -82,14 +69,6 @@ std::vector<std::string> checkpoint_steps(const fs::path& run) {
   return names;
 }
 
-std::vector<nlohmann::json> jsonl(const fs::path& p) {
-  std::vector<nlohmann::json> rows;
-  std::istringstream in(slurp(p));
-  for (std::string l; std::getline(in, l);)
-    if (!l.empty()) rows.push_back(nlohmann::json::parse(l));
-  return rows;
-}
-
 class TrainCli : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -113,16 +92,8 @@ class TrainCli : public ::testing::Test {
 
   // Runs the CLI with `args` (in directory `cwd` when given; `env` is prefixed, e.g. "FP8TRAIN_DEBUG=1").
   CliResult run(const std::string& args, const fs::path& cwd = {}, const std::string& env = "") {
-    const fs::path out = work_ / "stdout.txt", err = work_ / "stderr.txt";
     const std::string cd = cwd.empty() ? "" : "cd '" + cwd.string() + "' && ";
-    const std::string cmd = cd + env + (env.empty() ? "" : " ") + "'" + cli_path() + "' " + args + " > '" +
-                            out.string() + "' 2> '" + err.string() + "'";
-    const int status = std::system(cmd.c_str());
-    CliResult r;
-    r.exit_code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
+    return fp8train::test::run_cli(cli_path(), args, work_, cd + env + (env.empty() ? "" : " "));
   }
 
   // Asserts a clean failure: non-zero exit, exactly one line on stderr, containing `needle`.
