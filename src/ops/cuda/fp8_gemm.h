@@ -13,7 +13,8 @@
 // a fixed, documented sum of per-range chains, mirrored by the CPU model. (Tile shape -- 128 or 192 rows, any
 // block_n -- never changes the arithmetic: each output element's chain is the same.)
 //
-// Layouts: A, B row-major with K contiguous ("TN"), FP8 E4M3 bytes, 16-byte aligned; K a multiple of 128;
+// Layouts: A, B row-major with K contiguous ("TN"), FP8 E4M3 bytes, 16-byte aligned; K a multiple of 16 (a
+// partial last 128-block is zero-filled by TMA, and zero products leave the CPU model's chain unchanged);
 // N a multiple of 16; M any positive size. Scales are FP32, addressed through ScaleView so both the
 // QTensor row-major layout and cuBLASLt's "MN-major" layout work.
 #pragma once
@@ -81,6 +82,9 @@ struct Fp8GemmDenseProblem {
   const uint8_t* b = nullptr;  // [n, k] E4M3
   ScaleView b_scales;          // 128x128: (n / 128, kb)
   uint16_t* d = nullptr;       // [m, n] BF16 bits, row-major
+  // Optional BF16 addend [m, n] (may equal d): d = bf16_rn(float(c) + acc), one FP32 add -- a Dgrad adding into an
+  // input gradient. Runs the direct epilogue without split-K or multicast (the CPU model's accumulate-into-C).
+  const uint16_t* c = nullptr;
   std::string describe() const;
 };
 // Split-K (dense, one or two row blocks: M <= 256). With few output tiles a GEMM cannot fill the SMs, and each

@@ -1,6 +1,7 @@
 // Dense FP8 block-scaled GEMM for Fprop and Dgrad (DeepSeek-V3 recipe):
 //   d[M, N] (BF16, row-major) = A[M, K] . B[N, K]^T,  A E4M3 with 1x128 FP32 scales (per row, per K block),
-//   B E4M3 with 128x128 FP32 scales (per 128-row block of B, per K block). K % 128 == 0, N % 16 == 0, any M.
+//   B E4M3 with 128x128 FP32 scales (per 128-row block of B, per K block). K % 16 == 0 (a partial last K block is
+//   zero-filled by TMA: zero products leave the chain as the CPU model's shorter block does), N % 16 == 0, any M.
 // Fprop: A = x [tokens, in], B = W [out, in]. Dgrad: A = dy [tokens, out], B = W^T [in, out] (the 128x128
 // blocks transpose without re-quantization).
 //

@@ -209,7 +209,7 @@ bool bulk_scales_ok(const ScaleView& a, const ScaleView& b, int64_t m, int64_t n
 }
 
 void fill_scales(KernelArgs& args, const ScaleView& a, const ScaleView& b) {
-  args.bulk_scales = bulk_scales_ok(a, b, args.m, (args.n + 127) / 128, args.k / 128) ? 1 : 0;
+  args.bulk_scales = bulk_scales_ok(a, b, args.m, (args.n + 127) / 128, (args.k + 127) / 128) ? 1 : 0;
   args.sfb_group4_along_kb = b.kblock_stride == 1 ? 1 : 0;
   args.sfa = a.data;
   args.sfa_row = a.row_stride;
@@ -414,7 +414,7 @@ Fp8GemmConfig fp8_gemm_dense_heuristic(int64_t m, int64_t n, int64_t k, int num_
   if (m_blocks > 2 && config.block_n >= 128 && block_scale_b(config.block_n) != ScaleB::PerChunk)
     config.multicast = Fp8GemmMulticast::ShareB;
   if (m_blocks <= 2) {
-    const auto [bn, splits] = choose_split(m_blocks, n, k / kBlockK, num_sms);
+    const auto [bn, splits] = choose_split(m_blocks, n, (k + kBlockK - 1) / kBlockK, num_sms);
     if (splits > 1) {
       config.block_n = bn;
       config.k_splits = splits;
@@ -427,7 +427,7 @@ namespace fp8gemm {
 
 PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& config_in, cudaStream_t stream) {
   FP8T_CHECK(p.m > 0 && p.n > 0 && p.k > 0, "dense FP8 GEMM: bad shape m={} n={} k={}", p.m, p.n, p.k);
-  FP8T_CHECK(p.k % kBlockK == 0, "dense FP8 GEMM: K = {} must be a multiple of 128 (the scale block)", p.k);
+  FP8T_CHECK(p.k % 16 == 0, "dense FP8 GEMM: K = {} must be a multiple of 16 (TMA rows of 16-byte multiples)", p.k);
   FP8T_CHECK(p.n % 16 == 0, "dense FP8 GEMM: N = {} must be a multiple of 16", p.n);
   FP8T_CHECK(p.m < kMaxDim && p.n < kMaxDim && p.k < kMaxDim, "dense FP8 GEMM: dimensions must fit in 31 bits");
   check_operand(p.a, "dense", "A");
@@ -436,9 +436,19 @@ PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& 
   check_scales(p.a_scales, "dense", "A");
   check_scales(p.b_scales, "dense", "B");
   Fp8GemmConfig config = config_in;
+  if (p.c != nullptr) {  // accumulate-into-C: the direct epilogue reads C; one K chain, no clusters
+    check_operand(p.c, "dense", "C");
+    FP8T_CHECK(config.k_splits <= 1 && config.multicast != Fp8GemmMulticast::ShareA &&
+                   config.multicast != Fp8GemmMulticast::ShareB,
+               "dense FP8 GEMM: accumulating into C runs without split-K or multicast (asked for {})",
+               config.describe());
+    config.k_splits = 1;
+    config.multicast = Fp8GemmMulticast::None;
+    config.epilogue = Fp8GemmEpilogue::Direct;
+  }
   const int num_sms = fp8_gemm_num_sms();
   const Fp8GemmConfig heuristic = fp8_gemm_dense_heuristic(p.m, p.n, p.k, num_sms);
-  const int64_t kb = p.k / kBlockK;
+  const int64_t kb = (p.k + kBlockK - 1) / kBlockK;
   FP8T_CHECK(config.k_splits >= 0 && config.k_splits <= std::min<int64_t>(kMaxKSplits, kb),
              "dense FP8 GEMM: k_splits = {} must be 0 (auto) or 1..{} (at most K/128 = {} and {})", config.k_splits,
              std::min<int64_t>(kMaxKSplits, kb), kb, kMaxKSplits);
@@ -491,6 +501,7 @@ PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& 
   fill_units(args, L.spec, config, 1);
   fill_scales(args, p.a_scales, p.b_scales);
   args.d = p.d;
+  args.c_bf16 = p.c;
   L.spec.block_n = config.block_n;
   L.spec.warpgroups = rows192 ? 3 : 2;
   L.spec.out = split ? Output::Bf16SplitK : (tma ? Output::Bf16Tma : Output::Bf16Direct);
@@ -545,7 +556,7 @@ PreparedLaunch prepare_grouped(const Fp8GemmGroupedProblem& p, const Fp8GemmConf
   FP8T_CHECK(p.m_total % kBlockM == 0,
              "grouped FP8 GEMM: m_total = {} must be a multiple of 128 (each group's rows are padded to 128)",
              p.m_total);
-  FP8T_CHECK(p.k % kBlockK == 0, "grouped FP8 GEMM: K = {} must be a multiple of 128", p.k);
+  FP8T_CHECK(p.k % 16 == 0, "grouped FP8 GEMM: K = {} must be a multiple of 16 (TMA rows of 16-byte multiples)", p.k);
   FP8T_CHECK(p.n % 16 == 0, "grouped FP8 GEMM: N = {} must be a multiple of 16", p.n);
   FP8T_CHECK(p.m_total < kMaxDim && p.n * p.num_groups < kMaxDim && p.k < kMaxDim,
              "grouped FP8 GEMM: dimensions must fit in 31 bits");
@@ -637,7 +648,7 @@ PreparedLaunch prepare_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& 
   FP8T_CHECK(p.num_groups == 1 || p.k_offsets != nullptr,
              "Wgrad FP8 GEMM: {} groups need k_offsets (device memory, num_groups + 1 entries)", p.num_groups);
   FP8T_CHECK(p.m > 0 && p.n > 0 && p.k > 0, "Wgrad FP8 GEMM: bad shape m={} n={} k={}", p.m, p.n, p.k);
-  FP8T_CHECK(p.k % kBlockK == 0, "Wgrad FP8 GEMM: K = {} must be a multiple of 128 (the scale tile)", p.k);
+  FP8T_CHECK(p.k % 16 == 0, "Wgrad FP8 GEMM: K = {} must be a multiple of 16 (TMA rows of 16-byte multiples)", p.k);
   FP8T_CHECK(p.n % 16 == 0, "Wgrad FP8 GEMM: N = {} must be a multiple of 16", p.n);
   FP8T_CHECK(p.m * p.num_groups < kMaxDim && p.n < kMaxDim && p.k < kMaxDim,
              "Wgrad FP8 GEMM: dimensions must fit in 31 bits");

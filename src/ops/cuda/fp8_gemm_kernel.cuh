@@ -47,7 +47,8 @@
 // Epilogues: Bf16Tma (each warpgroup writes its 64 x BN BF16 block into swizzled shared memory (st.shared) in
 //   atoms of 64/32/16 columns -- 128/64/32-byte swizzle, conflict-free -- fence.proxy.async, then one thread issues
 //   one TMA store per atom; the next tile waits only for the store to finish reading), Bf16Direct and
-//   Fp32Direct (st.global per thread, edges predicated; Fp32Direct optionally adds C: d = c + acc), and
+//   Fp32Direct (st.global per thread, edges predicated; both optionally add C: d = c + acc, one FP32 add, C BF16
+//   or FP32 as d), and
 //   Bf16SplitK (dense, few row blocks): a unit is one K range of a tile; its FP32 block goes to a workspace,
 //   an arrival counter per (tile, warpgroup) finds the last range to finish, and that warpgroup adds the
 //   ranges in range order (its own from registers, reusing the partial-sum registers for the total) and
@@ -117,7 +118,7 @@ __device__ __forceinline__ TileCoord tile_coord(const KernelArgs& a, int unit, i
     t.kb_begin = __ldg(a.group_offsets + group) / kBlockK;
     t.kb_end = __ldg(a.group_offsets + group + 1) / kBlockK;
   } else {
-    const int kb = a.k / kBlockK;
+    const int kb = (a.k + kBlockK - 1) / kBlockK;  // a partial last block: TMA zero-fills past K
     t.kb_begin = static_cast<int>(static_cast<long long>(split) * kb / a.k_splits);
     t.kb_end = static_cast<int>(static_cast<long long>(split + 1) * kb / a.k_splits);
   }
@@ -570,7 +571,13 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
             const long long idx = group_offset + static_cast<long long>(row) * args.n + col;
             const float v0 = acc[4 * j + 2 * half], v1 = acc[4 * j + 2 * half + 1];
             if constexpr (kOut == Output::Bf16Direct) {
-              *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(args.d) + idx) = pack_bf16x2(v0, v1);
+              float a0 = v0, a1 = v1;
+              if (args.c_bf16 != nullptr) {
+                const uint32_t c = *reinterpret_cast<const uint32_t*>(args.c_bf16 + idx);
+                a0 = __fadd_rn(__uint_as_float(c << 16), v0);
+                a1 = __fadd_rn(__uint_as_float(c & 0xFFFF0000u), v1);
+              }
+              *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(args.d) + idx) = pack_bf16x2(a0, a1);
             } else {
               float2 out = make_float2(v0, v1);
               if (args.c != nullptr) {

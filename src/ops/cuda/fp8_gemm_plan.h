@@ -114,6 +114,9 @@ struct KernelArgs {
   long long sfb_row = 0, sfb_kb = 0, sfb_group = 0;
   void* d = nullptr;        // Direct epilogues: [groups, m, n] row-major (BF16 bits or FP32)
   const float* c = nullptr; // Fp32Direct: optional addend, same layout as d (may alias d)
+  // Bf16Direct: optional BF16 addend, same layout as d (may alias d): d = bf16_rn(float(c) + acc), one FP32 add
+  // (a Dgrad accumulating into an input gradient another Linear already wrote).
+  const uint16_t* c_bf16 = nullptr;
   // Set by the host when the scale layouts allow bulk scale copies: A scales MN-major (sfa_row == 1, each K block's
   // column 16-byte aligned and padded to a multiple of 4 rows) and B scales padded so that the aligned group of
   // four around any scale is inside the array. sfb_group4_along_kb: the group runs along K blocks (B K-major)
