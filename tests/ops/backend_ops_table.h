@@ -561,6 +561,14 @@ inline void scaled_gemm_cases(std::vector<BackendOpCase>& out) {
                          numerics(AccumMode::Hopper), bits, true);
     add_scaled_gemm_case(out, {act2, 64, layout}, {wgt, 256, layout}, 1024, DType::BF16, false,
                          numerics(AccumMode::Hopper, 128, 2), bits, true);
+    // Accumulating into a BF16 d (a Dgrad adding into an input gradient), K with a partial last block (576 =
+    // 4.5 x 128: MLA's kv_lora_rank + rope dims), and into F32 (the numerics-health samples' view of the product).
+    add_scaled_gemm_case(out, {act, 192, layout}, {wgt, 272, layout}, 576, DType::BF16, true,
+                         numerics(AccumMode::Hopper), bits, true);
+    add_scaled_gemm_case(out, {act, 192, layout}, {wgt, 272, layout}, 384, DType::F32, false,
+                         numerics(AccumMode::Hopper), bits, true);
+    add_scaled_gemm_case(out, {act, 130, layout}, {wgt, 160, layout}, 576, DType::F32, true,
+                         numerics(AccumMode::Hopper), bits, true);
   }
   // Wgrad: 1x128 x 1x128 -> FP32 += C.
   add_scaled_gemm_case(out, {act, 256, GN}, {act, 384, GN}, 512, DType::F32, true, numerics(AccumMode::Hopper), bits,
@@ -604,7 +612,7 @@ inline void grouped_cases(std::vector<BackendOpCase>& out) {
       BackendOpCase c;
       c.op = "scaled_gemm_grouped";
       c.name = detail::gemm_name(a, b, k, dtype, false, g) + " experts 3 (rows 128, 0, 256)";
-      c.on_cuda = dtype == DType::BF16;  // the CUDA grouped kernel writes BF16
+      c.on_cuda = true;  // BF16: the grouped kernel; F32 (health samples): one F32 product per expert
       c.run = [=](const ExecCtx& ctx, uint64_t seed) {
         const quant::QTensor qa = detail::operand_on(ctx, a, k, seed), qb = detail::operand_on(ctx, b, k, seed + 1);
         const Tensor off = Tensor::from_vector(offsets, {E + 1}, MemCategory::Workspace, Device::cpu()).to(ctx.device);
