@@ -403,7 +403,10 @@ void Linear::backward(const StepContext& ctx, const Tensor& dy, const LinearInpu
   if (x.qt.defined()) {
     xt = x.qt;
   } else if (x.stored.defined()) {
-    const Tensor values = ops::dequantize(ctx.exec, x.stored, DType::F32);
+    // With power-of-two scales every stored value is exact in BF16 (8 significant bits: E5M6 has 7, E4M3 4, INT8 7;
+    // FP32's exponent range): the same values in half the bytes of FP32.
+    const bool bf16_exact = x.stored.spec.scale_mode == quant::ScaleMode::PowerOfTwo;
+    const Tensor values = ops::dequantize(ctx.exec, x.stored, bf16_exact ? DType::BF16 : DType::F32);
     xt = ops::quantize(ctx.exec, values, plan.wgrad.b, ops::QuantizeOutputs::Colwise, layout).transposed();
   } else if (x.q.defined()) {
     xt = ops::with_colwise(ctx.exec, x.q).transposed().rowwise_only();

@@ -367,8 +367,13 @@ void with_colwise(const ExecCtx& ctx, const ColwiseProblem& p, const void* codes
                      p.groups, stream);
     return;
   }
-  // Otherwise the values are re-quantized: dequantize to FP32 scratch, then the column-wise path of quantize.
-  Tensor values = ctx.scratch({p.rows, p.cols}, DType::F32);
+  // Otherwise the values are re-quantized: dequantize to scratch, then the column-wise path of quantize. With
+  // power-of-two scales (the FP8 dispatch format) every code·scale is exact in BF16 -- 8 significant bits hold
+  // E4M3's 4, E5M2's 3 and INT8's 7, and the exponent range is FP32's -- so the scratch is BF16: the same values in
+  // half the bytes; otherwise FP32.
+  const bool bf16_exact = p.spec.scale_mode == quant::ScaleMode::PowerOfTwo;
+  const DType scratch_dtype = bf16_exact ? DType::BF16 : DType::F32;
+  Tensor values = ctx.scratch({p.rows, p.cols}, scratch_dtype);
   DequantizeProblem d;
   d.format = p.spec.format;
   d.granularity = g;
@@ -376,11 +381,11 @@ void with_colwise(const ExecCtx& ctx, const ColwiseProblem& p, const void* codes
   d.cols = p.cols;
   d.groups = p.groups;
   d.layout = p.layout;
-  d.out_dtype = DType::F32;
+  d.out_dtype = scratch_dtype;
   d.ld_out = p.cols;
   dequantize(ctx, d, codes, scales, values.raw());
   QuantizeProblem q;
-  q.in_dtype = DType::F32;
+  q.in_dtype = scratch_dtype;
   q.rows = p.rows;
   q.cols = p.cols;
   q.ld = p.cols;
