@@ -225,17 +225,28 @@ void run_train(const TrainArgs& args) {
   // The ranks of a distributed run (mpirun, srun or the torchrun-style environment; one rank otherwise). The world
   // is started on the device the run computes on: CPU ranks talk over MPI, GPU ranks over NCCL.
   set_threads(config.threads);
-  // The GPU runs the fp32 and bf16 recipes end to end; the quantized recipes' GPU path is not complete yet, so
-  // `auto` keeps them on the CPU (exact emulation) and says why (printed below, by rank 0 only); an explicit
-  // --device cuda is left to try.
+  // The GPU runs fp32, bf16, fp8-deepseek and fp8-tensorwise end to end. int8-blockwise (no INT8 GEMM kernel on
+  // the GPU yet) and the options that change the FP8 GEMMs' arithmetic away from what the kernels compute (accum,
+  // promote, dgrad_block, grad) have no GPU path: `auto` keeps those on the CPU (exact emulation) and says why
+  // (printed below, by rank 0 only); an explicit --device cuda is left to try and names what is missing.
   const std::string recipe_base = config.recipe.substr(0, config.recipe.find(':'));
   std::string device_note;
-  if (config.device == "auto" && recipe_base != "fp32" && recipe_base != "bf16" && hopper_gpu_visible()) {
-    device_note = fmt::format(
-        "device: a Hopper GPU is present, but recipe {} has no end-to-end GPU path yet (the GPU trains fp32 and "
-        "bf16): training on the CPU (exact FP8 emulation); --recipe bf16 uses the GPU\n",
-        config.recipe);
-    config.device = "cpu";
+  if (config.device == "auto" && hopper_gpu_visible()) {
+    std::string cpu_only;
+    if (recipe_base != "fp32" && recipe_base != "bf16" && recipe_base != "fp8-deepseek" &&
+        recipe_base != "fp8-tensorwise")
+      cpu_only = "recipe " + recipe_base + " has no GPU path yet";
+    for (const char* key : {"accum=", "promote=", "dgrad_block=", "grad="})
+      if (cpu_only.empty() && config.recipe.find(key) != std::string::npos)
+        cpu_only = fmt::format("recipe option '{}' asks for FP8 GEMM arithmetic the GPU kernels do not compute",
+                               std::string(key).substr(0, std::string(key).size() - 1));
+    if (!cpu_only.empty()) {
+      device_note = fmt::format(
+          "device: a Hopper GPU is present, but {}: training on the CPU (exact emulation); --device cuda tries the "
+          "GPU anyway\n",
+          cpu_only);
+      config.device = "cpu";
+    }
   }
   config.device = start_device(config.device);  // config.json records where the run computed
   const std::unique_ptr<dist::Communicator> world =
