@@ -335,7 +335,10 @@ void ChunkTimes::validate() const {
   FP8T_CHECK(w >= 0, "the weight-backward time W must not be negative, got {}", w);
   FP8T_CHECK(b > w, "the full backward time B ({}) must exceed its weight part W ({}): B covers input and weights", b,
              w);
-  FP8T_CHECK(fb < 0 || fb > 0, "the overlapped F&B time must be positive, got {}", fb);
+  // A pair runs both chunks, so it cannot take less than the longer of them.
+  FP8T_CHECK(fb < 0 || fb >= std::max(f, b),
+             "the overlapped F&B time ({}) must be at least the longer of F ({}) and B ({}): the pair runs both", fb, f,
+             b);
 }
 
 double PipeSimulation::max_bubble() const {

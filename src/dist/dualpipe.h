@@ -88,9 +88,9 @@ void check_schedule(const PipeSchedule& schedule);
 
 struct ChunkTimes {
   double f = 1, b = 2, w = 1;  // b: full backward (input + weights); b ≥ w
-  double fb = -1;              // overlapped forward + full backward; < 0: f + b (no gain from overlap)
+  double fb = -1;              // overlapped forward + full backward, ≥ max(f, b); < 0: f + b (no gain from overlap)
   double overlapped() const { return fb < 0 ? f + b : fb; }
-  void validate() const;  // throws Error on negative times, w > b, f&b = 0, ...
+  void validate() const;  // throws Error on f ≤ 0, w < 0, b ≤ w, fb < max(f, b), non-finite times
 };
 
 struct PipeSpan {
