@@ -35,9 +35,9 @@ void run_schedule(const ScheduleOptions& o) {
   std::printf("chunk times: F=%g  B=%g (full backward: input %g + weights W=%g)  F&B=%g (overlapped pair)\n", times.f,
               times.b, times.b - times.w, times.w, times.overlapped());
   std::printf(
-      "cells: one per time unit; F forward, B backward for input, W backward for weights; upper case stage r "
-      "(going down), lower case stage %d-r (coming back); an F&B pair shows its forward's letter then its "
-      "backward's; '.' idle; second line: micro-batch (0-9, a-z)\n\n",
+      "cells: one per time unit. F forward, B backward for input, W backward for weights; upper case stage r\n"
+      "(going down), lower case stage %d-r (coming back); an F&B pair shows its forward's letter, then its full\n"
+      "backward's; '.' idle. Second line: the micro-batch of each cell (0-9, then a-z).\n\n",
       stages - 1);
   std::fputs(dist::render_timeline(sim, times).c_str(), stdout);
   const double formula = dist::dualpipev_bubble_formula(stages, times);
