@@ -209,7 +209,7 @@ TEST(DualPipeVSchedule, SimulatedBubbleMatchesDeepSeekFormulaWhenFEqualsBInputEq
   }
 }
 
-TEST(DualPipeVSchedule, BubbleWithoutOverlapGainIsTheSameOnEveryRank) {
+TEST(DualPipeVSchedule, BubbleOnEachRankAndWhatDeferringWSaves) {
   // With F&B = F + B every rank does M(2F + 2B) of work; 4 ranks, F 1, B 2, W 1: bubble 3 × 2 = 6 on each.
   const PipeSimulation sim = simulate(dualpipev_schedule(4, 10), ChunkTimes{});
   EXPECT_EQ(sim.makespan, 66);
