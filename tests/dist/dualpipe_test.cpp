@@ -1,13 +1,15 @@
 // The DualPipeV schedule without ranks: the V layout; every (stage, micro-batch) computed forward, input-backward
 // and weight-backward exactly once on the rank holding the stage (counted here, independently of check_schedule);
-// the phase structure (warm-up, overlapped pairs); transfers one per crossing; check_schedule catching broken
-// schedules (a missing W, a computation before its input, a deadlock of blocking send/recv); the simulated bubble
-// against DeepSeek's (PP/2−1)(F&B+B−3W) for 2, 4 and 8 ranks; the text timeline; refused arguments.
+// the phase structure (warm-up, overlapped pairs); the activations and deferred W a rank holds; transfers one per
+// crossing; check_schedule catching broken schedules (a missing W, a computation before its input, a deadlock of
+// blocking send/recv); the simulated bubble against DeepSeek's (PP/2−1)(F&B+B−3W) for 2, 4 and 8 ranks; the text
+// timeline; refused arguments.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -119,6 +121,32 @@ TEST(DualPipeVSchedule, PhaseStructure) {
       // The last action is a weight backward (deferred ones fill the cool-down).
       EXPECT_EQ(list.back().op, PipeOp::W);
     }
+  }
+}
+
+TEST(DualPipeVSchedule, InFlightBounds) {
+  // What a rank must keep: the activations of every (chunk, mb) between its forward and its weight backward — at
+  // most 2P + 1, DeepSeek's "PP + 1" activations per device with PP = 2P stages — and at most P deferred W.
+  for (const auto& [P, M] : kShapes) {
+    const PipeSchedule s = dualpipev_compute_order(P, M);
+    int most_live = 0, most_deferred = 0;
+    for (const auto& list : s.actions) {
+      std::set<std::pair<int, int>> live, deferred;
+      for (const PipeAction& a : list) {
+        if (a.op == PipeOp::F || a.op == PipeOp::FB) live.insert({a.chunk, a.mb});
+        if (a.op == PipeOp::FB) live.erase({a.chunk2, a.mb2});
+        if (a.op == PipeOp::B) deferred.insert({a.chunk, a.mb});
+        if (a.op == PipeOp::W) {
+          deferred.erase({a.chunk, a.mb});
+          live.erase({a.chunk, a.mb});
+        }
+        most_live = std::max(most_live, static_cast<int>(live.size()));
+        most_deferred = std::max(most_deferred, static_cast<int>(deferred.size()));
+      }
+      EXPECT_TRUE(live.empty());
+    }
+    EXPECT_EQ(most_live, 2 * P + 1) << P << " ranks, " << M << " micro-batches";
+    EXPECT_EQ(most_deferred, P) << P << " ranks, " << M << " micro-batches";
   }
 }
 
