@@ -41,8 +41,8 @@ namespace {
 void check_shape(int ranks, int micro_batches) {
   FP8T_CHECK(ranks >= 2, "DualPipeV needs at least 2 pipeline ranks, got {}", ranks);
   FP8T_CHECK(micro_batches >= 2 * ranks,
-             "DualPipeV on {} ranks needs at least {} micro-batches (2 x ranks: the warm-up alone keeps that many in "
-             "flight), got {}",
+             "DualPipeV on {} ranks needs at least {} micro-batches (2 x ranks: rank 0 alone starts 2 x ranks - 1 "
+             "before the first comes back, and the steady phase needs one more), got {}",
              ranks, 2 * ranks, micro_batches);
 }
 
