@@ -233,42 +233,73 @@ std::pair<double, int64_t> DeepSeekV3Model::head_loss(const StepContext& ctx, co
   return {loss, count};
 }
 
-LossBreakdown DeepSeekV3Model::run(const Tensor& inputs, const Tensor& targets, int64_t batch, bool training,
-                                   bool include_mtp, double grad_scale) {
-  const ModelConfig& c = config_;
+// What the tail (final norm, fused head loss, MTP) keeps between its forward and its backward.
+struct DeepSeekV3Model::Tail {
+  RMSNorm::State final_norm;
+  Tensor dhn;  // ∂L/∂(final norm output), written by the fused head loss during forward
+  std::vector<Mtp::State> mtp;
+};
+
+void DeepSeekV3Model::check_batch(const Tensor& inputs, const Tensor& targets, int64_t batch) const {
   FP8T_CHECK(inputs.defined() && inputs.dtype() == DType::I32 && inputs.dim() == 1 && inputs.is_contiguous(),
              "model inputs must be a contiguous i32 [batch·seq] tensor, got {}", inputs.str());
   FP8T_CHECK(targets.defined() && targets.dtype() == DType::I32 && targets.numel() == inputs.numel() &&
                  targets.is_contiguous(),
              "model targets must be a contiguous i32 tensor like the inputs ({}), got {}", inputs.str(), targets.str());
-  FP8T_CHECK(batch > 0 && inputs.numel() % batch == 0 && inputs.numel() > 0,
-             "{} tokens are not {} whole sequences", inputs.numel(), batch);
-  const int64_t n = inputs.numel(), seq = n / batch, d = c.hidden_size;
+  FP8T_CHECK(batch > 0 && inputs.numel() % batch == 0 && inputs.numel() > 0, "{} tokens are not {} whole sequences",
+             inputs.numel(), batch);
+}
+
+LossBreakdown DeepSeekV3Model::run(const Tensor& inputs, const Tensor& targets, int64_t batch, bool training,
+                                   bool include_mtp, double grad_scale) {
+  check_batch(inputs, targets, batch);
+  const int64_t n = inputs.numel(), seq = n / batch, d = config_.hidden_size;
   const Device dev = inputs.device();
   const StepContext ctx = make_context(dev, batch, seq, training, grad_scale);
-  const DType dt = ctx.dtype;
 
   LossBreakdown out;
   double balance = 0;
   // embedding and the main blocks
-  Tensor x = Tensor::empty({n, d}, dt, MemCategory::Workspace, dev);
+  Tensor x = Tensor::empty({n, d}, ctx.dtype, MemCategory::Workspace, dev);
   ops::embedding_forward(ctx.exec, inputs, embed_, x);
   std::vector<Block::State> states(training ? layers_.size() : 0);
-  for (size_t i = 0; i < layers_.size(); ++i) x = layers_[i]->forward(ctx, x, training ? &states[i] : nullptr, &balance);
-  const Tensor h_main = x;  // h^0 for MTP: the last block's output, before the final norm
-  RMSNorm::State final_norm;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    x = layers_[i]->forward(ctx, x, training ? &states[i] : nullptr, &balance);
+  Tail tail;
+  tail_forward(ctx, x, inputs, targets, batch, include_mtp, tail, out, balance);
+  out.balance = balance;
+  out.total = out.main + out.distill + out.mtp + out.balance;
+  if (!training) return out;
+
+  // backward: the tail (MTP modules in reverse, the final norm), then the blocks and the embedding
+  const Tensor dx = tail_backward(ctx, tail, n);
+  for (size_t i = layers_.size(); i-- > 0;) layers_[i]->backward(ctx, states[i], dx);
+  ops::embedding_backward(ctx.exec, inputs, dx, embed_grad_);
+  return out;
+}
+
+void DeepSeekV3Model::tail_forward(const StepContext& ctx, const Tensor& h_main, const Tensor& inputs,
+                                   const Tensor& targets, int64_t batch, bool include_mtp, Tail& tail,
+                                   LossBreakdown& out, double& balance) {
+  const ModelConfig& c = config_;
+  const int64_t n = inputs.numel(), seq = n / batch, d = c.hidden_size;
+  const Device dev = inputs.device();
+  const DType dt = ctx.dtype;
+  const bool training = ctx.training;
+  const double grad_scale = ctx.grad_scale;
+  // h_main is h^0 for MTP: the last block's output, before the final norm
   const Tensor hn = Tensor::empty({n, d}, dt, MemCategory::Workspace, dev);
-  norm_.forward(ctx, h_main, hn, training ? &final_norm : nullptr, false);
+  norm_.forward(ctx, h_main, hn, training ? &tail.final_norm : nullptr, false);
   // main loss: mean next-token cross-entropy, fused with the head
   const std::vector<int32_t> tg = targets.to_vector<int32_t>();
   const int64_t main_count = std::count_if(tg.begin(), tg.end(), [](int32_t t) { return t >= 0; });
-  const Tensor dhn = training ? Tensor::empty({n, d}, dt, MemCategory::Workspace, dev) : Tensor();
+  tail.dhn = training ? Tensor::empty({n, d}, dt, MemCategory::Workspace, dev) : Tensor();
   double kl_sum = 0;
   if (distill_)
     FP8T_CHECK(distill_->ids.dim() == 2 && distill_->ids.size(0) == n,
                "distillation targets are for {} positions, the batch has {}", distill_->ids.size(0), n);
   const auto [main_sum, counted] =
-      head_loss(ctx, hn, targets, grad_scale / std::max<int64_t>(main_count, 1), dhn, distill_, &kl_sum);
+      head_loss(ctx, hn, targets, grad_scale / std::max<int64_t>(main_count, 1), tail.dhn, distill_, &kl_sum);
   out.main = counted > 0 ? main_sum / static_cast<double>(counted) : 0.0;
   out.main_tokens = counted;
   if (distill_ && counted > 0) {
@@ -277,14 +308,14 @@ LossBreakdown DeepSeekV3Model::run(const Tensor& inputs, const Tensor& targets, 
   }
 
   // MTP: module k predicts t_{i+k+1} from h^{k−1}_i and Emb(t_{i+k})
-  std::vector<Mtp::State> mtp_states(include_mtp ? mtp_.size() : 0);
+  tail.mtp.assign(include_mtp ? mtp_.size() : 0, Mtp::State{});
   if (include_mtp && !mtp_.empty()) {
     const std::vector<int32_t> in = inputs.to_vector<int32_t>();
     const double weight = c.mtp_lambda / static_cast<double>(mtp_.size());  // λ/D
     Tensor h_prev = h_main;
     for (size_t k = 0; k < mtp_.size(); ++k) {
       Mtp& m = *mtp_[k];
-      Mtp::State& st = mtp_states[k];
+      Mtp::State& st = tail.mtp[k];
       const int64_t depth = static_cast<int64_t>(k) + 1;
       std::vector<int32_t> ids(static_cast<size_t>(n)), tk(static_cast<size_t>(n));
       for (int64_t b = 0; b < batch; ++b)
@@ -315,15 +346,17 @@ LossBreakdown DeepSeekV3Model::run(const Tensor& inputs, const Tensor& targets, 
       h_prev = hk;
     }
   }
-  out.balance = balance;
-  out.total = out.main + out.distill + out.mtp + out.balance;
-  if (!training) return out;
+}
 
-  // backward: MTP modules in reverse, then the final norm, the blocks and the embedding
+Tensor DeepSeekV3Model::tail_backward(const StepContext& ctx, const Tail& tail, int64_t n) {
+  const int64_t d = config_.hidden_size;
+  const Device dev = ctx.exec.device;
+  const DType dt = ctx.dtype;
+  // MTP modules in reverse, then the final norm
   Tensor dh_next;  // ∂L/∂h^k from module k+1's hnorm
-  for (size_t kk = mtp_states.size(); kk-- > 0;) {
+  for (size_t kk = tail.mtp.size(); kk-- > 0;) {
     Mtp& m = *mtp_[kk];
-    const Mtp::State& st = mtp_states[kk];
+    const Mtp::State& st = tail.mtp[kk];
     const Tensor dhk = Tensor::empty({n, d}, dt, MemCategory::Workspace, dev);
     m.norm.backward(ctx, st.norm, st.dnorm, dhk, false);
     if (dh_next.defined()) ops::axpy(ctx.exec, 1.0, dh_next, dhk);
@@ -338,11 +371,92 @@ LossBreakdown DeepSeekV3Model::run(const Tensor& inputs, const Tensor& targets, 
     dh_next = dprev;
   }
   const Tensor dx = Tensor::empty({n, d}, dt, MemCategory::Workspace, dev);
-  norm_.backward(ctx, final_norm, dhn, dx, false);
+  norm_.backward(ctx, tail.final_norm, tail.dhn, dx, false);
   if (dh_next.defined()) ops::axpy(ctx.exec, 1.0, dh_next, dx);
-  for (size_t i = layers_.size(); i-- > 0;) layers_[i]->backward(ctx, states[i], dx);
-  ops::embedding_backward(ctx.exec, inputs, dx, embed_grad_);
-  return out;
+  return dx;
+}
+
+struct DeepSeekV3Model::StageRun::Impl {
+  int stage = 0, stages = 1;
+  StepContext ctx;
+  Tensor inputs;                     // stage 0: the embedding's backward reads the tokens
+  std::vector<Block::State> states;  // the stage's blocks
+  Tail tail;                         // the last stage
+  int64_t rows = 0;
+};
+
+DeepSeekV3Model::StageRun::StageRun() = default;
+DeepSeekV3Model::StageRun::~StageRun() = default;
+DeepSeekV3Model::StageRun::StageRun(StageRun&&) noexcept = default;
+DeepSeekV3Model::StageRun& DeepSeekV3Model::StageRun::operator=(StageRun&&) noexcept = default;
+
+std::pair<int, int> DeepSeekV3Model::stage_blocks(int stage, int stages) const {
+  const int layers = static_cast<int>(layers_.size());
+  FP8T_CHECK(stages >= 1 && stages <= layers,
+             "the model's {} blocks cannot be cut into {} pipeline stages (each stage needs at least one block)",
+             layers, stages);
+  FP8T_CHECK(stage >= 0 && stage < stages, "pipeline stage {} of {} does not exist", stage, stages);
+  const int base = layers / stages, extra = layers % stages;
+  const int first = stage * base + std::min(stage, extra);
+  return {first, first + base + (stage < extra ? 1 : 0)};
+}
+
+Tensor DeepSeekV3Model::stage_forward(int stage, int stages, const Tensor& inputs, const Tensor& targets, int64_t batch,
+                                      const Tensor& x, double grad_scale, StageRun& run) {
+  const auto [first, last] = stage_blocks(stage, stages);
+  check_batch(inputs, targets, batch);
+  const int64_t n = inputs.numel(), seq = n / batch, d = config_.hidden_size;
+  const Device dev = inputs.device();
+  run.impl_ = std::make_unique<StageRun::Impl>();
+  StageRun::Impl& r = *run.impl_;
+  r.stage = stage;
+  r.stages = stages;
+  r.rows = n;
+  r.ctx = make_context(dev, batch, seq, true, grad_scale);
+  run.loss = {};
+  Tensor h;
+  if (stage == 0) {
+    r.inputs = inputs;
+    h = Tensor::empty({n, d}, r.ctx.dtype, MemCategory::Workspace, dev);
+    ops::embedding_forward(r.ctx.exec, inputs, embed_, h);
+  } else {
+    FP8T_CHECK(x.defined() && x.dim() == 2 && x.size(0) == n && x.size(1) == d && x.dtype() == r.ctx.dtype,
+               "pipeline stage {} expects its input as {}[{}, {}], got {}", stage, dtype_name(r.ctx.dtype), n, d,
+               x.defined() ? x.str() : std::string("nothing"));
+    h = x;
+  }
+  double balance = 0;
+  r.states.resize(static_cast<size_t>(last - first));
+  for (int i = first; i < last; ++i)
+    h = layers_[static_cast<size_t>(i)]->forward(r.ctx, h, &r.states[static_cast<size_t>(i - first)], &balance);
+  if (stage == stages - 1) tail_forward(r.ctx, h, inputs, targets, batch, true, r.tail, run.loss, balance);
+  run.loss.balance = balance;
+  run.loss.total = run.loss.main + run.loss.distill + run.loss.mtp + run.loss.balance;
+  return stage == stages - 1 ? Tensor() : h;
+}
+
+Tensor DeepSeekV3Model::stage_backward(const Tensor& dy, StageRun& run) {
+  FP8T_CHECK(run.impl_ != nullptr, "stage_backward without a stage_forward (or called twice)");
+  const StageRun::Impl& r = *run.impl_;
+  const auto [first, last] = stage_blocks(r.stage, r.stages);
+  Tensor dx;
+  if (r.stage == r.stages - 1) {
+    dx = tail_backward(r.ctx, r.tail, r.rows);
+  } else {
+    FP8T_CHECK(dy.defined() && dy.dim() == 2 && dy.size(0) == r.rows && dy.size(1) == config_.hidden_size &&
+                   dy.dtype() == r.ctx.dtype,
+               "pipeline stage {} expects the gradient of its output as {}[{}, {}], got {}", r.stage,
+               dtype_name(r.ctx.dtype), r.rows, config_.hidden_size, dy.defined() ? dy.str() : std::string("nothing"));
+    dx = dy;
+  }
+  for (int i = last; i-- > first;)
+    layers_[static_cast<size_t>(i)]->backward(r.ctx, r.states[static_cast<size_t>(i - first)], dx);
+  if (r.stage == 0) {
+    ops::embedding_backward(r.ctx.exec, r.inputs, dx, embed_grad_);
+    dx = Tensor();
+  }
+  run.impl_.reset();
+  return dx;
 }
 
 LossBreakdown DeepSeekV3Model::forward_backward(const Tensor& inputs, const Tensor& targets, int64_t batch,
@@ -355,9 +469,9 @@ LossBreakdown DeepSeekV3Model::forward(const Tensor& inputs, const Tensor& targe
 }
 
 Tensor DeepSeekV3Model::last_logits(const Tensor& inputs, int64_t batch) {
-  FP8T_CHECK(inputs.defined() && inputs.dtype() == DType::I32 && inputs.dim() == 1 && batch > 0 &&
-                 inputs.numel() % batch == 0,
-             "last_logits: inputs must be i32 [batch·seq], got {} for batch {}", inputs.str(), batch);
+  FP8T_CHECK(
+      inputs.defined() && inputs.dtype() == DType::I32 && inputs.dim() == 1 && batch > 0 && inputs.numel() % batch == 0,
+      "last_logits: inputs must be i32 [batch·seq], got {} for batch {}", inputs.str(), batch);
   const int64_t n = inputs.numel(), seq = n / batch, d = config_.hidden_size;
   const Device dev = inputs.device();
   const StepContext ctx = make_context(dev, batch, seq, false, 1.0);

@@ -160,9 +160,54 @@ class DeepSeekV3Model {
   std::vector<ExpertLoad> last_expert_loads() const;
   std::vector<MoE*> moe_layers();
 
+  // ---- pipeline stages (dist/pipeline_executor.h; docs/distributed.md) ----
+  // The model cut into `stages` consecutive stages by blocks: stage s runs blocks [first, last) =
+  // stage_blocks(s, stages) (n_layers split as evenly as possible, the earlier stages taking one more), stage 0
+  // also the embedding, the last stage also the final norm, the fused head loss and the MTP modules. Over all
+  // stages, stage_forward then stage_backward of one micro-batch do what forward_backward does on it: gradients of
+  // grad_scale·total accumulate into the parameters each stage uses (the embedding's on stage 0 and, through
+  // MTP, on the last stage).
+  std::pair<int, int> stage_blocks(int stage, int stages) const;
+  // What one stage keeps of one micro-batch between its forward and its backward.
+  class StageRun {
+   public:
+    StageRun();
+    ~StageRun();
+    StageRun(StageRun&&) noexcept;
+    StageRun& operator=(StageRun&&) noexcept;
+    // This stage's part of the micro-batch's losses: main, MTP and distillation on the last stage, the balance
+    // losses of its blocks (and of MTP's on the last stage); total = their sum, so the stages' totals add up
+    // to forward_backward's.
+    LossBreakdown loss;
+
+   private:
+    friend class DeepSeekV3Model;
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+  };
+  // Forward of stage `stage` of `stages` on one micro-batch (inputs/targets/batch as forward_backward takes them,
+  // on every stage: the last one reads the targets, and MTP the inputs). x: the previous stage's output
+  // [batch·seq, hidden] in the compute dtype (ignored on stage 0, which embeds the inputs). Returns this stage's
+  // output (undefined on the last stage); `run` keeps what the backward needs.
+  Tensor stage_forward(int stage, int stages, const Tensor& inputs, const Tensor& targets, int64_t batch,
+                       const Tensor& x, double grad_scale, StageRun& run);
+  // Backward of the stage `run` came from: dy = ∂L/∂(its output) (ignored on the last stage, which starts from
+  // its losses; overwritten). Accumulates the stage's weight gradients and returns ∂L/∂(its input) (undefined on
+  // stage 0). Frees what `run` kept.
+  Tensor stage_backward(const Tensor& dy, StageRun& run);
+
  private:
   struct Mtp;
   struct Pass;
+  struct Tail;
+  void check_batch(const Tensor& inputs, const Tensor& targets, int64_t batch) const;
+  // The final norm, the fused head loss (main, distillation) and the MTP modules on the last block's output h_main;
+  // fills out's main/distill/MTP terms and adds MTP's balance losses to `balance`. With ctx.training, `tail` keeps
+  // what tail_backward needs.
+  void tail_forward(const StepContext& ctx, const Tensor& h_main, const Tensor& inputs, const Tensor& targets,
+                    int64_t batch, bool include_mtp, Tail& tail, LossBreakdown& out, double& balance);
+  // ∂L/∂h_main [n, hidden] (MTP modules in reverse, then the final norm), accumulating their weight gradients.
+  Tensor tail_backward(const StepContext& ctx, const Tail& tail, int64_t n);
   StepContext make_context(Device device, int64_t batch, int64_t seq, bool training, double grad_scale);
   const Tensor& head_compute(const StepContext& ctx);  // the head weight as the head GEMM reads it
   Tensor head_logits(const StepContext& ctx, const RMSNorm& norm, const Tensor& h);  // FP32 [rows, vocab]
