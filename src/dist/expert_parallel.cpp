@@ -97,10 +97,13 @@ Tensor ExpertExchange::dispatch(const ExecCtx& ctx, const Tensor& rows) const {
 
 quant::QTensor ExpertExchange::dispatch(const ExecCtx& ctx, const quant::QTensor& rows) const {
   FP8T_CHECK(comm_ && rows.rowwise.defined() && rows.rows == sent_ && rows.groups == 1 &&
-                 rows.rowwise.layout == quant::ScaleLayout::RowMajor,
+                 rows.rowwise.layout == quant::ScaleLayout::RowMajor && rows.spec.granularity.block_rows == 1 &&
+                 !rows.spec.granularity.per_tensor && rows.rowwise.codes.numel() == sent_ * rows.cols,
              "expert dispatch: expected the {} dispatched rows row-wise quantized with row-major scales, got [{}, {}]",
              sent_, rows.rows, rows.cols);
-  const Tensor codes = rows.rowwise.codes.view({sent_, -1}), scales = rows.rowwise.scales.view({sent_, -1});
+  // row r's codes and its scales are row r of [rows, cols] and [rows, scale_cols()] (1×G tiles, row-major)
+  const Tensor codes = rows.rowwise.codes.view({sent_, rows.cols});
+  const Tensor scales = rows.rowwise.scales.view({sent_, rows.scale_cols()});
   quant::QTensor recv = rows.rowwise_only();
   recv.rows = received_;
   recv.rowwise.codes = Tensor::empty({received_, codes.size(1)}, codes.dtype(), MemCategory::Workspace, ctx.device);

@@ -73,7 +73,7 @@ struct Layer {
   model::ActivationStore store;
   model::MoE moe;
   DType dtype;
-  Layer(const std::string& spec, const model::ModelConfig& c, DType dt)
+  Layer(const std::string& spec, const model::ModelConfig& c, DType dt, bool skew = false)
       : recipe(recipe::parse_recipe(spec)),
         store(recipe),
         moe(params, "moe", c, dt == DType::F64 ? DType::F64 : DType::F32, 1),
@@ -81,7 +81,7 @@ struct Layer {
     params.initialize(5, 0.3);
     // biases that steer selection a little, so the bias path is exercised too
     std::vector<float> b(static_cast<size_t>(c.n_routed_experts));
-    for (size_t e = 0; e < b.size(); ++e) b[e] = 0.01f * static_cast<float>(e % 3);
+    for (size_t e = 0; e < b.size(); ++e) b[e] = skew ? (e < 2 ? 10.0f : 0.0f) : 0.01f * static_cast<float>(e % 3);
     Tensor bias = moe.bias();
     bias.copy_from(Tensor::from_vector(b, bias.shape()));
   }
@@ -113,6 +113,8 @@ struct Case {
   // which replicated gradients to check: in the FP8 recipes the shared expert's Wgrad quantizes x and dy in
   // 128-token tiles, which a split of the tokens regroups — a data-parallel property, not the exchange's
   bool check_shared = true;
+  // router biases that send every token to experts 0 and 1 (EP rank 0's): the other ranks receive nothing
+  bool skew = false;
 };
 
 void check_equivalence(const Case& k) {
@@ -122,10 +124,10 @@ void check_equivalence(const Case& k) {
   const int64_t batch = 2, seq = 8, n = batch * seq, d = c.hidden_size;
   const Tensor u_all = random_matrix(P * n, d, k.dtype, 11), dy_all = random_matrix(P * n, d, k.dtype, 12);
   // one rank, every expert, all ranks' tokens
-  Layer one(k.recipe, c, k.dtype);
+  Layer one(k.recipe, c, k.dtype, k.skew);
   const auto [y_all, du_all] = one.run(u_all, dy_all, P * batch, seq);
   // EP over the world, this rank's tokens
-  Layer ep(k.recipe, c, k.dtype);
+  Layer ep(k.recipe, c, k.dtype, k.skew);
   ep.moe.set_expert_parallel(&w);
   const int64_t L = k.n_experts / P, first = rank * L;
   ASSERT_EQ(ep.moe.local_experts(), L);
@@ -156,6 +158,9 @@ void check_equivalence(const Case& k) {
   int64_t total = 0;
   for (int64_t l : ep.moe.pending_load()) total += l;
   EXPECT_EQ(total, P * n * c.num_experts_per_tok) << what;
+  if (k.skew) {
+    EXPECT_EQ(ep.moe.pending_load()[0], P * n) << what << ": the skew must route every token to expert 0";
+  }
   // replicated parameters: partial gradients over this rank's tokens, summed over ranks
   std::vector<std::string> replicated{"moe.gate.weight"};
   if (k.check_shared)
@@ -184,6 +189,12 @@ TEST(ExpertParallel, MoeLayerEqualsOneRankFp32F64) { check_equivalence({"fp32", 
 
 TEST(ExpertParallel, MoeLayerEqualsOneRankFp8DeepSeekBf16) {
   check_equivalence({"fp8-deepseek", DType::BF16, 8, 1e-6, false});
+}
+
+// Every token routed to EP rank 0's experts: the other ranks send all their rows and receive none.
+TEST(ExpertParallel, AllTokensToOneRanksExperts) {
+  check_equivalence({"fp32", DType::F64, 8, 1e-14, true, true});
+  check_equivalence({"fp8-deepseek", DType::BF16, 8, 1e-6, false, true});
 }
 
 // One expert per rank: the local Linear is a plain GEMM over its rows.
