@@ -9,6 +9,11 @@
 #include "ops/swiglu.h"
 
 namespace fp8train::model {
+namespace {
+// A grouped Linear takes the experts' offsets; the Linear of a single local expert (E/ep = 1) is a plain one over
+// all its rows (padding rows are zero in and out).
+Tensor offsets_for(const ops::MoePlan& plan) { return plan.n_experts > 1 ? plan.expert_offsets : Tensor{}; }
+}  // namespace
 
 MoE::MoE(ParameterSet& params, const std::string& name, const ModelConfig& c, DType dtype, int layer)
     : name_(name),
@@ -40,8 +45,30 @@ MoE::MoE(ParameterSet& params, const std::string& name, const ModelConfig& c, DT
     params.add_view(en + ".w2.weight", w2.rows(e * d, (e + 1) * d), g2.rows(e * d, (e + 1) * d), Init::Normal);
     params.add_view(en + ".w3.weight", w13.rows(r + F, r + 2 * F), g13.rows(r + F, r + 2 * F), Init::Normal);
   }
-  w13_ = Linear(params, w13, g13, name + ".experts.w13", recipe::LinearRole::ExpertUp, layer, E);
-  w2_ = Linear(params, w2, g2, name + ".experts.w2", recipe::LinearRole::ExpertDown, layer, E);
+  params_ = &params;
+  layer_ = layer;
+  w13_all_ = w13;
+  g13_all_ = g13;
+  w2_all_ = w2;
+  g2_all_ = g2;
+  shard_ = dist::ExpertShard{E, 1, 0};
+  build_expert_linears();
+}
+
+void MoE::build_expert_linears() {
+  const int64_t F = ffn_, d = hidden_, first = shard_.first(), L = shard_.local();
+  const int64_t r13 = first * 2 * F, r2 = first * d;
+  w13_ = Linear(*params_, w13_all_.rows(r13, r13 + L * 2 * F), g13_all_.rows(r13, r13 + L * 2 * F),
+                name_ + ".experts.w13", recipe::LinearRole::ExpertUp, layer_, L);
+  w2_ = Linear(*params_, w2_all_.rows(r2, r2 + L * d), g2_all_.rows(r2, r2 + L * d), name_ + ".experts.w2",
+               recipe::LinearRole::ExpertDown, layer_, L);
+}
+
+void MoE::set_expert_parallel(dist::Communicator* ep) {
+  const int size = ep ? ep->size() : 1;
+  shard_ = dist::expert_shard(n_experts_, size, ep ? ep->rank() : 0, name_);
+  ep_ = size > 1 ? ep : nullptr;
+  build_expert_linears();
 }
 
 void MoE::collect_linears(std::vector<const Linear*>& out) const {
@@ -60,46 +87,59 @@ Tensor MoE::forward(const StepContext& ctx, const Tensor& u, State* st, double* 
   const Tensor logits =
       ops::matmul(ctx.exec, u, false, gate_weight_, true, MemCategory::Workspace, {}, compute_dtype(dt));
   const ops::RouterOutputs r = ops::router_forward(ctx.exec, logits, bias_, router_);
-  if (ctx.training) {
-    const std::vector<int32_t> counts = r.expert_counts.to_vector<int32_t>();
-    for (int64_t e = 0; e < n_experts_; ++e) {
-      last_load_[e] = counts[e];
-      load_[e] += counts[e];
-    }
-  }
   if (balance_loss && alpha_ > 0)
     *balance_loss += ops::seq_balance_loss(ctx.exec, r.scores, r.selected, ctx.batch, alpha_);
   // dispatch: every (token, choice) pair to its expert's rows — no token dropped — in the grouped GEMMs' layout
   // (padded to the grouped FP8 GEMM's 128-row blocks in the quantized recipes)
   const bool quantized = ctx.recipe->quantized_gemms();
-  ops::MoePlan plan = ops::moe_build_plan(ctx.exec, r.selected, n_experts_, quantized ? 128 : 1);
+  const int64_t align = quantized ? 128 : 1;
+  // Without EP the plan is the experts' layout itself; with EP it is this rank's unpadded send order and the
+  // exchange's local plan is the experts' layout (dist/expert_parallel.h).
+  ops::MoePlan plan = ops::moe_build_plan(ctx.exec, r.selected, n_experts_, ep_ ? 1 : align);
+  dist::ExpertExchange xc;
+  if (ep_) xc = dist::ExpertExchange(*ep_, shard_, r.expert_counts, align, ctx.exec);
+  const ops::MoePlan& eplan = ep_ ? xc.local_plan() : plan;
+  if (ctx.training) {
+    const std::vector<int64_t> counts = ep_ ? xc.global_load() : [&] {
+      const std::vector<int32_t> c = r.expert_counts.to_vector<int32_t>();
+      return std::vector<int64_t>(c.begin(), c.end());
+    }();
+    for (int64_t e = 0; e < n_experts_; ++e) {
+      last_load_[e] = counts[e];
+      load_[e] += counts[e];
+    }
+  }
   const recipe::LinearRecipe up = recipe::linear_recipe(*ctx.recipe, recipe::LinearRole::ExpertUp);
+  // the token-ordered u in the plan's order, moved to the experts' ranks under EP
+  auto to_experts = [&](const Tensor& x) {
+    const Tensor xp = Tensor::empty({plan.rows, hidden_}, dt, MemCategory::Workspace, dev);
+    ops::moe_permute(ctx.exec, x, plan, xp);
+    return ep_ ? xc.dispatch(ctx.exec, xp) : xp;
+  };
   LinearInput x13;
   if (up.dispatched_input) {
     // DeepSeek-V3 quantizes tokens to FP8 (power-of-two 1×128 tiles) before the dispatch moves them
     const quant::QTensor uq =
         ops::quantize(ctx.exec, u, up.fprop.a, ops::QuantizeOutputs::Rowwise, quant::ScaleLayout::RowMajor);
-    const quant::QTensor xq = ops::moe_permute(ctx.exec, uq, plan);
+    quant::QTensor xq = ops::moe_permute(ctx.exec, uq, plan);
+    if (ep_) xq = xc.dispatch(ctx.exec, xq);
     Tensor plain;  // the same tokens unquantized, for a sampled step's health records
-    if (ctx.health) {
-      plain = Tensor::empty({plan.rows, hidden_}, dt, MemCategory::Workspace, dev);
-      ops::moe_permute(ctx.exec, u, plan, plain);
-    }
+    if (ctx.health) plain = to_experts(u);
     x13 = w13_.dispatched(ctx, xq, plain, keep);
   } else {
-    const Tensor xp = Tensor::empty({plan.rows, hidden_}, dt, MemCategory::Workspace, dev);
-    ops::moe_permute(ctx.exec, u, plan, xp);
-    x13 = w13_.prepare(ctx, xp, keep);
+    x13 = w13_.prepare(ctx, to_experts(u), keep);
   }
   // routed experts: FFN_i(x) = W2_i·(silu(W1_i·x) ∘ (W3_i·x)) on each expert's rows, one grouped GEMM each
-  const Tensor gate_up = Tensor::empty({plan.rows, 2 * F}, dt, MemCategory::Workspace, dev);
-  w13_.forward(ctx, x13, gate_up, plan.expert_offsets);
-  const Tensor act = Tensor::empty({plan.rows, F}, dt, MemCategory::Workspace, dev);
+  const Tensor gate_up = Tensor::empty({eplan.rows, 2 * F}, dt, MemCategory::Workspace, dev);
+  w13_.forward(ctx, x13, gate_up, offsets_for(eplan));
+  const Tensor act = Tensor::empty({eplan.rows, F}, dt, MemCategory::Workspace, dev);
   ops::swiglu_forward(ctx.exec, gate_up, act);
   const bool keep_act = keep && ctx.store->keeps(CacheKind::SwigluOutput);
   const LinearInput x2 = w2_.prepare(ctx, act, keep_act);
-  const Tensor yp = Tensor::empty({plan.rows, hidden_}, dt, MemCategory::Workspace, dev);
-  w2_.forward(ctx, x2, yp, plan.expert_offsets);
+  const Tensor ye = Tensor::empty({eplan.rows, hidden_}, dt, MemCategory::Workspace, dev);
+  w2_.forward(ctx, x2, ye, offsets_for(eplan));
+  // the expert outputs back to their tokens' ranks in the compute dtype (EP), in the plan's order
+  const Tensor yp = ep_ ? xc.combine(ctx.exec, ye) : ye;
   // combine (in the compute dtype): h' = Σ shared FFN(u) + Σ_selected g_i·FFN_i(u)
   Tensor y;
   if (has_shared_) {
@@ -115,6 +155,10 @@ Tensor MoE::forward(const StepContext& ctx, const Tensor& u, State* st, double* 
     for (const Tensor* t : {&plan.expert_offsets, &plan.slot_token, &plan.choice_slot})
       t->storage().set_category(MemCategory::ActivationCache);
     st->plan = std::move(plan);
+    if (ep_) {
+      xc.set_category(MemCategory::ActivationCache);
+      st->ep = std::move(xc);
+    }
     st->x13 = w13_.kept(ctx, x13);
     st->gate_up = ctx.store->save(ctx.exec, gate_up, CacheKind::SwigluInput);
     if (keep_act) st->x2 = w2_.kept(ctx, x2);
@@ -129,6 +173,8 @@ void MoE::backward(const StepContext& ctx, const State& st, const Tensor& dy, co
   const DType dt = ctx.dtype;
   const Device dev = ctx.exec.device;
   const ops::MoePlan& plan = st.plan;
+  const bool ep = st.ep.local_plan().expert_offsets.defined();
+  const ops::MoePlan& eplan = ep ? st.ep.local_plan() : plan;
   const Tensor scores = ctx.store->load(ctx.exec, st.scores), selected = ctx.store->load(ctx.exec, st.selected);
   const Tensor gates = ctx.store->load(ctx.exec, st.gates);
   const Tensor gate_up = ctx.store->load(ctx.exec, st.gate_up), yp = ctx.store->load(ctx.exec, st.yp);
@@ -142,20 +188,35 @@ void MoE::backward(const StepContext& ctx, const State& st, const Tensor& dy, co
   const Tensor dyp = Tensor::zeros({plan.rows, hidden_}, dt, MemCategory::Workspace, dev);
   const Tensor dgates = Tensor::empty({n, router_.top_k}, compute_dtype(dt), MemCategory::Workspace, dev);
   ops::moe_unpermute_backward(ctx.exec, dy, yp, plan, gates, dyp, dgates);
+  // EP: dy per (token, choice) to the experts' ranks — as FP8 with power-of-two 1×128 scales where the recipe
+  // dispatches the gradient (W2's Dgrad quantizes it so anyway: re-quantizing the exchanged values gives the same
+  // values, the scales being powers of two), else in the compute dtype
+  Tensor dye = dyp;
+  if (ep) {
+    const recipe::LinearRecipe down = recipe::linear_recipe(*ctx.recipe, recipe::LinearRole::ExpertDown);
+    if (down.dispatched_grad) {
+      const quant::QTensor q =
+          ops::quantize(ctx.exec, dyp, down.dgrad.a, ops::QuantizeOutputs::Rowwise, quant::ScaleLayout::RowMajor);
+      dye = ops::dequantize(ctx.exec, st.ep.dispatch(ctx.exec, q), dt);
+    } else {
+      dye = st.ep.dispatch(ctx.exec, dyp);
+    }
+  }
   // routed experts
   LinearInput x2 = st.x2;
   if (!x2.defined()) {
-    const Tensor act = Tensor::empty({plan.rows, F}, dt, MemCategory::Workspace, dev);
+    const Tensor act = Tensor::empty({eplan.rows, F}, dt, MemCategory::Workspace, dev);
     ops::swiglu_forward(ctx.exec, gate_up, act);
     x2 = w2_.recomputed(ctx, act);
   }
-  const Tensor dact = Tensor::empty({plan.rows, F}, dt, MemCategory::Workspace, dev);
-  w2_.backward(ctx, dyp, x2, dact, false, plan.expert_offsets);
-  const Tensor dgate_up = Tensor::empty({plan.rows, 2 * F}, dt, MemCategory::Workspace, dev);
+  const Tensor dact = Tensor::empty({eplan.rows, F}, dt, MemCategory::Workspace, dev);
+  w2_.backward(ctx, dye, x2, dact, false, offsets_for(eplan));
+  const Tensor dgate_up = Tensor::empty({eplan.rows, 2 * F}, dt, MemCategory::Workspace, dev);
   ops::swiglu_backward(ctx.exec, gate_up, dact, dgate_up);
-  const Tensor dxp = Tensor::empty({plan.rows, hidden_}, dt, MemCategory::Workspace, dev);
-  w13_.backward(ctx, dgate_up, st.x13, dxp, false, plan.expert_offsets);
-  ops::moe_permute_backward(ctx.exec, dxp, plan, du, true);
+  const Tensor dxe = Tensor::empty({eplan.rows, hidden_}, dt, MemCategory::Workspace, dev);
+  w13_.backward(ctx, dgate_up, st.x13, dxe, false, offsets_for(eplan));
+  // dx back to the tokens' ranks in the compute dtype (EP), summed over each token's choices
+  ops::moe_permute_backward(ctx.exec, ep ? st.ep.combine(ctx.exec, dxe) : dxe, plan, du, true);
   // router: gates and (through the balance loss) scores depend on the logits u·e_i (FP32)
   Tensor dscores;
   if (alpha_ > 0) {

@@ -12,12 +12,19 @@
 // "<name>.experts.<e>.w1.weight" etc. are row blocks of those buffers. Tokens are dispatched into the plan's
 // expert-ordered layout (padded to the grouped FP8 GEMM's 128-row blocks in the quantized recipes), quantized
 // before the move when the recipe dispatches in FP8, and combined in the compute dtype.
+// Expert parallelism (set_expert_parallel, dist/expert_parallel.h): this rank computes only its contiguous block
+// of E/ep experts; the tokens of every (token, choice) pair go to the EP rank owning the expert and the expert
+// outputs come back (FP8 codes + power-of-two 1×128 scales where the recipe dispatches in FP8, else the compute
+// dtype; the outputs and dx always in the compute dtype), and the combine is the same gate-weighted sum.
+// The parameter set still holds every expert (the non-owned experts' gradients stay zero here); the loads are
+// the EP group's totals, so every EP rank moves its bias alike.
 // Auxiliary-loss-free balancing: the bias "<name>.gate.bias" (non-trainable, F32) moves after each optimizer
 // step by b_i += γ·sign(mean_load − load_i) (update_bias). Complementary sequence-wise balance loss:
 // α·Σ_i f_i·P_i per sequence, averaged over sequences (ops::seq_balance_loss).
 #pragma once
 #include <vector>
 
+#include "dist/expert_parallel.h"
 #include "model/config.h"
 #include "model/layers.h"
 #include "ops/moe_dispatch.h"
@@ -30,6 +37,8 @@ class MoE {
   struct State {
     SavedTensor scores, selected, gates;  // router (FP32): [tokens, N_r], [tokens, K], [tokens, K]
     ops::MoePlan plan;                    // dispatch plan (its tensors are booked as kept activations)
+    dist::ExpertExchange ep;              // with expert parallelism: the exchange (plan: unpadded, this rank's
+                                          // tokens; ep.local_plan(): the local experts' rows)
     LinearInput x13;                      // the experts' input as W1|W3 keeps it (the dispatched FP8 tokens)
     SavedTensor gate_up;                  // W1|W3 output, the SwiGLU input (FP8 with swiglu_fp8)
     LinearInput x2;                       // the SwiGLU output as W2 keeps it (undefined: recomputed)
@@ -49,6 +58,13 @@ class MoE {
                 bool accumulate) const;
   void collect_linears(std::vector<const Linear*>& out) const;
 
+  // Expert parallelism over `ep` (nullptr or a group of one: every expert here, no exchange). Collective use
+  // only: every EP rank runs the same forwards and backwards. Throws Error unless E is a multiple of ep.size().
+  void set_expert_parallel(dist::Communicator* ep);
+  // The experts this rank computes: [first, first + count).
+  int64_t first_local_expert() const { return shard_.first(); }
+  int64_t local_experts() const { return shard_.local(); }
+
   // Tokens routed to each expert by training forwards since the last update_bias()/clear_load().
   const std::vector<int64_t>& pending_load() const { return load_; }
   // Tokens per routed expert in the most recent training forward alone (for per-micro-batch logging).
@@ -63,12 +79,19 @@ class MoE {
   void set_seq_aux_loss_alpha(double alpha) { alpha_ = alpha; }
 
  private:
+  void build_expert_linears();  // w13_, w2_ over the local experts' rows of the stacked buffers
+
   std::string name_;
   int64_t n_experts_ = 0, ffn_ = 0, hidden_ = 0;
   ops::RouterConfig router_;
   double alpha_ = 0.0;
   Tensor gate_weight_, gate_grad_, bias_;
-  Linear w13_, w2_;  // the routed experts, grouped: [N_r·2F, d] and [N_r·d, F]
+  Linear w13_, w2_;  // the local routed experts, grouped: [E_local·2F, d] and [E_local·d, F]
+  const ParameterSet* params_ = nullptr;
+  int layer_ = 0;
+  Tensor w13_all_, g13_all_, w2_all_, g2_all_;  // every routed expert: [N_r·2F, d] and [N_r·d, F]
+  dist::Communicator* ep_ = nullptr;            // set with more than one EP rank
+  dist::ExpertShard shard_;
   bool has_shared_ = false;
   SwigluFFN shared_;
   std::vector<int64_t> load_, last_load_;

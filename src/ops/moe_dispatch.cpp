@@ -83,7 +83,9 @@ quant::QTensor moe_permute(const ExecCtx& ctx, const quant::QTensor& xq, const M
   check::on_device(op, ctx, {&xq.rowwise.codes, &xq.rowwise.scales, &plan.slot_token});
   quant::QTensor out = xq.rowwise_only();
   out.rows = plan.rows;
-  const Tensor codes = xq.rowwise.codes.view({xq.rows, -1}), scales = xq.rowwise.scales.view({xq.rows, -1});
+  // (explicit widths: a rank may receive no tokens at all under expert parallelism)
+  const Tensor codes = xq.rowwise.codes.view({xq.rows, xq.cols});
+  const Tensor scales = xq.rowwise.scales.view({xq.rows, xq.scale_cols()});
   out.rowwise.codes = Tensor::empty({plan.rows, codes.size(1)}, codes.dtype(), category, ctx.device);
   out.rowwise.scales = Tensor::empty({plan.rows, scales.size(1)}, scales.dtype(), category, ctx.device);
   for (const auto& [src, dst] : {std::pair{codes, out.rowwise.codes}, std::pair{scales, out.rowwise.scales}}) {

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "dist/expert_parallel.h"
 #include "recipe/recipe.h"
 #include "train/atomic_file.h"
 #include "train/config_keys.h"
@@ -71,7 +72,8 @@ std::vector<ConfigKey> make_keys() {
   k.push_back({"optim.batch_warmup_start", "batch-warmup-start", 0, 1e6, {}, "batch-size warmup: sequences at step 0 (0: no warmup)", FP8T_REF(batch_warmup_start)});
   k.push_back({"optim.batch_warmup_steps", "batch-warmup-steps", 0, kBig, {}, "batch-size warmup length in steps", FP8T_REF(batch_warmup_steps)});
   k.push_back({"parallel.dp", "dp", 1, 65536, {}, "data-parallel ranks (ZeRO-1: optimizer state sharded); launch dp x ep x pp ranks, e.g. mpirun -np 2 fp8train train --dp 2", FP8T_REF(dp), "1"});
-  k.push_back({"parallel.ep", "ep", 1, 65536, {}, "expert-parallel ranks (not implemented yet: 1)", FP8T_REF(ep), "1"});
+  k.push_back({"parallel.ep", "ep", 1, 65536, {}, "expert-parallel ranks: the routed experts sharded over them, tokens moved by all-to-all (n_routed_experts must be a multiple)", FP8T_REF(ep), "1"});
+  k.push_back({"parallel.ranks_per_node", "ranks-per-node", 0, 65536, {}, "EP ranks per node for node-limited routing: each node's experts must be whole routing groups (model.n_group), so topk_group bounds the nodes a token reaches (0: one node)", FP8T_REF(ranks_per_node), "0"});
   k.push_back({"parallel.pp", "pp", 1, 65536, {}, "pipeline-parallel stages (not implemented yet: 1)", FP8T_REF(pp), "1"});
   k.push_back({"parallel.timeout", "dist-timeout", 1, 1e6, {}, "seconds a rank waits in a collective before the run fails naming the rank and the collective (a rank died or hangs)", FP8T_REF(dist_timeout), "300"});
   return k;
@@ -260,10 +262,14 @@ void validate_config(const TrainConfig& c) {
              c.model.vocab_size);
   FP8T_CHECK(c.data_format != "sft" || !c.data_path.empty(),
              "config key 'data.format' is sft but 'data.path' is empty: give the JSONL file (e.g. --sft FILE)");
-  FP8T_CHECK(c.ep == 1,
-             "config key 'parallel.ep' = {}: expert parallelism is not implemented yet; use 1 (data "
-             "parallelism: --dp)",
-             c.ep);
+  if (c.ep > 1) {
+    FP8T_CHECK(c.model.n_routed_experts % c.ep == 0,
+               "config key 'parallel.ep' = {}: the {} routed experts (model.n_routed_experts) cannot be split evenly "
+               "over {} expert-parallel ranks",
+               c.ep, c.model.n_routed_experts, c.ep);
+    dist::check_node_limited_routing(c.model.n_routed_experts, c.model.n_group, static_cast<int>(c.ep),
+                                     static_cast<int>(c.ranks_per_node));
+  }
   FP8T_CHECK(c.pp == 1,
              "config key 'parallel.pp' = {}: pipeline parallelism (DualPipeV) is not implemented yet; use 1 "
              "(data parallelism: --dp)",
@@ -357,6 +363,7 @@ bool config_key_changes_training(const std::string& key) {
       "train.health_every", "train.max_bad_steps", "parallel.timeout",         "preset"};
   for (const char* k : kBookkeeping)
     if (key == k) return false;
+  if (key == "parallel.ranks_per_node") return false;  // a check of the layout; routing does not read it
   return key != "train.ema_decay";  // the weight EMA is read from the weights, never fed back into them
 }
 

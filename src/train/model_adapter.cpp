@@ -139,6 +139,10 @@ void DeepSeekTrainable::set_step_expert_tokens(const std::vector<std::vector<dou
   model_->set_expert_loads(loads);
 }
 
+void DeepSeekTrainable::set_expert_parallel(dist::Communicator* ep) {
+  for (model::MoE* m : model_->moe_layers()) m->set_expert_parallel(ep);
+}
+
 double DeepSeekTrainable::eval_loss_sum(const Token* inputs, const Token* targets, int64_t batch, int64_t seq_len) {
   const int64_t n = batch * seq_len;
   const model::LossBreakdown l = model_->forward(token_tensor(inputs, n), token_tensor(targets, n), batch, false);

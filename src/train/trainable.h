@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "dist/communicator.h"
 #include "optim/param.h"
 #include "tensor/tensor.h"
 #include "train/tokenizer.h"
@@ -85,6 +86,13 @@ class TrainableModel {
   // MicroBatchResult::expert_tokens), replacing this rank's own before after_step, so every rank updates its
   // router biases alike. The default ignores them (a model without router biases).
   virtual void set_step_expert_tokens(const std::vector<std::vector<double>>& tokens) { (void)tokens; }
+
+  // Expert parallelism (dist/expert_parallel.h): shard the routed experts of every MoE layer over the EP group
+  // (collective use: every EP rank runs the same forwards and backwards). The default refuses a group of more
+  // than one rank (a model without routed experts).
+  virtual void set_expert_parallel(dist::Communicator* ep) {
+    if (ep && ep->size() > 1) throw Error("this model has no routed experts to shard over expert-parallel ranks");
+  }
 
   // Called instead of after_step when a step is skipped (non-finite): discard per-step accumulations.
   virtual void discard_step() = 0;

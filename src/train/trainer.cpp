@@ -103,7 +103,7 @@ std::vector<std::string> resume_warnings(const CheckpointMeta& checkpoint, const
           "the learning-rate schedule (warmup, decay start and end) and the starts of the MTP-weight and "
           "router-bias-speed schedules' pieces are recomputed for the new total, so the steps from here differ "
           "from the run as first planned";
-    else if (key == "parallel.dp")
+    else if (key == "parallel.dp" || key == "parallel.ep")
       why =
           "the ranks' gradients are summed in another grouping (in rank order over other blocks of micro-batches), "
           "so the steps from here differ from an uninterrupted run by rounding";
@@ -327,6 +327,13 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
   dist::SelfCommunicator self("dp");
   dist::Communicator& dp = options.dp ? *options.dp : self;
   const bool lead = dp.rank() == 0;  // writes the run directory and the output
+  // Expert parallelism: dp is then the DP x EP group (TrainOptions::ep says why).
+  const int ep_size = options.ep ? options.ep->size() : 1;
+  if (ep_size > 1) {
+    FP8T_CHECK(dp.size() % ep_size == 0, "expert parallelism over {} ranks needs the {} gradient ranks to be DP x EP",
+               ep_size, dp.size());
+    model.set_expert_parallel(options.ep);
+  }
   dist::Zero1 zero(dp, params);
   optim::AdamW optimizer =
       dp.size() == 1 ? optim::AdamW(config.adamw(), params) : optim::AdamW(config.adamw(), params, zero.shard());
@@ -343,6 +350,12 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
                "sequences = {} micro-batch(es) of up to {} ('train.batch_size', 'train.micro_batch_size', the batch "
                "warmup); raise --batch-size or lower --micro-batch-size",
                dp.size(), dp.size(), step + 1, b, micro_batches, config.micro_batch());
+    // EP peers exchange tokens in every forward and backward: they must run the same number of micro-batches
+    FP8T_CHECK(ep_size == 1 || micro_batches % dp.size() == 0,
+               "expert parallelism: the {} ranks (dp x ep) must run the same number of micro-batches, but step {} "
+               "has {} micro-batch(es) (a batch of {} sequences, micro-batches of up to {}); make the number of "
+               "micro-batches a multiple of {} (--batch-size, --micro-batch-size)",
+               dp.size(), step + 1, micro_batches, b, config.micro_batch(), dp.size());
   }
   const std::string fingerprint = data_fingerprint(data);
 
@@ -494,6 +507,7 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       const int64_t batch = batch_schedule.at(step);
       optim::zero_grads(params);
       dp.reset_stats();  // this step's traffic (metrics.jsonl: dp_bytes_sent / dp_bytes_received)
+      if (ep_size > 1) options.ep->reset_stats();  // (ep_bytes_sent / ep_bytes_received)
       LossBreakdown loss;
       std::vector<std::vector<double>> expert_tokens;
       // Every rank draws every micro-batch of the step (the sampler stays the same everywhere) and runs its own
@@ -530,8 +544,10 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         const std::vector<double> sum = dist::sum_in_rank_order(dp, local, ctx);
         loss = {sum[0], sum[1], sum[2], sum[3]};
         size_t at = 4;
+        // (with EP every rank of an EP group reports the group's totals: the sum over DP x EP counts them ep
+        // times; integers, so the division is exact)
         for (auto& layer : expert_tokens)
-          for (double& x : layer) x = sum[at++];
+          for (double& x : layer) x = sum[at++] / ep_size;
         if (!expert_tokens.empty()) model.set_step_expert_tokens(expert_tokens);
       }
       zero.reduce_gradients(ctx);
@@ -586,6 +602,10 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       if (dp.size() > 1) {  // this rank's (the lead's) traffic in the step, by the communicator's own counters
         row["dp_bytes_sent"] = dp.stats().bytes_sent;
         row["dp_bytes_received"] = dp.stats().bytes_received;
+      }
+      if (ep_size > 1) {  // the expert all-to-alls of the step's forwards and backwards
+        row["ep_bytes_sent"] = options.ep->stats().bytes_sent;
+        row["ep_bytes_received"] = options.ep->stats().bytes_received;
       }
       const nlohmann::ordered_json memory = memory_json(model, optimizer);
       max_into(result.memory, memory);

@@ -57,6 +57,14 @@ struct TrainOptions {
   // optimizer state, and the parameters are all-gathered. Rank 0 alone writes the run directory and the output;
   // every rank evaluates (the same windows, so the same numbers) and joins each checkpoint save (checkpoint.h).
   dist::Communicator* dp = nullptr;
+  // Expert parallelism (dist/expert_parallel.h): the EP group; null or one rank: none. With EP, `dp` must be the
+  // group of every rank that trains other tokens, DP x EP (the ranks of one EP group route different micro-batches
+  // through each other's experts): the micro-batches are split over it, the gradients reduced over it (an expert's
+  // gradient is zero on the ranks that do not own it, so its sum is the sum over its DP replicas), and the
+  // optimizer state sharded over it; the expert loads are the EP group's totals already, so they count once per
+  // DP replica. Every EP rank must run as many micro-batches as its peers: the step's micro-batches must divide
+  // evenly.
+  dist::Communicator* ep = nullptr;
   // The run's tokenizer: a SentencePiece model is saved as RUN/tokenizer.model and in every checkpoint (null or
   // the byte tokenizer: nothing is saved). Its vocabulary must equal the model's.
   const Tokenizer* tokenizer = nullptr;

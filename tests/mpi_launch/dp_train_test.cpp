@@ -5,8 +5,8 @@
 //   - a 2-rank run resumed from its checkpoint continues bit for bit; the same checkpoint resumes on 1 rank
 //     (the optimizer's shards are re-cut);
 //   - a rank that exits or hangs mid-step makes the run fail within the collective timeout, naming the ranks;
-//   - refusals: a layout that does not match the ranks launched, expert / pipeline parallelism (not implemented
-//     yet), too few micro-batches for the ranks, CPU ranks from the torchrun-style environment.
+//   - refusals: a layout that does not match the ranks launched, pipeline parallelism (not implemented yet), too
+//     few micro-batches for the ranks, CPU ranks from the torchrun-style environment.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -185,7 +185,8 @@ TEST_F(DpTrain, RefusesLayoutsItCannotRun) {
   EXPECT_NE(r.err.find("needs 2 ranks, but 1 were launched"), std::string::npos) << r.err;
   r = run(0, "--ep 2 --out x");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.err.find("expert parallelism is not implemented yet"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("parallel layout dp 1 x ep 2 x pp 1 needs 2 ranks, but 1 were launched"), std::string::npos)
+      << r.err;
   r = run(0, "--pp 2 --out x");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("pipeline parallelism (DualPipeV) is not implemented yet"), std::string::npos) << r.err;

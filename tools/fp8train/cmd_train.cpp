@@ -253,6 +253,13 @@ void run_train(const TrainArgs& args) {
       dist::init_world(config.device, dist::CommOptions{.timeout_seconds = config.dist_timeout});
   // Unless a config file or flag sets it, parallel.dp is what the launch gives (a resumed checkpoint's count included:
   // checkpoints load on any number of ranks).
+  // A checkpoint's expert parallelism is kept where the launch can hold it, else the run continues without it
+  // (checkpoints hold every expert, so they load on any layout).
+  const auto ep_source = sources.find("parallel.ep");
+  if (ep_source != sources.end() && ep_source->second == "checkpoint" && world->size() % (config.ep * config.pp) != 0) {
+    config.ep = 1;
+    sources["parallel.ep"] = "launch";
+  }
   const auto dp_source = sources.find("parallel.dp");
   if ((dp_source == sources.end() || dp_source->second == "preset" || dp_source->second == "checkpoint") &&
       world->size() % (config.ep * config.pp) == 0) {
@@ -319,6 +326,13 @@ void run_train(const TrainArgs& args) {
   options.device = device_description();
   options.teacher = teacher.get();
   options.dp = groups.dp.get();
+  // Expert parallelism: the gradients (and micro-batches) go over DP x EP, the tokens over EP.
+  std::unique_ptr<dist::Communicator> dp_ep;
+  if (config.ep > 1) {
+    dp_ep = world->split(groups.pp_index, world->rank(), "dp x ep");
+    options.dp = dp_ep.get();
+    options.ep = groups.ep.get();
+  }
   options.tokenizer = tokenizer.get();
   const TrainResult r = run_training(config, model, data, options);
   if (!lead) return;
