@@ -74,8 +74,12 @@ std::unique_ptr<Communicator> init_world(const std::string& device, CommOptions 
   if (e.launcher == "mpi") {
     mpi_init();
     std::unique_ptr<Communicator> mpi = mpi_world(options);
-    if (device == "cpu" || mpi->size() == 1) {
+    if (device == "cpu") {
       world = std::move(mpi);
+    } else if (mpi->size() == 1) {
+      // One GPU rank: nothing to talk to, and the MPI communicator takes host tensors only, while the trainer's
+      // collectives pass device tensors; the self communicator takes both.
+      world = std::make_unique<SelfCommunicator>("world", options);
     } else {
       // GPU ranks: NCCL, its unique id broadcast from rank 0 over MPI.
       std::string id = mpi->rank() == 0 ? nccl_unique_id() : std::string();
