@@ -346,6 +346,11 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
     FP8T_CHECK(ep_size == 1, "pipeline parallelism does not combine with expert parallelism yet (--ep {}, --pp {})",
                ep_size, pp_size);
     FP8T_CHECK(!options.teacher, "pipeline parallelism does not run a distillation teacher yet (--pp {})", pp_size);
+    // (the stages' receive buffers and the MPI transfers are host tensors; NCCL pipelines are not built yet)
+    FP8T_CHECK(params.values.device().is_cpu(),
+               "pipeline parallelism runs on CPU ranks only so far (--pp {} with the model on the GPU); use --device "
+               "cpu, or --dp / --ep on GPU ranks",
+               pp_size);
     stage_group = dp.split(options.pp->rank(), dp.rank(), "pp stage");
     replicas = stage_group->size();
     replica = stage_group->rank();
