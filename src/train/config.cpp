@@ -74,7 +74,7 @@ std::vector<ConfigKey> make_keys() {
   k.push_back({"parallel.dp", "dp", 1, 65536, {}, "data-parallel ranks (ZeRO-1: optimizer state sharded); launch dp x ep x pp ranks, e.g. mpirun -np 2 fp8train train --dp 2", FP8T_REF(dp), "1"});
   k.push_back({"parallel.ep", "ep", 1, 65536, {}, "expert-parallel ranks: the routed experts sharded over them, tokens moved by all-to-all (n_routed_experts must be a multiple)", FP8T_REF(ep), "1"});
   k.push_back({"parallel.ranks_per_node", "ranks-per-node", 0, 65536, {}, "EP ranks per node for node-limited routing: each node's experts must be whole routing groups (model.n_group), so topk_group bounds the nodes a token reaches (0: one node)", FP8T_REF(ranks_per_node), "0"});
-  k.push_back({"parallel.pp", "pp", 1, 65536, {}, "pipeline-parallel stages (not implemented yet: 1)", FP8T_REF(pp), "1"});
+  k.push_back({"parallel.pp", "pp", 1, 65536, {}, "pipeline-parallel ranks (DualPipeV: 2 x pp stages, at least 2 x pp micro-batches per pipeline), e.g. mpirun -np 2 fp8train train --pp 2", FP8T_REF(pp), "1"});
   k.push_back({"parallel.timeout", "dist-timeout", 1, 1e6, {}, "seconds a rank waits in a collective before the run fails naming the rank and the collective (a rank died or hangs)", FP8T_REF(dist_timeout), "300"});
   return k;
 }
@@ -270,10 +270,20 @@ void validate_config(const TrainConfig& c) {
     dist::check_node_limited_routing(c.model.n_routed_experts, c.model.n_group, static_cast<int>(c.ep),
                                      static_cast<int>(c.ranks_per_node));
   }
-  FP8T_CHECK(c.pp == 1,
-             "config key 'parallel.pp' = {}: pipeline parallelism (DualPipeV) is not implemented yet; use 1 "
-             "(data parallelism: --dp)",
-             c.pp);
+  if (c.pp > 1) {
+    FP8T_CHECK(c.ep == 1,
+               "config key 'parallel.pp' = {}: pipeline parallelism does not combine with expert parallelism yet "
+               "('parallel.ep' = {}); use one of them",
+               c.pp, c.ep);
+    FP8T_CHECK(c.model.n_layers >= 2 * c.pp,
+               "config key 'parallel.pp' = {}: DualPipeV cuts the model into {} stages of at least one block each, "
+               "but 'model.n_layers' is {}",
+               c.pp, 2 * c.pp, c.model.n_layers);
+    FP8T_CHECK(c.teacher.empty(),
+               "config key 'parallel.pp' = {}: pipeline parallelism does not run a distillation teacher yet "
+               "('train.teacher')",
+               c.pp);
+  }
   FP8T_CHECK(c.decay_start <= c.decay_end, "config key 'optim.decay_start' ({}) must not exceed 'optim.decay_end' ({})",
              c.decay_start, c.decay_end);
   FP8T_CHECK(c.micro_batch_size <= c.batch_size,

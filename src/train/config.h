@@ -83,7 +83,7 @@ struct TrainConfig {
   int64_t dp = 1;               // data-parallel ranks (ZeRO-1)
   int64_t ep = 1;               // expert-parallel ranks (routed experts sharded over them; dist/expert_parallel.h)
   int64_t ranks_per_node = 0;   // EP ranks per node for node-limited routing (0: every EP rank on one node)
-  int64_t pp = 1;               // pipeline stages (not implemented yet: 1)
+  int64_t pp = 1;               // pipeline ranks (DualPipeV: 2 x pp stages)
   double dist_timeout = 300.0;  // seconds a rank waits in a collective before the run fails
 
   // Derived objects.

@@ -7,6 +7,7 @@
 #include "model/model.h"
 #include "recipe/health.h"
 #include "recipe/recipe.h"
+#include "train/pipeline_model.h"
 
 namespace fp8train::train {
 namespace {
@@ -141,6 +142,39 @@ void DeepSeekTrainable::set_step_expert_tokens(const std::vector<std::vector<dou
 
 void DeepSeekTrainable::set_expert_parallel(dist::Communicator* ep) {
   for (model::MoE* m : model_->moe_layers()) m->set_expert_parallel(ep);
+}
+
+MicroBatchResult DeepSeekTrainable::pipeline_step(const dist::PipeSchedule& schedule, dist::Communicator& pp,
+                                                  const std::vector<PipelineMicroBatch>& micro_batches,
+                                                  int64_t seq_len) {
+  FP8T_CHECK(static_cast<size_t>(schedule.micro_batches) == micro_batches.size() && schedule.ranks == pp.size(),
+             "a pipeline schedule for {} ranks and {} micro-batches cannot run {} micro-batches on {} ranks",
+             schedule.ranks, schedule.micro_batches, micro_batches.size(), pp.size());
+  std::vector<ModelStages::MicroBatch> batches;
+  for (const PipelineMicroBatch& b : micro_batches) {
+    const int64_t n = b.rows * seq_len;
+    batches.push_back({token_tensor(b.inputs.data(), n), token_tensor(b.targets.data(), n), b.rows, b.scale});
+  }
+  const auto before = pending_loads(*model_);
+  ModelStages stages(*model_, pp.rank(), pp.size(), std::move(batches), 1.0);
+  dist::run_pipeline(schedule, pp, stages, ExecCtx::on(parameters().values.device()));
+  const auto after = pending_loads(*model_);
+  MicroBatchResult r;
+  for (size_t mb = 0; mb < micro_batches.size(); ++mb) {
+    const model::LossBreakdown& l = stages.losses()[mb];
+    const double s = micro_batches[mb].scale;
+    r.loss.total += s * l.total;
+    r.loss.main += s * l.main;
+    r.loss.mtp += s * l.mtp;
+    r.loss.balance += s * l.balance;
+  }
+  for (size_t layer = 0; layer < after.size(); ++layer) {
+    std::vector<double> tokens(after[layer].size());
+    for (size_t e = 0; e < tokens.size(); ++e)
+      tokens[e] = static_cast<double>(after[layer][e] - (layer < before.size() ? before[layer][e] : 0));
+    r.expert_tokens.push_back(std::move(tokens));
+  }
+  return r;
 }
 
 double DeepSeekTrainable::eval_loss_sum(const Token* inputs, const Token* targets, int64_t batch, int64_t seq_len) {

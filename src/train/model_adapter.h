@@ -35,6 +35,8 @@ class DeepSeekTrainable : public TrainableModel {
   void discard_step() override;
   void set_step_expert_tokens(const std::vector<std::vector<double>>& tokens) override;
   void set_expert_parallel(dist::Communicator* ep) override;
+  MicroBatchResult pipeline_step(const dist::PipeSchedule& schedule, dist::Communicator& pp,
+                                 const std::vector<PipelineMicroBatch>& micro_batches, int64_t seq_len) override;
   double eval_loss_sum(const Token* inputs, const Token* targets, int64_t batch, int64_t seq_len) override;
   std::vector<float> next_token_logits(const Token* inputs, int64_t batch, int64_t seq_len) override;
   TopKTargets top_k(const Token* inputs, int64_t batch, int64_t seq_len, int64_t k) override;

@@ -18,7 +18,7 @@ Tensor ModelStages::forward(int chunk, int mb, const Tensor& input) {
   const MicroBatch& b = micro_batches_.at(static_cast<size_t>(mb));
   model::DeepSeekV3Model::StageRun& run = runs_[chunk].at(static_cast<size_t>(mb));
   Tensor out = model_.stage_forward(dist::dualpipev_stage(rank_, chunk, ranks_), 2 * ranks_, b.inputs, b.targets,
-                                    b.batch, input, grad_scale_, run);
+                                    b.batch, input, b.grad_scale < 0 ? grad_scale_ : b.grad_scale, run);
   model::LossBreakdown& l = losses_[static_cast<size_t>(mb)];
   l.total += run.loss.total;
   l.main += run.loss.main;

@@ -5,8 +5,7 @@
 // The model's backward computes a block's weight gradients together with its input gradient, so backward_weight
 // has nothing left to do: the schedule's deferred W are empty here (splitting Linear::backward into Dgrad and a
 // deferred Wgrad is the next step; docs/distributed.md).
-// Not yet used by the trainer: `--pp` > 1 is refused until parameters, the optimizer, checkpoints and the logs are
-// split by stage too.
+// The trainer runs it through DeepSeekTrainable::pipeline_step (`fp8train train --pp P`).
 #pragma once
 #include <vector>
 
@@ -20,6 +19,7 @@ class ModelStages final : public dist::PipelineStages {
   struct MicroBatch {
     Tensor inputs, targets;  // i32 [batch·seq], as forward_backward takes them
     int64_t batch = 1;
+    double grad_scale = -1;  // this micro-batch's grad_scale; < 0: the constructor's
   };
   // grad_scale: each micro-batch's gradients are those of grad_scale·total (forward_backward's argument).
   ModelStages(model::DeepSeekV3Model& model, int rank, int ranks, std::vector<MicroBatch> micro_batches,

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "dist/communicator.h"
+#include "dist/dualpipe.h"
 #include "optim/param.h"
 #include "tensor/tensor.h"
 #include "train/tokenizer.h"
@@ -47,6 +48,14 @@ struct MicroBatchResult {
   LossBreakdown loss;
   // Tokens routed to each expert in this micro-batch, per MoE layer: [moe_layers][n_routed_experts].
   std::vector<std::vector<double>> expert_tokens;
+};
+
+// One micro-batch of a pipeline step: [rows, seq_len] tokens and the share of the step's batch it is (its
+// gradients are those of scale·loss).
+struct PipelineMicroBatch {
+  std::vector<Token> inputs, targets;
+  int64_t rows = 0;
+  double scale = 0.0;
 };
 
 class TrainableModel {
@@ -92,6 +101,17 @@ class TrainableModel {
   // than one rank (a model without routed experts).
   virtual void set_expert_parallel(dist::Communicator* ep) {
     if (ep && ep->size() > 1) throw Error("this model has no routed experts to shard over expert-parallel ranks");
+  }
+
+  // Pipeline parallelism (DualPipeV, dist/pipeline_executor.h): runs this rank's stages of `schedule` over the PP
+  // group `pp` on the step's micro-batches (every rank of the pipeline passes the same ones), accumulating the
+  // gradients of the parameters its stages use (the others' stay as they are). Returns this rank's part of the
+  // step's losses (Σ scale·loss over its stages' parts; summed over the pipeline's ranks they are the step's) and
+  // the expert loads of the MoE layers it ran (zeros for the others). The default refuses.
+  virtual MicroBatchResult pipeline_step(const dist::PipeSchedule& schedule, dist::Communicator& pp,
+                                         const std::vector<PipelineMicroBatch>& micro_batches, int64_t seq_len) {
+    (void)schedule, (void)pp, (void)micro_batches, (void)seq_len;
+    throw Error("this model cannot be cut into pipeline stages");
   }
 
   // Called instead of after_step when a step is skipped (non-finite): discard per-step accumulations.

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <numbers>
 #include <thread>
@@ -103,7 +104,7 @@ std::vector<std::string> resume_warnings(const CheckpointMeta& checkpoint, const
           "the learning-rate schedule (warmup, decay start and end) and the starts of the MTP-weight and "
           "router-bias-speed schedules' pieces are recomputed for the new total, so the steps from here differ "
           "from the run as first planned";
-    else if (key == "parallel.dp" || key == "parallel.ep")
+    else if (key == "parallel.dp" || key == "parallel.ep" || key == "parallel.pp")
       why =
           "the ranks' gradients are summed in another grouping (in rank order over other blocks of micro-batches), "
           "so the steps from here differ from an uninterrupted run by rounding";
@@ -334,6 +335,26 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
                ep_size, dp.size());
     model.set_expert_parallel(options.ep);
   }
+  // Pipeline parallelism: dp is then the DP x PP group (TrainOptions::pp says why); `replica` is this rank's
+  // pipeline among the DP replicas (the ranks of its stage).
+  const int pp_size = options.pp ? options.pp->size() : 1;
+  std::unique_ptr<dist::Communicator> stage_group;
+  int replicas = dp.size(), replica = dp.rank();
+  if (pp_size > 1) {
+    FP8T_CHECK(dp.size() % pp_size == 0, "pipeline parallelism over {} ranks needs the {} gradient ranks to be DP x PP",
+               pp_size, dp.size());
+    FP8T_CHECK(ep_size == 1, "pipeline parallelism does not combine with expert parallelism yet (--ep {}, --pp {})",
+               ep_size, pp_size);
+    FP8T_CHECK(!options.teacher, "pipeline parallelism does not run a distillation teacher yet (--pp {})", pp_size);
+    // (the stages' receive buffers and the MPI transfers are host tensors; NCCL pipelines are not built yet)
+    FP8T_CHECK(params.values.device().is_cpu(),
+               "pipeline parallelism runs on CPU ranks only so far (--pp {} with the model on the GPU); use --device "
+               "cpu, or --dp / --ep on GPU ranks",
+               pp_size);
+    stage_group = dp.split(options.pp->rank(), dp.rank(), "pp stage");
+    replicas = stage_group->size();
+    replica = stage_group->rank();
+  }
   dist::Zero1 zero(dp, params);
   optim::AdamW optimizer =
       dp.size() == 1 ? optim::AdamW(config.adamw(), params) : optim::AdamW(config.adamw(), params, zero.shard());
@@ -345,7 +366,15 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
   // (The batch grows during the warmup and stays constant after it.)
   for (int64_t step = 0; dp.size() > 1 && step < std::min(config.steps, config.batch_warmup_steps + 1); ++step) {
     const int64_t b = batch_schedule.at(step), micro_batches = (b + config.micro_batch() - 1) / config.micro_batch();
-    FP8T_CHECK(micro_batches >= dp.size(),
+    // DualPipeV lays its phases out for at least 2P micro-batches (dualpipe.h); the pipeline with the fewest runs
+    // ⌊micro-batches / pipelines⌋.
+    FP8T_CHECK(pp_size == 1 || micro_batches / replicas >= 2 * pp_size,
+               "pipeline parallelism (DualPipeV) over {} stages needs at least {} micro-batches per pipeline and step "
+               "(2 x --pp), but step {} has a batch of {} sequences = {} micro-batch(es) of up to {} for {} "
+               "pipeline(s) (--dp); raise --batch-size or lower --micro-batch-size to give {} or more",
+               pp_size, 2 * pp_size, step + 1, b, micro_batches, config.micro_batch(), replicas,
+               2 * pp_size * replicas);
+    FP8T_CHECK(pp_size > 1 || micro_batches >= dp.size(),
                "data parallelism over {} ranks needs at least {} micro-batches per step, but step {} has a batch of {} "
                "sequences = {} micro-batch(es) of up to {} ('train.batch_size', 'train.micro_batch_size', the batch "
                "warmup); raise --batch-size or lower --micro-batch-size",
@@ -492,6 +521,7 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
     const std::vector<std::string> moe_names = model.moe_layer_names();
     const int64_t first_step = state.step;
     std::vector<Token> inputs, targets;
+    std::map<int, dist::PipeSchedule> schedules;  // DualPipeV's, by micro-batches per pipeline (the batch warmup)
     double smoothed_tps = 0.0;
     std::string stop_reason;
     for (int64_t step = state.step; step < config.steps; ++step) {
@@ -508,12 +538,15 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       optim::zero_grads(params);
       dp.reset_stats();  // this step's traffic (metrics.jsonl: dp_bytes_sent / dp_bytes_received)
       if (ep_size > 1) options.ep->reset_stats();  // (ep_bytes_sent / ep_bytes_received)
+      if (pp_size > 1) options.pp->reset_stats();  // (pp_bytes_sent / pp_bytes_received)
       LossBreakdown loss;
       std::vector<std::vector<double>> expert_tokens;
       // Every rank draws every micro-batch of the step (the sampler stays the same everywhere) and runs its own
       // block of them.
       const int64_t micro_batches = (batch + config.micro_batch() - 1) / config.micro_batch();
-      const auto [first_mb, last_mb] = my_micro_batches(micro_batches, dp.rank(), dp.size());
+      // (With PP the ranks of a pipeline take their pipeline's block and run it through the DualPipeV schedule.)
+      const auto [first_mb, last_mb] = my_micro_batches(micro_batches, replica, replicas);
+      std::vector<PipelineMicroBatch> piped;
       int64_t index = 0;
       for (int64_t done = 0; done < batch; ++index) {
         const int64_t rows = std::min(config.micro_batch(), batch - done);
@@ -521,6 +554,10 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         done += rows;
         if (index < first_mb || index >= last_mb) continue;
         const double share = static_cast<double>(rows) / static_cast<double>(batch);
+        if (pp_size > 1) {
+          piped.push_back({inputs, targets, rows, share});
+          continue;
+        }
         TopKTargets teacher_targets;
         if (options.teacher) {  // the teacher's distribution on this micro-batch, forward only
           teacher_targets = options.teacher->top_k(inputs.data(), rows, config.seq_len, config.distill_top_k);
@@ -536,6 +573,15 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         loss.distill_kl += share * r.loss.distill_kl;
         add_into(expert_tokens, r.expert_tokens);
         if (index == first_mb) test_fault_hook(dp.rank(), step + 1);
+      }
+      if (pp_size > 1) {
+        const int count = static_cast<int>(piped.size());
+        auto it = schedules.find(count);
+        if (it == schedules.end()) it = schedules.emplace(count, dist::dualpipev_schedule(pp_size, count)).first;
+        const MicroBatchResult r = model.pipeline_step(it->second, *options.pp, piped, config.seq_len);
+        loss = r.loss;
+        expert_tokens = r.expert_tokens;
+        test_fault_hook(dp.rank(), step + 1);
       }
       if (dp.size() > 1) {
         // The step's totals over the ranks, added in rank order: every rank logs and decides the same.
@@ -606,6 +652,10 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       if (ep_size > 1) {  // the expert all-to-alls of the step's forwards and backwards
         row["ep_bytes_sent"] = options.ep->stats().bytes_sent;
         row["ep_bytes_received"] = options.ep->stats().bytes_received;
+      }
+      if (pp_size > 1) {  // the activations and their gradients sent between the pipeline's stages
+        row["pp_bytes_sent"] = options.pp->stats().bytes_sent;
+        row["pp_bytes_received"] = options.pp->stats().bytes_received;
       }
       const nlohmann::ordered_json memory = memory_json(model, optimizer);
       max_into(result.memory, memory);

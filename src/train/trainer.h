@@ -21,7 +21,8 @@
 // a checkpoint continues it bit for bit (the sampler, optimizer, weights and router biases are all restored).
 // With data parallelism it is a pure function of the seed and the number of DP ranks: the ranks' gradients,
 // losses and expert loads are added in rank order, so the result never depends on timing; a different number
-// of ranks groups the micro-batches' sums differently (docs/distributed.md).
+// of ranks groups the micro-batches' sums differently (docs/distributed.md); with pipeline parallelism, of the
+// seed and the layout.
 #pragma once
 #include <cstdio>
 #include <functional>
@@ -65,6 +66,14 @@ struct TrainOptions {
   // DP replica. Every EP rank must run as many micro-batches as its peers: the step's micro-batches must divide
   // evenly.
   dist::Communicator* ep = nullptr;
+  // Pipeline parallelism (DualPipeV, dist/dualpipe.h): the PP group, the ranks of one pipeline; null or one rank:
+  // none. With PP, `dp` must be the group of every rank (DP x PP): each pipeline (the DP replicas, rank r of each
+  // pipeline holding stages r and 2P-1-r of 2P) runs its contiguous block of the step's micro-batches through the
+  // DualPipeV schedule (at least 2P of them per pipeline and step, checked before the run starts); every rank
+  // keeps the whole parameter arena, the parameters of stages it does not hold get zero gradient, and the
+  // gradients are reduced over DP x PP, so every rank's optimizer step and weights are the same. CPU ranks only;
+  // not with expert parallelism or a distillation teacher.
+  dist::Communicator* pp = nullptr;
   // The run's tokenizer: a SentencePiece model is saved as RUN/tokenizer.model and in every checkpoint (null or
   // the byte tokenizer: nothing is saved). Its vocabulary must equal the model's.
   const Tokenizer* tokenizer = nullptr;

@@ -260,6 +260,11 @@ void run_train(const TrainArgs& args) {
     config.ep = 1;
     sources["parallel.ep"] = "launch";
   }
+  const auto pp_source = sources.find("parallel.pp");  // likewise a checkpoint's pipeline parallelism
+  if (pp_source != sources.end() && pp_source->second == "checkpoint" && world->size() % (config.ep * config.pp) != 0) {
+    config.pp = 1;
+    sources["parallel.pp"] = "launch";
+  }
   const auto dp_source = sources.find("parallel.dp");
   if ((dp_source == sources.end() || dp_source->second == "preset" || dp_source->second == "checkpoint") &&
       world->size() % (config.ep * config.pp) == 0) {
@@ -332,6 +337,10 @@ void run_train(const TrainArgs& args) {
     dp_ep = world->split(groups.pp_index, world->rank(), "dp x ep");
     options.dp = dp_ep.get();
     options.ep = groups.ep.get();
+  }
+  if (config.pp > 1) {  // pipeline parallelism: the gradients go over DP x PP (every rank), the activations over PP
+    options.dp = world.get();
+    options.pp = groups.pp.get();
   }
   options.tokenizer = tokenizer.get();
   const TrainResult r = run_training(config, model, data, options);
