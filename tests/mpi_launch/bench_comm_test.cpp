@@ -79,7 +79,8 @@ TEST(BenchComm, TwoRanksReportEveryCollectiveAndTheEpDispatch) {
 }
 
 TEST(BenchComm, OneRankRunsWithNoBusTraffic) {
-  const CommRun r = bench_comm(0, "--sizes 1024 --repeats 1 --collectives all_reduce --tokens 16 --hidden 128 --top-k 1");
+  const CommRun r =
+      bench_comm(0, "--sizes 1024 --repeats 1 --collectives all_reduce --tokens 16 --hidden 128 --top-k 1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_FALSE(r.rows.empty());
   EXPECT_EQ(r.rows[0]["ranks"], 1);

@@ -20,67 +20,18 @@
 
 #include <fmt/format.h>
 
-#include "../common/cli_runner.h"
+#include "mpi_train_fixture.h"
 
 namespace fs = std::filesystem;
 using fp8train::test::jsonl;
+using fp8train::test::LaunchRun;
 using fp8train::test::slurp;
 
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-class EpTrain : public ::testing::Test {
+class EpTrain : public fp8train::test::MpiTrainTest {
  protected:
-  void SetUp() override {
-    // OpenMPI refuses root without these (CI containers); harmless otherwise. ctest sets them too.
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
-    work_ = fs::temp_directory_path() /
-            fmt::format("fp8train_ep_{}_{}", ::testing::UnitTest::GetInstance()->current_test_info()->name(), getpid());
-    fs::remove_all(work_);
-    fs::create_directories(work_);
-    std::ofstream(work_ / "tiny.json") << R"({
-      "preset": "tiny",
-      "model": {"hidden_size": 32, "n_layers": 2, "n_dense_layers": 1, "n_heads": 2, "q_lora_rank": 16,
-                "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8,
-                "intermediate_size": 64, "moe_intermediate_size": 16, "n_routed_experts": 4,
-                "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "mtp_depth": 1},
-      "data": {"corpus_bytes": 20000},
-      "train": {"steps": 4, "batch_size": 4, "micro_batch_size": 1, "seq_len": 32, "eval_every": 0,
-                "eval_batches": 1, "final_eval_windows": 4, "log_every": 1, "threads": 1, "device": "cpu",
-                "recipe": "fp32"},
-      "optim": {"warmup_steps": 2}
-    })";
-  }
-  void TearDown() override { fs::remove_all(work_); }
-
-  // `ranks` = 0: the CLI alone; otherwise under mpiexec with that many ranks.
-  CliRun run(int ranks, const std::string& args) {
-    const fs::path out = work_ / "stdout.txt", err = work_ / "stderr.txt";
-    const std::string launcher =
-        ranks == 0 ? std::string() : fmt::format("'{}' -n {} --oversubscribe ", FP8TRAIN_MPIEXEC, ranks);
-    const std::string cmd = fmt::format("cd '{}' && {}'{}' train --config tiny.json {} > '{}' 2> '{}'", work_.string(),
-                                        launcher, FP8TRAIN_CLI, args, out.string(), err.string());
-    const int status = std::system(cmd.c_str());
-    CliRun r;
-    r.exit_code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
-
-  std::vector<double> losses(const std::string& run) const {
-    std::vector<double> l;
-    for (const nlohmann::json& row : jsonl(work_ / run / "metrics.jsonl")) l.push_back(row.at("loss").get<double>());
-    return l;
-  }
-
-  fs::path work_;
+  void SetUp() override { prepare("ep", {.n_layers = 2, .batch_size = 4, .routing_groups = true}); }
 };
 
 }  // namespace
@@ -92,14 +43,14 @@ class EpTrain : public ::testing::Test {
 // 1e-6 relative as the DP test does; a lost, doubled or mis-routed expert gradient moves the loss by more than
 // 1e-3.
 TEST_F(EpTrain, ExpertParallelRanksTrainLikeOneRank) {
-  const CliRun one = run(0, "--out one");
+  const LaunchRun one = run(0, "--out one");
   ASSERT_EQ(one.exit_code, 0) << one.err;
   const std::vector<double> want = losses("one");
   ASSERT_EQ(want.size(), 4u);
   for (const auto& [dp, ep] : {std::pair{1, 2}, std::pair{2, 2}, std::pair{1, 4}}) {
     const int ranks = dp * ep;
     const std::string dir = fmt::format("dp{}ep{}", dp, ep), flags = fmt::format("--dp {} --ep {}", dp, ep);
-    const CliRun r = run(ranks, fmt::format("{} --out {}", flags, dir));
+    const LaunchRun r = run(ranks, fmt::format("{} --out {}", flags, dir));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find(fmt::format("layout dp {} x ep {} x pp 1", dp, ep)), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("done:"), r.out.rfind("done:")) << r.out;  // rank 0 alone prints
@@ -129,7 +80,7 @@ TEST_F(EpTrain, ExpertParallelRanksTrainLikeOneRank) {
 // by FP8 rounding (measured: ~4e-5 relative at step 4); 1e-3 still catches a broken exchange.
 TEST_F(EpTrain, Fp8DeepSeekDispatchRunsCloseToOneRank) {
   ASSERT_EQ(run(0, "--recipe fp8-deepseek --health-every 2 --out one").exit_code, 0);
-  const CliRun r = run(2, "--recipe fp8-deepseek --health-every 2 --ep 2 --out ep");
+  const LaunchRun r = run(2, "--recipe fp8-deepseek --health-every 2 --ep 2 --out ep");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::vector<double> want = losses("one"), got = losses("ep");
   ASSERT_EQ(got.size(), want.size());
@@ -138,35 +89,12 @@ TEST_F(EpTrain, Fp8DeepSeekDispatchRunsCloseToOneRank) {
 }
 
 TEST_F(EpTrain, CheckpointsLoadOnAnyLayout) {
-  const CliRun straight = run(2, "--ep 2 --save-every 2 --keep-last 0 --out straight");
-  ASSERT_EQ(straight.exit_code, 0) << straight.err;
-  const std::vector<double> want = losses("straight");
-  ASSERT_EQ(want.size(), 4u);
-  // The same layout: steps 3 and 4 bit for bit.
-  const CliRun same = run(2, "--ep 2 --resume straight/checkpoints/step-00000002 --out same");
-  ASSERT_EQ(same.exit_code, 0) << same.err;
-  const std::vector<double> got = losses("same");
-  ASSERT_EQ(got.size(), 2u);
-  EXPECT_EQ(got[0], want[2]);
-  EXPECT_EQ(got[1], want[3]);
-  // One rank: the checkpoint holds every expert (rank 0 wrote it as one rank would).
-  const CliRun one = run(0, "--resume straight/checkpoints/step-00000002 --out one");
-  ASSERT_EQ(one.exit_code, 0) << one.err;
-  EXPECT_NE(one.out.find("parallel.ep"), std::string::npos) << one.out;  // the layout change is reported
-  const std::vector<double> one_l = losses("one");
-  ASSERT_EQ(one_l.size(), 2u);
-  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(one_l[i], want[i + 2], 1e-6 * std::abs(want[i + 2])) << "step " << i + 3;
-  // And a one-rank checkpoint on 2 EP ranks.
-  ASSERT_EQ(run(0, "--save-every 2 --keep-last 0 --out single").exit_code, 0);
-  const CliRun up = run(2, "--ep 2 --resume single/checkpoints/step-00000002 --out up");
-  ASSERT_EQ(up.exit_code, 0) << up.err;
-  const std::vector<double> single = losses("single"), up_l = losses("up");
-  ASSERT_EQ(up_l.size(), 2u);
-  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(up_l[i], single[i + 2], 1e-6 * std::abs(single[i + 2]));
+  // Rank 0 wrote the checkpoint as one rank would: it holds every expert.
+  expect_checkpoints_load_on_any_layout("--ep 2", "--ep 2", "parallel.ep");
 }
 
 TEST_F(EpTrain, RefusesLayoutsItCannotRun) {
-  CliRun r = run(2, "--ep 2 --n-routed-experts 3 --n-group 1 --topk-group 1 --out x");
+  LaunchRun r = run(2, "--ep 2 --n-routed-experts 3 --n-group 1 --topk-group 1 --out x");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("routed experts (model.n_routed_experts) cannot be split evenly over 2 expert-parallel ranks"),
             std::string::npos)

@@ -21,72 +21,18 @@
 
 #include <fmt/format.h>
 
-#include "../common/cli_runner.h"
+#include "mpi_train_fixture.h"
 
 namespace fs = std::filesystem;
 using fp8train::test::jsonl;
+using fp8train::test::LaunchRun;
 using fp8train::test::slurp;
 
 namespace {
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-class PpTrain : public ::testing::Test {
+class PpTrain : public fp8train::test::MpiTrainTest {
  protected:
-  void SetUp() override {
-    // OpenMPI refuses root without these (CI containers); harmless otherwise. ctest sets them too.
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-    setenv("OMPI_MCA_btl_vader_single_copy_mechanism", "none", 0);
-    work_ = fs::temp_directory_path() /
-            fmt::format("fp8train_pp_{}_{}", ::testing::UnitTest::GetInstance()->current_test_info()->name(), getpid());
-    fs::remove_all(work_);
-    fs::create_directories(work_);
-    // 8 micro-batches of one sequence per step: 2 x pp for --pp 4, and for each of the 2 pipelines of --dp 2 --pp 2
-    std::ofstream(work_ / "tiny.json") << R"({
-      "preset": "tiny",
-      "model": {"hidden_size": 32, "n_layers": 4, "n_dense_layers": 1, "n_heads": 2, "q_lora_rank": 16,
-                "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8,
-                "intermediate_size": 64, "moe_intermediate_size": 16, "n_routed_experts": 4,
-                "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "mtp_depth": 1},
-      "data": {"corpus_bytes": 20000},
-      "train": {"steps": 4, "batch_size": 8, "micro_batch_size": 1, "seq_len": 32, "eval_every": 0,
-                "eval_batches": 1, "final_eval_windows": 4, "log_every": 1, "threads": 1, "device": "cpu",
-                "recipe": "fp32"},
-      "optim": {"warmup_steps": 2}
-    })";
-  }
-  void TearDown() override { fs::remove_all(work_); }
-
-  // `ranks` = 0: the CLI alone; otherwise under mpiexec with that many ranks.
-  CliRun run(int ranks, const std::string& args) {
-    const fs::path out = work_ / "stdout.txt", err = work_ / "stderr.txt";
-    const std::string launcher =
-        ranks == 0 ? std::string() : fmt::format("'{}' -n {} --oversubscribe ", FP8TRAIN_MPIEXEC, ranks);
-    const std::string cmd = fmt::format("cd '{}' && {}'{}' train --config tiny.json {} > '{}' 2> '{}'", work_.string(),
-                                        launcher, FP8TRAIN_CLI, args, out.string(), err.string());
-    const int status = std::system(cmd.c_str());
-    CliRun r;
-    r.exit_code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
-
-  std::vector<double> losses(const std::string& run) const {
-    std::vector<double> l;
-    for (const nlohmann::json& row : jsonl(work_ / run / "metrics.jsonl")) l.push_back(row.at("loss").get<double>());
-    return l;
-  }
-
-  double final_eval(const std::string& run) const {
-    return nlohmann::json::parse(slurp(work_ / run / "summary.json")).at("final held-out loss").get<double>();
-  }
-
-  fs::path work_;
+  void SetUp() override { prepare("pp", {.n_layers = 4, .batch_size = 8, .routing_groups = true}); }
 };
 
 }  // namespace
@@ -104,14 +50,14 @@ TEST_F(PpTrain, PipelineRanksTrainLikeOneRank) {
   for (const Layout& l : {Layout{1, 2, 4}, Layout{2, 2, 4}, Layout{1, 4, 8}}) {
     const std::string one = fmt::format("one{}", l.layers), layers = fmt::format("--n-layers {}", l.layers);
     if (!fs::exists(work_ / one)) {
-      const CliRun r = run(0, fmt::format("{} --out {}", layers, one));
+      const LaunchRun r = run(0, fmt::format("{} --out {}", layers, one));
       ASSERT_EQ(r.exit_code, 0) << r.err;
     }
     const std::vector<double> want = losses(one);
     ASSERT_EQ(want.size(), 4u);
     const int ranks = l.dp * l.pp;
     const std::string dir = fmt::format("dp{}pp{}", l.dp, l.pp);
-    const CliRun r = run(ranks, fmt::format("{} --dp {} --pp {} --out {}", layers, l.dp, l.pp, dir));
+    const LaunchRun r = run(ranks, fmt::format("{} --dp {} --pp {} --out {}", layers, l.dp, l.pp, dir));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find(fmt::format("layout dp {} x ep 1 x pp {}", l.dp, l.pp)), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("done:"), r.out.rfind("done:")) << r.out;  // rank 0 alone prints
@@ -138,7 +84,7 @@ TEST_F(PpTrain, PipelineRanksTrainLikeOneRank) {
 // relative over the 4 steps); held to 1e-4, which still catches a broken stage.
 TEST_F(PpTrain, Fp8DeepSeekRunsCloseToOneRank) {
   ASSERT_EQ(run(0, "--recipe fp8-deepseek --health-every 2 --out one").exit_code, 0);
-  const CliRun r = run(2, "--recipe fp8-deepseek --health-every 2 --pp 2 --out pp");
+  const LaunchRun r = run(2, "--recipe fp8-deepseek --health-every 2 --pp 2 --out pp");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::vector<double> want = losses("one"), got = losses("pp");
   ASSERT_EQ(got.size(), want.size());
@@ -147,36 +93,12 @@ TEST_F(PpTrain, Fp8DeepSeekRunsCloseToOneRank) {
 }
 
 TEST_F(PpTrain, CheckpointsLoadOnAnyLayout) {
-  const CliRun straight = run(2, "--pp 2 --save-every 2 --keep-last 0 --out straight");
-  ASSERT_EQ(straight.exit_code, 0) << straight.err;
-  const std::vector<double> want = losses("straight");
-  ASSERT_EQ(want.size(), 4u);
-  // The same layout (kept from the checkpoint): steps 3 and 4 bit for bit.
-  const CliRun same = run(2, "--resume straight/checkpoints/step-00000002 --out same");
-  ASSERT_EQ(same.exit_code, 0) << same.err;
-  EXPECT_NE(same.out.find("layout dp 1 x ep 1 x pp 2"), std::string::npos) << same.out;
-  const std::vector<double> got = losses("same");
-  ASSERT_EQ(got.size(), 2u);
-  EXPECT_EQ(got[0], want[2]);
-  EXPECT_EQ(got[1], want[3]);
-  // One rank: rank 0 wrote the checkpoint as one rank would (every parameter, whole moments).
-  const CliRun one = run(0, "--resume straight/checkpoints/step-00000002 --out one");
-  ASSERT_EQ(one.exit_code, 0) << one.err;
-  EXPECT_NE(one.out.find("parallel.pp"), std::string::npos) << one.out;  // the layout change is reported
-  const std::vector<double> one_l = losses("one");
-  ASSERT_EQ(one_l.size(), 2u);
-  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(one_l[i], want[i + 2], 1e-6 * std::abs(want[i + 2])) << "step " << i + 3;
-  // And a one-rank checkpoint on 2 pipeline ranks.
-  ASSERT_EQ(run(0, "--save-every 2 --keep-last 0 --out single").exit_code, 0);
-  const CliRun up = run(2, "--pp 2 --resume single/checkpoints/step-00000002 --out up");
-  ASSERT_EQ(up.exit_code, 0) << up.err;
-  const std::vector<double> single = losses("single"), up_l = losses("up");
-  ASSERT_EQ(up_l.size(), 2u);
-  for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(up_l[i], single[i + 2], 1e-6 * std::abs(single[i + 2]));
+  // The same layout is kept from the checkpoint; rank 0 wrote it as one rank would (every parameter, whole moments).
+  expect_checkpoints_load_on_any_layout("--pp 2", "", "parallel.pp", "layout dp 1 x ep 1 x pp 2");
 }
 
 TEST_F(PpTrain, RefusesLayoutsItCannotRun) {
-  CliRun r = run(2, "--pp 2 --batch-size 3 --out x");
+  LaunchRun r = run(2, "--pp 2 --batch-size 3 --out x");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("needs at least 4 micro-batches per pipeline and step"), std::string::npos) << r.err;
   // 6 micro-batches for 2 pipelines: 3 each
