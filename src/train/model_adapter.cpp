@@ -24,6 +24,19 @@ std::vector<std::vector<int64_t>> pending_loads(const model::DeepSeekV3Model& m)
   return out;
 }
 
+// Tokens each routed expert of each MoE layer received between two pending_loads() snapshots.
+std::vector<std::vector<double>> routed_since(const std::vector<std::vector<int64_t>>& before,
+                                              const std::vector<std::vector<int64_t>>& after) {
+  std::vector<std::vector<double>> out;
+  for (size_t layer = 0; layer < after.size(); ++layer) {
+    std::vector<double> tokens(after[layer].size());
+    for (size_t e = 0; e < tokens.size(); ++e)
+      tokens[e] = static_cast<double>(after[layer][e] - (layer < before.size() ? before[layer][e] : 0));
+    out.push_back(std::move(tokens));
+  }
+  return out;
+}
+
 }  // namespace
 
 DeepSeekTrainable::DeepSeekTrainable(const model::ModelConfig& config, uint64_t seed, const std::string& recipe) {
@@ -65,12 +78,7 @@ MicroBatchResult DeepSeekTrainable::forward_backward(const Token* inputs, const 
   const auto after = pending_loads(*model_);
   MicroBatchResult r;
   r.loss = {l.total, l.main, l.mtp, l.balance, l.distill, l.distill_kl};
-  for (size_t layer = 0; layer < after.size(); ++layer) {
-    std::vector<double> tokens(after[layer].size());
-    for (size_t e = 0; e < tokens.size(); ++e)
-      tokens[e] = static_cast<double>(after[layer][e] - (layer < before.size() ? before[layer][e] : 0));
-    r.expert_tokens.push_back(std::move(tokens));
-  }
+  r.expert_tokens = routed_since(before, after);
   return r;
 }
 
@@ -84,7 +92,7 @@ nlohmann::json DeepSeekTrainable::take_health() {
   const std::vector<recipe::GemmHealth> records = model_->take_health();
   if (records.empty()) return nullptr;
   auto operand = [](const recipe::OperandHealth& h) {
-    return nlohmann::json{{"elements", h.elements}, {"nonzero", h.nonzero},     {"saturated", h.saturated},
+    return nlohmann::json{{"elements", h.elements},   {"nonzero", h.nonzero},     {"saturated", h.saturated},
                           {"underflow", h.underflow}, {"scale_min", h.scale_min}, {"scale_max", h.scale_max}};
   };
   nlohmann::json out = nlohmann::json::array();
@@ -168,12 +176,7 @@ MicroBatchResult DeepSeekTrainable::pipeline_step(const dist::PipeSchedule& sche
     r.loss.mtp += s * l.mtp;
     r.loss.balance += s * l.balance;
   }
-  for (size_t layer = 0; layer < after.size(); ++layer) {
-    std::vector<double> tokens(after[layer].size());
-    for (size_t e = 0; e < tokens.size(); ++e)
-      tokens[e] = static_cast<double>(after[layer][e] - (layer < before.size() ? before[layer][e] : 0));
-    r.expert_tokens.push_back(std::move(tokens));
-  }
+  r.expert_tokens = routed_since(before, after);
   return r;
 }
 
