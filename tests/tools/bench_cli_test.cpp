@@ -13,9 +13,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <cmath>
 #include <string>
 
 namespace fs = std::filesystem;
@@ -37,8 +37,8 @@ class BenchCli : public ::testing::Test {
 
   CliRun run(const std::string& args) {
     const fs::path out = work_ / "stdout.txt", err = work_ / "stderr.txt";
-    const std::string cmd = std::string("'") + FP8TRAIN_CLI + "' bench " + args + " > '" + out.string() + "' 2> '" +
-                            err.string() + "'";
+    const std::string cmd =
+        std::string("'") + FP8TRAIN_CLI + "' bench " + args + " > '" + out.string() + "' 2> '" + err.string() + "'";
     const int status = std::system(cmd.c_str());
     CliRun r;
     if (status != -1 && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
@@ -64,8 +64,8 @@ TEST_F(BenchCli, TrainReportsThroughputMemoryAndABreakdownThatAddsUp) {
               "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "mtp_depth": 0},
     "train": {"seq_len": 32, "batch_size": 4, "micro_batch_size": 2}
   })";
-  const CliRun r = run("train --config '" + (work_ / "tiny.json").string() +
-                       "' --device cpu --steps 2 --warmup 1 --profile");
+  const CliRun r =
+      run("train --config '" + (work_ / "tiny.json").string() + "' --device cpu --steps 2 --warmup 1 --profile");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j.at("tokens_per_step").get<int64_t>(), 128);
@@ -89,6 +89,45 @@ TEST_F(BenchCli, TrainReportsThroughputMemoryAndABreakdownThatAddsUp) {
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.err.find("absent.json"), std::string::npos) << missing.err;
   EXPECT_TRUE(missing.out.empty()) << missing.out;
+}
+
+// --baseline: the baseline recipe's line, the recipe's line, then the comparison, whose numbers follow from the two
+// runs' own (the speed-up from their tokens/s; the ceiling from the Linear GEMM times by the issue's formula).
+TEST_F(BenchCli, TrainAgainstABaselineReportsTheSpeedupAndItsCeiling) {
+  std::ofstream(work_ / "tiny.json") << R"({
+    "model": {"vocab_size": 512, "hidden_size": 64, "n_layers": 2, "n_dense_layers": 1, "n_heads": 2,
+              "q_lora_rank": 32, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 16,
+              "v_head_dim": 16, "intermediate_size": 128, "moe_intermediate_size": 32, "n_routed_experts": 8,
+              "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "mtp_depth": 0},
+    "train": {"seq_len": 32, "batch_size": 4, "micro_batch_size": 2}
+  })";
+  const CliRun r = run("train --config '" + (work_ / "tiny.json").string() +
+                       "' --device cpu --steps 1 --warmup 0 --recipe fp8-deepseek --baseline bf16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  const nlohmann::json &base = lines[0], &run8 = lines[1], &c = lines[2];
+  EXPECT_EQ(base.at("recipe"), "bf16");
+  EXPECT_EQ(run8.at("recipe"), "fp8-deepseek");
+  EXPECT_TRUE(base.contains("ops") && run8.contains("ops")) << "both runs are profiled";
+  EXPECT_EQ(c.at("compare"), "fp8-deepseek");
+  EXPECT_EQ(c.at("baseline"), "bf16");
+  EXPECT_NEAR(c.at("speedup").get<double>(),
+              run8.at("tokens_per_s").get<double>() / base.at("tokens_per_s").get<double>(), 1e-12);
+  const double lb = c.at("linear_gemm_ms_baseline").get<double>(), lr = c.at("linear_gemm_ms").get<double>();
+  ASSERT_GT(lb, 0.0);
+  ASSERT_GT(lr, 0.0);
+  const double r_ratio = c.at("gemm_ratio").get<double>(), f = c.at("gemm_share_baseline").get<double>();
+  EXPECT_NEAR(r_ratio, lb / lr, 1e-12 * r_ratio);
+  EXPECT_NEAR(f, lb / base.at("profiled_step_ms").get<double>(), 1e-12);
+  EXPECT_GT(f, 0.0);
+  EXPECT_LE(f, 1.0);
+  EXPECT_NEAR(c.at("ceiling").get<double>(), 1.0 / ((1.0 - f) + f / r_ratio), 1e-12);
+  const double q = c.at("quantize_share").get<double>();
+  EXPECT_GT(q, 0.0) << "fp8-deepseek quantizes";
+  EXPECT_LT(q, 1.0);
 }
 
 #if FP8TRAIN_HAVE_CUDA

@@ -6,8 +6,13 @@
 // step runs with every op synchronized (OpProfile) and the step time is broken down by op family: GEMM,
 // attention, MoE routing/permute, norms/elementwise, loss, optimizer, quantize, and what no op accounts for
 // (host work and synchronization).
-// Output: one JSON line on stdout, a short table on stderr. Runs on the CPU too (small configs; CI checks the
-// output's fields there).
+// --baseline RECIPE (implies --profile): the baseline recipe runs first, on the same config, tokens and device,
+// then the recipe; a last JSON line compares them as the FP8 issue asks: the speed-up, and its ceiling
+// 1 / (f_rest + f_gemm / r) -- f_gemm the baseline step's share of Linear GEMM time, r the baseline / recipe ratio of
+// that time measured in the two profiled steps (the GEMMs both recipes run alike, e.g. the output head, are left
+// out of it) -- with the share of the speed-up's room reached, and the recipe step's quantize share.
+// Output: one JSON line per run (and the comparison) on stdout, a short table on stderr. Runs on the CPU too
+// (small configs; CI checks the output's fields there).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -36,7 +41,7 @@ using namespace fp8train::train;
 using Clock = std::chrono::steady_clock;
 
 struct BenchTrainOptions {
-  std::string config_file, recipe = "bf16", device = "auto";
+  std::string config_file, recipe = "bf16", device = "auto", baseline;
   int64_t steps = 3, warmup = 1, seed = 1;
   double peak_tflops = 0;  // 0: the device's dense BF16 peak when known
   bool profile = false;
@@ -60,14 +65,13 @@ double known_peak_tflops(const std::string& device) {
   return 0.0;
 }
 
-void bench_train(const BenchTrainOptions& o) {
-  FP8T_CHECK(o.steps >= 1 && o.warmup >= 0, "bench train: --steps must be >= 1 and --warmup >= 0");
+// One recipe's timed steps (and profiled step): the JSON line the command prints for it.
+nlohmann::ordered_json bench_recipe(const BenchTrainOptions& o, const std::string& recipe, bool profile) {
   TrainConfig config = preset_config("small");
   apply_config_json(config, read_config_file(o.config_file), fmt::format("config file '{}'", o.config_file), nullptr);
-  config.recipe = o.recipe;
+  config.recipe = recipe;
   validate_config(config);
   resolve_moment_dtype(config, nullptr);
-  const std::string device = start_device(o.device);
   const std::string where = device_description();
 
   DeepSeekTrainable model(config.model, derive_seed(static_cast<uint64_t>(o.seed), 0), config.recipe);
@@ -139,7 +143,7 @@ void bench_train(const BenchTrainOptions& o) {
   memory["total"] = mem.total_peak;
   j["peak_memory_bytes"] = memory;
 
-  if (o.profile) {
+  if (profile) {
     OpProfile profile(/*synchronizing=*/true);
     model.model().set_op_profile(&profile);
     ExecCtx profiled = ctx;
@@ -167,21 +171,81 @@ void bench_train(const BenchTrainOptions& o) {
   }
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
-  std::fprintf(stderr, "bench train: %s, recipe %s, %s\n", o.config_file.c_str(), config.recipe.c_str(),
-               where.c_str());
+  std::fprintf(stderr, "bench train: %s, recipe %s, %s\n", o.config_file.c_str(), config.recipe.c_str(), where.c_str());
   std::fprintf(stderr, "  %.1f ms/step, %.0f tokens/s, %.1f model TFLOP/s%s, peak memory %.3f GiB\n", step_s * 1e3,
                tokens_per_s, tflops, peak > 0 ? fmt::format(" (MFU {:.1f} %)", 100 * tflops / peak).c_str() : "",
                static_cast<double>(mem.total_peak) / (1 << 30));
-  if (o.profile)
+  if (profile)
     for (const auto& [family, ms] : j["breakdown_ms"].items())
       std::fprintf(stderr, "  %-22s %9.2f ms\n", family.c_str(), ms.get<double>());
+  return j;
+}
+
+// Milliseconds of the profiled step's ops whose names start with `prefix`.
+double ops_ms(const nlohmann::ordered_json& run, const std::string& prefix) {
+  double ms = 0;
+  for (const auto& [op, e] : run.at("ops").items())
+    if (op.rfind(prefix, 0) == 0) ms += e.at("ms").get<double>();
+  return ms;
+}
+
+// The comparison of a recipe's run with its baseline's (both profiled).
+nlohmann::ordered_json compare_runs(const nlohmann::ordered_json& base, const nlohmann::ordered_json& run) {
+  // "gemm*" ops are plain (BF16 / FP32) GEMMs, "scaled_gemm*" the quantized ones. The plain GEMMs both runs have
+  // (the output head, the router) are not the Linear GEMMs a recipe changes.
+  const double plain_base = ops_ms(base, "gemm"), plain_run = ops_ms(run, "gemm");
+  const double kept = std::min(plain_base, plain_run);
+  const double linear_base = plain_base + ops_ms(base, "scaled_gemm") - kept;
+  const double linear_run = plain_run + ops_ms(run, "scaled_gemm") - kept;
+  const double base_ms = base.at("profiled_step_ms").get<double>(), run_ms = run.at("profiled_step_ms").get<double>();
+  const double speedup = run.at("tokens_per_s").get<double>() / base.at("tokens_per_s").get<double>();
+  nlohmann::ordered_json c;
+  c["compare"] = run.at("recipe");
+  c["baseline"] = base.at("recipe");
+  c["speedup"] = speedup;
+  c["linear_gemm_ms_baseline"] = linear_base;
+  c["linear_gemm_ms"] = linear_run;
+  c["quantize_share"] =
+      run.at("breakdown_ms").contains("quantize") ? run.at("breakdown_ms").at("quantize").get<double>() / run_ms : 0.0;
+  if (linear_run > 0 && linear_base > 0) {
+    const double r = linear_base / linear_run, f = linear_base / base_ms;
+    const double ceiling = 1.0 / ((1.0 - f) + f / r);
+    c["gemm_ratio"] = r;
+    c["gemm_share_baseline"] = f;
+    c["ceiling"] = ceiling;
+    // Of the room the ceiling leaves (ceiling - 1), how much the speed-up took; negative when slower.
+    c["gain_of_ceiling"] =
+        ceiling != 1.0 ? nlohmann::ordered_json((speedup - 1.0) / (ceiling - 1.0)) : nlohmann::ordered_json(nullptr);
+  }
+  return c;
+}
+
+void bench_train(const BenchTrainOptions& o) {
+  FP8T_CHECK(o.steps >= 1 && o.warmup >= 0, "bench train: --steps must be >= 1 and --warmup >= 0");
+  start_device(o.device);
+  if (o.baseline.empty()) {
+    bench_recipe(o, o.recipe, o.profile);
+    return;
+  }
+  const nlohmann::ordered_json base = bench_recipe(o, o.baseline, true);
+  const nlohmann::ordered_json run = bench_recipe(o, o.recipe, true);
+  const nlohmann::ordered_json c = compare_runs(base, run);
+  std::printf("%s\n", c.dump().c_str());
+  std::fprintf(stderr, "%s vs %s: %.3fx", o.recipe.c_str(), o.baseline.c_str(), c["speedup"].get<double>());
+  if (c.contains("ceiling"))
+    std::fprintf(stderr, ", ceiling %.3fx (Linear GEMMs %.1f -> %.1f ms, r %.3f, %.1f %% of the baseline step)",
+                 c["ceiling"].get<double>(), c["linear_gemm_ms_baseline"].get<double>(),
+                 c["linear_gemm_ms"].get<double>(), c["gemm_ratio"].get<double>(),
+                 100 * c["gemm_share_baseline"].get<double>());
+  std::fprintf(stderr, ", quantize %.1f %% of the step\n", 100 * c["quantize_share"].get<double>());
 }
 
 void add_bench_train(CLI::App& root) {
   CLI::App* bench = root.get_subcommand("bench");
   static BenchTrainOptions o;
-  auto* t = bench->add_subcommand("train", "whole training steps of a model config: tokens/s, model TFLOP/s, MFU, "
-                                           "peak memory per category, and (--profile) time per op family");
+  auto* t = bench->add_subcommand("train",
+                                  "whole training steps of a model config: tokens/s, model TFLOP/s, MFU, "
+                                  "peak memory per category, and (--profile) time per op family");
   t->add_option("--config", o.config_file, "JSON config (model and train keys, e.g. ../shared/bench/moe_bench.json)")
       ->required();
   t->add_option("--recipe", o.recipe, "precision recipe")->capture_default_str();
@@ -191,6 +255,9 @@ void add_bench_train(CLI::App& root) {
   t->add_option("--seed", o.seed, "seed of the weights and the random tokens")->capture_default_str();
   t->add_option("--peak-tflops", o.peak_tflops, "the device's peak for MFU (default: 989 on H100/H200)");
   t->add_flag("--profile", o.profile, "one more step with every op synchronized: time per op family");
+  t->add_option("--baseline", o.baseline,
+                "run this recipe first and compare (speed-up, its ceiling from the Linear GEMMs' time ratio, the "
+                "quantize share); implies --profile");
   t->callback([] { bench_train(o); });
 }
 
