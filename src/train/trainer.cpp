@@ -111,8 +111,9 @@ std::vector<std::string> resume_warnings(const CheckpointMeta& checkpoint, const
     else if (key == "train.threads")
       why = "results are bit-identical only for a fixed thread count";
     else if (key == "train.device")
-      why = "the other backend's kernels sum in other orders, so the steps from here are not bit-identical to an "
-            "uninterrupted run";
+      why =
+          "the other backend's kernels sum in other orders, so the steps from here are not bit-identical to an "
+          "uninterrupted run";
     else if (key == "train.seed" && c.data_path.empty())
       why = "the embedded corpus is generated from the seed, so the data differs too";
     else if (key == "train.recipe")
@@ -127,9 +128,10 @@ std::vector<std::string> resume_warnings(const CheckpointMeta& checkpoint, const
         c.recipe));
   const std::string& before = checkpoint.state.data_fingerprint;
   if (!before.empty() && before != fingerprint)
-    out.push_back(fmt::format("resuming on different data: the tokens' fingerprint is {}, the checkpoint's run "
-                              "trained on {}; the held-out split and the batches differ from the run's",
-                              fingerprint, before));
+    out.push_back(
+        fmt::format("resuming on different data: the tokens' fingerprint is {}, the checkpoint's run "
+                    "trained on {}; the held-out split and the batches differ from the run's",
+                    fingerprint, before));
   return out;
 }
 
@@ -179,7 +181,6 @@ std::pair<int64_t, int64_t> my_micro_batches(int64_t count, int rank, int ranks)
 void request_stop() { g_stop = 1; }
 bool stop_requested() { return g_stop != 0; }
 
-
 std::string data_fingerprint(const TokenData& data) {
   if (!data.fingerprint.empty()) return data.fingerprint;
   std::string bytes;
@@ -209,6 +210,31 @@ int64_t fill_eval_row(const TokenSequence& tokens, const std::vector<uint8_t>& l
   return count;
 }
 
+// The held-out windows at `starts` in batches of up to `batch` rows: `score(inputs, targets, rows)` returns a batch's
+// summed loss; the result is the sum over batches divided by the number of targets the loss counts.
+template <class Score>
+double mean_over_windows(const TokenSequence& tokens, const std::vector<int64_t>& starts, int64_t seq_len,
+                         int64_t batch, const std::vector<uint8_t>& loss_mask, const EvalProgress* progress,
+                         Score&& score) {
+  FP8T_CHECK(!starts.empty(), "no held-out windows to evaluate (the held-out data is shorter than seq_len + 1)");
+  FP8T_CHECK(loss_mask.empty() || loss_mask.size() == tokens.size(), "the loss mask has {} entries for {} tokens",
+             loss_mask.size(), tokens.size());
+  std::vector<Token> inputs, targets, window(static_cast<size_t>(seq_len) + 1);
+  double sum = 0.0;
+  int64_t count = 0;
+  for (size_t first = 0; first < starts.size(); first += static_cast<size_t>(batch)) {
+    const size_t rows = std::min(starts.size() - first, static_cast<size_t>(batch));
+    inputs.resize(rows * static_cast<size_t>(seq_len));
+    targets.resize(inputs.size());
+    for (size_t r = 0; r < rows; ++r)
+      count += fill_eval_row(tokens, loss_mask, static_cast<size_t>(starts[first + r]), r, window, inputs, targets);
+    sum += score(inputs.data(), targets.data(), static_cast<int64_t>(rows));
+    if (progress && *progress) (*progress)(first + rows, starts.size());
+  }
+  FP8T_CHECK(count > 0, "the evaluated windows hold no loss target (the loss mask excludes every token)");
+  return sum / static_cast<double>(count);
+}
+
 }  // namespace
 
 double evaluate_loss(TrainableModel& model, const std::vector<Token>& tokens, const std::vector<int64_t>& starts,
@@ -220,23 +246,10 @@ double evaluate_loss(TrainableModel& model, const std::vector<Token>& tokens, co
 double evaluate_loss(TrainableModel& model, const TokenSequence& tokens, const std::vector<int64_t>& starts,
                      int64_t seq_len, int64_t batch, const EvalProgress& progress,
                      const std::vector<uint8_t>& loss_mask) {
-  FP8T_CHECK(!starts.empty(), "no held-out windows to evaluate (the held-out data is shorter than seq_len + 1)");
-  FP8T_CHECK(loss_mask.empty() || loss_mask.size() == tokens.size(), "the loss mask has {} entries for {} tokens",
-             loss_mask.size(), tokens.size());
-  std::vector<Token> inputs, targets, window(static_cast<size_t>(seq_len) + 1);
-  double sum = 0.0;
-  int64_t count = 0;
-  for (size_t first = 0; first < starts.size(); first += static_cast<size_t>(batch)) {
-    const size_t rows = std::min(starts.size() - first, static_cast<size_t>(batch));
-    inputs.resize(rows * static_cast<size_t>(seq_len));
-    targets.resize(inputs.size());
-    for (size_t r = 0; r < rows; ++r)
-      count += fill_eval_row(tokens, loss_mask, static_cast<size_t>(starts[first + r]), r, window, inputs, targets);
-    sum += model.eval_loss_sum(inputs.data(), targets.data(), static_cast<int64_t>(rows), seq_len);
-    if (progress) progress(first + rows, starts.size());
-  }
-  FP8T_CHECK(count > 0, "the evaluated windows hold no loss target (the loss mask excludes every token)");
-  return sum / static_cast<double>(count);
+  return mean_over_windows(tokens, starts, seq_len, batch, loss_mask, &progress,
+                           [&](const Token* inputs, const Token* targets, int64_t rows) {
+                             return model.eval_loss_sum(inputs, targets, rows, seq_len);
+                           });
 }
 
 double evaluate_distill_kl(TrainableModel& student, TrainableModel& teacher, int64_t top_k,
@@ -248,23 +261,11 @@ double evaluate_distill_kl(TrainableModel& student, TrainableModel& teacher, int
 double evaluate_distill_kl(TrainableModel& student, TrainableModel& teacher, int64_t top_k, const TokenSequence& tokens,
                            const std::vector<int64_t>& starts, int64_t seq_len, int64_t batch,
                            const std::vector<uint8_t>& loss_mask) {
-  FP8T_CHECK(!starts.empty(), "no held-out windows to evaluate (the held-out data is shorter than seq_len + 1)");
-  FP8T_CHECK(loss_mask.empty() || loss_mask.size() == tokens.size(), "the loss mask has {} entries for {} tokens",
-             loss_mask.size(), tokens.size());
-  std::vector<Token> inputs, targets, window(static_cast<size_t>(seq_len) + 1);
-  double sum = 0.0;
-  int64_t count = 0;
-  for (size_t first = 0; first < starts.size(); first += static_cast<size_t>(batch)) {
-    const size_t rows = std::min(starts.size() - first, static_cast<size_t>(batch));
-    inputs.resize(rows * static_cast<size_t>(seq_len));
-    targets.resize(inputs.size());
-    for (size_t r = 0; r < rows; ++r)
-      count += fill_eval_row(tokens, loss_mask, static_cast<size_t>(starts[first + r]), r, window, inputs, targets);
-    const TopKTargets t = teacher.top_k(inputs.data(), static_cast<int64_t>(rows), seq_len, top_k);
-    sum += student.eval_distill_kl_sum(inputs.data(), targets.data(), static_cast<int64_t>(rows), seq_len, t);
-  }
-  FP8T_CHECK(count > 0, "the evaluated windows hold no loss target (the loss mask excludes every token)");
-  return sum / static_cast<double>(count);
+  return mean_over_windows(tokens, starts, seq_len, batch, loss_mask, nullptr,
+                           [&](const Token* inputs, const Token* targets, int64_t rows) {
+                             const TopKTargets t = teacher.top_k(inputs, rows, seq_len, top_k);
+                             return student.eval_distill_kl_sum(inputs, targets, rows, seq_len, t);
+                           });
 }
 
 bool check_resumable(const TrainConfig& config, const CheckpointMeta& checkpoint, const std::string& run_dir) {
@@ -488,14 +489,15 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
           if (stop_requested()) {
             g_stop = 0;
             progress.finish();
-            FP8T_FAIL("interrupted during the final evaluation at step {}; the final checkpoint is saved, finish "
-                      "the run (evaluation, summary, report) with: fp8train train --resume {}",
-                      state.step, options.run_dir);
+            FP8T_FAIL(
+                "interrupted during the final evaluation at step {}; the final checkpoint is saved, finish "
+                "the run (evaluation, summary, report) with: fp8train train --resume {}",
+                state.step, options.run_dir);
           }
           const double seconds = seconds_since(eval_start);
-          progress.status(fmt::format("final evaluation {}/{} windows | {} left", done, total,
-                                      format_duration(seconds / static_cast<double>(done) *
-                                                      static_cast<double>(total - done))));
+          progress.status(
+              fmt::format("final evaluation {}/{} windows | {} left", done, total,
+                          format_duration(seconds / static_cast<double>(done) * static_cast<double>(total - done))));
         };
       }
       const double loss =
@@ -683,9 +685,10 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         save("stop");
         events_log.write({{"step", state.step}, {"event", "stopped_nonfinite"}, {"detail", stop_reason}});
         if (write_report_files) write_report(options.run_dir);
-        FP8T_FAIL("{}; a checkpoint is saved: continue with fp8train train --resume {} (e.g. with a lower --lr, "
-                  "stronger --grad-clip or another --recipe)",
-                  stop_reason, options.run_dir);
+        FP8T_FAIL(
+            "{}; a checkpoint is saved: continue with fp8train train --resume {} (e.g. with a lower --lr, "
+            "stronger --grad-clip or another --recipe)",
+            stop_reason, options.run_dir);
       }
       const double elapsed = seconds_since(run_start);
       const double per_step = elapsed / static_cast<double>(state.step - first_step);
@@ -746,8 +749,9 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
     progress.message(fmt::format(
         "memory (max over steps): master weights {} B, compute weights {} B, gradients {} B, optimizer state {} B, "
         "peak cached activations {} B",
-        result.memory.value("master_weights_bytes", int64_t{0}), result.memory.value("compute_weights_bytes", int64_t{0}),
-        result.memory.value("gradient_bytes", int64_t{0}), result.memory.value("optimizer_state_bytes", int64_t{0}),
+        result.memory.value("master_weights_bytes", int64_t{0}),
+        result.memory.value("compute_weights_bytes", int64_t{0}), result.memory.value("gradient_bytes", int64_t{0}),
+        result.memory.value("optimizer_state_bytes", int64_t{0}),
         result.memory.value("activation_cache_peak_bytes", int64_t{0})));
     if (lead) write_file_atomic((run / "summary.json").string(), summary.dump(2) + "\n");
     if (write_report_files) result.report_path = write_report(options.run_dir);
