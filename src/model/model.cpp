@@ -32,8 +32,8 @@ struct DeepSeekV3Model::Mtp {
     RMSNorm::State hnorm, enorm, norm;
     LinearInput cat;  // [RMSNorm(h); RMSNorm(emb)]: [tokens, 2d], the input of M_k as M_k keeps it
     Block::State block;
-    Tensor ids;       // Emb's tokens t_{i+k}
-    Tensor dnorm;     // ∂L/∂(norm output), produced by the fused head loss during forward
+    Tensor ids;    // Emb's tokens t_{i+k}
+    Tensor dnorm;  // ∂L/∂(norm output), produced by the fused head loss during forward
   };
 };
 
@@ -468,6 +468,13 @@ LossBreakdown DeepSeekV3Model::forward(const Tensor& inputs, const Tensor& targe
   return run(inputs, targets, batch, false, include_mtp, 1.0);
 }
 
+Tensor DeepSeekV3Model::blocks_forward(const StepContext& ctx, const Tensor& inputs) {
+  Tensor x = Tensor::empty({inputs.numel(), config_.hidden_size}, ctx.dtype, MemCategory::Workspace, inputs.device());
+  ops::embedding_forward(ctx.exec, inputs, embed_, x);
+  for (auto& layer : layers_) x = layer->forward(ctx, x, nullptr, nullptr);
+  return x;
+}
+
 Tensor DeepSeekV3Model::last_logits(const Tensor& inputs, int64_t batch) {
   FP8T_CHECK(
       inputs.defined() && inputs.dtype() == DType::I32 && inputs.dim() == 1 && batch > 0 && inputs.numel() % batch == 0,
@@ -476,9 +483,7 @@ Tensor DeepSeekV3Model::last_logits(const Tensor& inputs, int64_t batch) {
   const Device dev = inputs.device();
   const StepContext ctx = make_context(dev, batch, seq, false, 1.0);
   const DType dt = ctx.dtype;
-  Tensor x = Tensor::empty({n, d}, dt, MemCategory::Workspace, dev);
-  ops::embedding_forward(ctx.exec, inputs, embed_, x);
-  for (auto& layer : layers_) x = layer->forward(ctx, x, nullptr, nullptr);
+  const Tensor x = blocks_forward(ctx, inputs);
   const Tensor last = Tensor::empty({batch, d}, dt, MemCategory::Workspace, dev);
   for (int64_t b = 0; b < batch; ++b)
     ops::copy(ctx.exec, x.rows((b + 1) * seq - 1, (b + 1) * seq), last.rows(b, b + 1));
@@ -493,13 +498,11 @@ TopK DeepSeekV3Model::top_k(const Tensor& inputs, int64_t batch, int64_t k) {
       "top_k: inputs must be i32 [batch·seq], got {} for batch {}", inputs.str(), batch);
   const int64_t vocab = config_.vocab_size;
   FP8T_CHECK(k >= 1 && k <= vocab, "top_k: k = {} must be in [1, {}] (the vocabulary)", k, vocab);
-  const int64_t n = inputs.numel(), seq = n / batch, d = config_.hidden_size;
+  const int64_t n = inputs.numel(), seq = n / batch;
   const Device dev = inputs.device();
   const StepContext ctx = make_context(dev, batch, seq, false, 1.0);
   const DType dt = ctx.dtype;
-  Tensor x = Tensor::empty({n, d}, dt, MemCategory::Workspace, dev);
-  ops::embedding_forward(ctx.exec, inputs, embed_, x);
-  for (auto& layer : layers_) x = layer->forward(ctx, x, nullptr, nullptr);
+  const Tensor x = blocks_forward(ctx, inputs);
   const Tensor hn = norm_.forward(ctx, x, nullptr);
   TopK out;
   out.k = k;

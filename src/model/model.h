@@ -49,8 +49,8 @@ struct ModelOptions {
 struct LossBreakdown {
   double total = 0.0;
   double main = 0.0;
-  double mtp = 0.0;       // λ/D·Σ_k L^k
-  double balance = 0.0;   // Σ_layers α·L_bal
+  double mtp = 0.0;                   // λ/D·Σ_k L^k
+  double balance = 0.0;               // Σ_layers α·L_bal
   std::vector<double> mtp_per_depth;  // L^k, k = 1..D (unweighted)
   int64_t main_tokens = 0;            // targeted positions of the main loss
   double distill = 0.0;               // w·KL: the distillation term (with distillation targets set), included in total
@@ -209,6 +209,8 @@ class DeepSeekV3Model {
   // ∂L/∂h_main [n, hidden] (MTP modules in reverse, then the final norm), accumulating their weight gradients.
   Tensor tail_backward(const StepContext& ctx, const Tail& tail, int64_t n);
   StepContext make_context(Device device, int64_t batch, int64_t seq, bool training, double grad_scale);
+  // Embedding and every main block on inputs (i32 [n]), keeping nothing: the last block's output [n, hidden].
+  Tensor blocks_forward(const StepContext& ctx, const Tensor& inputs);
   const Tensor& head_compute(const StepContext& ctx);  // the head weight as the head GEMM reads it
   Tensor head_logits(const StepContext& ctx, const RMSNorm& norm, const Tensor& h);  // FP32 [rows, vocab]
   LossBreakdown run(const Tensor& inputs, const Tensor& targets, int64_t batch, bool training, bool include_mtp,
