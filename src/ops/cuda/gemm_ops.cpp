@@ -141,13 +141,7 @@ void gemm_grouped_host_offsets(const ExecCtx& ctx, const GroupedGemmProblem& p, 
                                const void* b, void* c) {
   const char* op = "gemm_grouped";
   const cudaStream_t stream = stream_of(ctx);
-  std::vector<int32_t> off(static_cast<size_t>(p.groups + 1));
-  FP8T_CUDA_CHECK(cudaMemcpyAsync(off.data(), offsets, off.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
-  FP8T_CUDA_CHECK(cudaStreamSynchronize(stream));
-  FP8T_CHECK(off[0] >= 0, "{}: offsets[0] = {} is negative", op, off[0]);
-  for (int64_t e = 0; e < p.groups; ++e)
-    FP8T_CHECK(off[e + 1] >= off[e], "{}: offsets decrease at expert {} ({} then {})", op, e, off[e], off[e + 1]);
-  FP8T_CHECK(off[p.groups] <= p.rows, "{}: offsets end at {}, beyond the {} rows", op, off[p.groups], p.rows);
+  const std::vector<int32_t> off = expert_offsets_on_host(ctx, offsets, p.groups, p.rows, 1, op);
 
   const auto a_es = static_cast<int64_t>(dtype_size(p.a_dtype)), b_es = static_cast<int64_t>(dtype_size(p.b_dtype));
   const auto c_es = static_cast<int64_t>(dtype_size(p.dtype));
@@ -239,6 +233,22 @@ void gemm_grouped(const ExecCtx& ctx, const GroupedGemmProblem& p, const int32_t
 }
 
 }  // namespace kernels
+
+std::vector<int32_t> expert_offsets_on_host(const ExecCtx& ctx, const int32_t* offsets, int64_t groups, int64_t total,
+                                            int64_t multiple, const char* op) {
+  const cudaStream_t stream = static_cast<cudaStream_t>(ctx.stream);
+  std::vector<int32_t> off(static_cast<size_t>(groups + 1));
+  FP8T_CUDA_CHECK(cudaMemcpyAsync(off.data(), offsets, off.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
+  FP8T_CUDA_CHECK(cudaStreamSynchronize(stream));
+  FP8T_CHECK(off[0] >= 0 && off[0] % multiple == 0, "{}: offsets[0] = {} (must be a non-negative multiple of {})", op,
+             off[0], multiple);
+  for (int64_t e = 0; e < groups; ++e)
+    FP8T_CHECK(off[e + 1] >= off[e] && off[e + 1] % multiple == 0,
+               "{}: offsets[{}] = {} after {} (offsets are non-decreasing multiples of {})", op, e + 1, off[e + 1],
+               off[e], multiple);
+  FP8T_CHECK(off[groups] <= total, "{}: offsets end at {}, beyond {}", op, off[groups], total);
+  return off;
+}
 
 void set_grouped_gemm_backend(GroupedGemmBackend b) { kernels::grouped_backend().store(b); }
 GroupedGemmBackend grouped_gemm_backend() { return kernels::grouped_backend().load(); }

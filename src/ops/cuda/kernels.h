@@ -6,6 +6,9 @@
 // quantize_cuda.h), fp8_gemm_*.cu (fp8train's FP8 GEMMs, fp8_gemm.h), cuBLASLt (cublaslt_gemm.h) and gemm_convert.cu
 // (gemm_launch.h).
 #pragma once
+#include <cstdint>
+#include <vector>
+
 #include "ops/op_table.h"
 #include "tensor/device.h"
 
@@ -37,6 +40,12 @@ void install_train_ops(OpTable& t);
 enum class GroupedGemmBackend : uint8_t { Own, CublasLt };
 void set_grouped_gemm_backend(GroupedGemmBackend b);
 GroupedGemmBackend grouped_gemm_backend();
+
+// The expert offsets of a grouped GEMM read to the host, for the paths that launch one GEMM per expert: a small
+// copy and a synchronization of ctx's stream. Checked: offsets[0] >= 0, non-decreasing, multiples of `multiple`,
+// offsets[groups] <= total (throws fp8train::Error naming `op` and the first bad entry). gemm_ops.cpp.
+std::vector<int32_t> expert_offsets_on_host(const ExecCtx& ctx, const int32_t* offsets, int64_t groups, int64_t total,
+                                            int64_t multiple, const char* op);
 
 namespace kernels {
 // plain GEMMs (gemm_ops.cpp): cuBLASLt, every transpose and F32/BF16 mix; grouped: one cuBLASLt GEMM per expert

@@ -81,21 +81,6 @@ void run_cublaslt(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, void* d, 
   cublaslt_gemm(ctx.device.index).run(q, p.a.codes, p.a.scales, p.b.codes, p.b.scales, d, stream_of(ctx));
 }
 
-// The expert offsets on the host (one small copy and a synchronization of the stream), checked.
-std::vector<int32_t> host_offsets(const ExecCtx& ctx, const int32_t* offsets, int groups, int64_t total,
-                                  const char* op) {
-  std::vector<int32_t> off(static_cast<size_t>(groups + 1));
-  FP8T_CUDA_CHECK(
-      cudaMemcpyAsync(off.data(), offsets, off.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_of(ctx)));
-  FP8T_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
-  FP8T_CHECK(off[0] == 0, "{}: offsets[0] = {} (must be 0)", op, off[0]);
-  for (int e = 0; e < groups; ++e)
-    FP8T_CHECK(off[e + 1] >= off[e] && off[e + 1] % 16 == 0,
-               "{}: offsets[{}] = {} after {} (non-decreasing multiples of 16)", op, e + 1, off[e + 1], off[e]);
-  FP8T_CHECK(off[groups] <= total, "{}: offsets end at {}, beyond {}", op, off[groups], total);
-  return off;
-}
-
 // Per-tensor FP8 over experts (fp8-tensorwise's MoE): one cuBLASLt per-tensor GEMM per expert on its rows (over M)
 // or its K range (over K), each expert's weight with its own scale entry (a stack quantized per tensor repeats the
 // one scale per group). The offsets are read on the host, as the BF16 per-expert path does.
@@ -105,7 +90,7 @@ void per_tensor_grouped(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, con
   if (p.numerics.promote_interval != 128 && p.numerics.promote_interval != num::kNeverPromote)
     throw_not_implemented(op, "per-tensor FP8 promoting every " + std::to_string(p.numerics.promote_interval) +
                                   " elements (cuBLASLt promotes every 128, or never)");
-  const std::vector<int32_t> off = host_offsets(ctx, offsets, p.num_groups, over_k ? p.k : p.m, op);
+  const std::vector<int32_t> off = expert_offsets_on_host(ctx, offsets, p.num_groups, over_k ? p.k : p.m, 16, op);
   const int64_t out_es = p.out_dtype == DType::F32 ? 4 : 2;
   auto* d_bytes = static_cast<char*>(d);
   if (!over_k && !p.accumulate && off[p.num_groups] < p.m)  // spare rows past the last expert come out zero
@@ -178,7 +163,7 @@ void f32_block_product(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, void
 
 // The grouped form into F32 (health samples of the experts' Fprop / Dgrad): one F32 product per expert on its rows.
 void f32_block_product_grouped(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, const int32_t* offsets, void* d) {
-  const std::vector<int32_t> off = host_offsets(ctx, offsets, p.num_groups, p.m, "scaled_gemm_grouped");
+  const std::vector<int32_t> off = expert_offsets_on_host(ctx, offsets, p.num_groups, p.m, 16, "scaled_gemm_grouped");
   auto* out = static_cast<float*>(d);
   if (!p.accumulate && off[p.num_groups] < p.m)  // spare rows past the last expert come out zero
     FP8T_CUDA_CHECK(cudaMemsetAsync(out + off[p.num_groups] * p.ldd, 0,
