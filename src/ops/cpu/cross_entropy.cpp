@@ -29,11 +29,7 @@ void ce_impl(const CrossEntropyProblem& p, T* logits, const int32_t* targets, do
       if (p.compute_grad) std::fill_n(z, p.vocab, T(C(0)));
       continue;
     }
-    C mx = -std::numeric_limits<C>::infinity();
-    for (int64_t c = 0; c < p.vocab; ++c) mx = std::max(mx, static_cast<C>(z[c]));
-    C sum = 0;
-    for (int64_t c = 0; c < p.vocab; ++c) sum += std::exp(static_cast<C>(z[c]) - mx);
-    const C lse = mx + std::log(sum);
+    const C lse = row_logsumexp<C>(z, p.vocab);
     const C zt = static_cast<C>(z[target]);
     row_loss[r] = static_cast<double>(lse) - static_cast<double>(zt);
     if (p.compute_grad) {

@@ -27,11 +27,7 @@ void distill_impl(const DistillProblem& p, T* logits, const int32_t* targets, co
       if (p.compute_grad) std::fill_n(z, p.vocab, T(C(0)));
       continue;
     }
-    C mx = -std::numeric_limits<C>::infinity();
-    for (int64_t c = 0; c < p.vocab; ++c) mx = std::max(mx, static_cast<C>(z[c]));
-    C sum = 0;
-    for (int64_t c = 0; c < p.vocab; ++c) sum += std::exp(static_cast<C>(z[c]) - mx);
-    const C lse = mx + std::log(sum);
+    const C lse = row_logsumexp<C>(z, p.vocab);
     row_ce[r] = static_cast<double>(lse) - static_cast<double>(static_cast<C>(z[target]));
     const int32_t* id = ids + r * p.k;
     const float* pr = probs + r * p.k;

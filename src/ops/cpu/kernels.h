@@ -6,6 +6,10 @@
 // (chunked partial sums added in chunk order), and GEMMs are split into shape-determined chunks (never along K),
 // so results do not depend on the thread count (tests/model checks 1 vs 2 threads bit for bit).
 #pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "ops/op_table.h"
@@ -70,6 +74,17 @@ inline compute_t<S> load(S v) {
 template <class S>
 inline S store(compute_t<S> v) {
   return static_cast<S>(v);
+}
+
+// log Σ exp(z[c]) over one row of n logits, in compute type C (the max first, then the sum in column order): the
+// shared first pass of the cross-entropy kernels (cross_entropy.cpp, distill.cpp).
+template <class C, class T>
+inline C row_logsumexp(const T* z, int64_t n) {
+  C mx = -std::numeric_limits<C>::infinity();
+  for (int64_t c = 0; c < n; ++c) mx = std::max(mx, static_cast<C>(z[c]));
+  C sum = 0;
+  for (int64_t c = 0; c < n; ++c) sum += std::exp(static_cast<C>(z[c]) - mx);
+  return mx + std::log(sum);
 }
 
 // Calls f(S{}) with S = float, double or bf16 according to a storage dtype; other dtypes throw.
