@@ -479,7 +479,21 @@ inline Tensor d_on(const ExecCtx& ctx, const std::vector<float>& init, Shape sha
   for (size_t i = 0; i < init.size(); ++i) b[i] = bf16(init[i]);
   return Tensor::from_vector(b, shape, MemCategory::Workspace, Device::cpu()).to(ctx.device);
 }
-inline OpResult d_result(const Tensor& d) { return d.dtype() == DType::F32 ? floats_of("d", d) : bytes_of("d", d); }
+// A GEMM's d as floats (BF16 decoded exactly), so bit-exact rows compare every bit and the rows held to a
+// normalized error (cuBLASLt's block scaling) can compare BF16 outputs too.
+inline std::vector<float> bf16_values(const uint16_t* p, size_t n) {
+  std::vector<float> f(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t u = static_cast<uint32_t>(p[i]) << 16;
+    std::memcpy(&f[i], &u, sizeof(float));
+  }
+  return f;
+}
+inline OpResult d_result(const Tensor& d) {
+  if (d.dtype() == DType::F32) return floats_of("d", d);
+  const OpResult b = bytes_of("d", d);
+  return {"d", {}, bf16_values(reinterpret_cast<const uint16_t*>(b.bytes.data()), b.bytes.size() / 2)};
+}
 
 inline std::string gemm_name(const GemmSide& a, const GemmSide& b, int64_t k, DType out, bool accumulate,
                              const quant::GemmConfig& g) {
@@ -535,10 +549,7 @@ inline void add_scaled_gemm_case(std::vector<BackendOpCase>& out, const detail::
     for (size_t i = 0; i < c0.size(); ++i) cw[i] = static_cast<float>(bf16(c0[i]));
     std::vector<uint16_t> d(static_cast<size_t>(m * n));
     quant::ref_gemm_bf16(qa, qb, cfg, d.data(), accumulate ? cw.data() : nullptr);
-    OpResult r{"d", {}, {}};
-    r.bytes.resize(d.size() * 2);
-    std::memcpy(r.bytes.data(), d.data(), r.bytes.size());
-    return std::vector<OpResult>{r};
+    return std::vector<OpResult>{{"d", {}, detail::bf16_values(d.data(), d.size())}};
   };
   out.push_back(std::move(c));
 }
@@ -636,10 +647,7 @@ inline void grouped_cases(std::vector<BackendOpCase>& out) {
           else quant::ref_gemm_bf16(ae, qb.group(e), g, d16.data() + offsets[e] * n);
         }
         if (dtype == DType::F32) return std::vector<OpResult>{{"d", {}, d32}};
-        OpResult r{"d", {}, {}};
-        r.bytes.resize(d16.size() * 2);
-        std::memcpy(r.bytes.data(), d16.data(), r.bytes.size());
-        return std::vector<OpResult>{r};
+        return std::vector<OpResult>{{"d", {}, detail::bf16_values(d16.data(), d16.size())}};
       };
       out.push_back(std::move(c));
     }
