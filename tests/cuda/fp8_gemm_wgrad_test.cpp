@@ -21,7 +21,8 @@ enum class CMode { None, Separate, InPlace };
 
 ::testing::AssertionResult run_wgrad_case(int64_t m, int64_t n, int64_t k, int block_n, CMode c_mode, uint64_t seed,
                                           ops::cuda::Fp8GemmMulticast multicast = ops::cuda::Fp8GemmMulticast::Auto,
-                                          bool bulk_layout = false, int block_m = 0) {
+                                          bool bulk_layout = false, int block_m = 0,
+                                          ops::cuda::Fp8GemmEpilogue epilogue = ops::cuda::Fp8GemmEpilogue::TmaStore) {
   const quant::QTensor a = random_e4m3(m, k, quant::Granularity::tile_1x128(), seed);
   const quant::QTensor b = random_e4m3(n, k, quant::Granularity::tile_1x128(), seed + 1);
   const std::vector<float> c = random_matrix(m, n, seed + 2);
@@ -55,8 +56,16 @@ enum class CMode { None, Separate, InPlace };
   config.multicast = multicast;
   config.grid = multicast == ops::cuda::Fp8GemmMulticast::Auto ? 0 : 4;
   config.block_m = block_m;
-  const bool bulk = ops::cuda::fp8gemm::prepare_wgrad(p, config).args.bulk_scales != 0;
+  config.epilogue = epilogue;
+  const ops::cuda::fp8gemm::PreparedLaunch prepared = ops::cuda::fp8gemm::prepare_wgrad(p, config);
+  const bool bulk = prepared.args.bulk_scales != 0;
   if (bulk != bulk_layout) return ::testing::AssertionFailure() << "bulk scale path " << bulk << " for this layout";
+  // The staged TMA epilogue serves C absent or in place without multicast, unless "direct" is asked for.
+  const bool want_staged = epilogue == ops::cuda::Fp8GemmEpilogue::TmaStore && c_mode != CMode::Separate &&
+                           (multicast == ops::cuda::Fp8GemmMulticast::Auto ||
+                            multicast == ops::cuda::Fp8GemmMulticast::None);
+  if ((prepared.spec.out == ops::cuda::fp8gemm::Output::Fp32Tma) != want_staged)
+    return ::testing::AssertionFailure() << "staged epilogue " << !want_staged << ", want " << want_staged;
   ops::cuda::fp8_gemm_wgrad(p, config, nullptr);
   return same_bits_f32(c_mode == CMode::InPlace ? dc.download() : dd.download(), want, n);
 }
@@ -72,6 +81,26 @@ TEST(Fp8GemmWgrad, BitExactForEveryBlockWidthWithAndWithoutC) {
     EXPECT_TRUE(run_wgrad_case(129, 96, 256, block_ns[i], CMode::None, seed + 3 * i + 1));
     EXPECT_TRUE(run_wgrad_case(64, 400, 128, block_ns[i], CMode::InPlace, seed + 3 * i + 2));
   }
+}
+
+// Both epilogues on the shapes that stress the staged one: the last tile's rows partly or wholly past M (a
+// warpgroup with no rows loads and stores nothing), N not a multiple of 32 (a 32-column box past N is skipped),
+// C absent and in place, 128- and 192-row tiles; and the same inputs through st.global.
+TEST(Fp8GemmWgrad, StagedTmaEpilogueMatchesTheModelAndTheDirectOne) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  using ops::cuda::Fp8GemmEpilogue;
+  const auto none = ops::cuda::Fp8GemmMulticast::None;
+  for (Fp8GemmEpilogue ep : {Fp8GemmEpilogue::TmaStore, Fp8GemmEpilogue::Direct})
+    for (int block_n : {64, 96, 128}) {
+      SCOPED_TRACE("block_n " + std::to_string(block_n) + (ep == Fp8GemmEpilogue::Direct ? " direct" : " tma"));
+      EXPECT_TRUE(run_wgrad_case(2 * 128 + 40, 3 * block_n + 16, 384, block_n, CMode::InPlace, seed + block_n, none,
+                                 false, 0, ep));
+      EXPECT_TRUE(run_wgrad_case(64 + 3, 2 * block_n + 48, 256, block_n, CMode::None, seed + block_n + 1, none,
+                                 false, 0, ep));
+    }
+  EXPECT_TRUE(run_wgrad_case(577, 272, 640, 128, CMode::InPlace, seed + 7, none, false, 192));
+  EXPECT_TRUE(run_wgrad_case(130, 208, 384, 128, CMode::None, seed + 8, none, true, 192));
 }
 
 TEST(Fp8GemmWgrad, MulticastClustersBitExact) {
@@ -161,6 +190,42 @@ TEST(Fp8GemmWgrad, KGroupedExpertsIncludingEmptyOnes) {
     ops::cuda::fp8_gemm_wgrad(p, config, nullptr);
     EXPECT_TRUE(same_bits_f32(dd.download(), want, n));
   }
+  // In place (gradient accumulation: the staged TMA epilogue, every expert's block its own TMA group), both
+  // epilogues; and without C (zeros for the empty experts).
+  std::vector<float> want_no_c(c.size(), 0.0f);
+  for (int e = 0; e < groups; ++e)
+    if (offsets[e + 1] > offsets[e])
+      quant::ref_gemm(quant::k_slice(a, offsets[e] / 128, offsets[e + 1] / 128),
+                      quant::k_slice(b, offsets[e] / 128, offsets[e + 1] / 128), hopper_config(false),
+                      want_no_c.data() + e * m * n, nullptr);
+  for (auto ep : {ops::cuda::Fp8GemmEpilogue::TmaStore, ops::cuda::Fp8GemmEpilogue::Direct})
+    for (bool with_c : {true, false})
+      for (int block_n : {64, 128}) {
+        SCOPED_TRACE(std::string(with_c ? "in place" : "no C") + " block_n " + std::to_string(block_n) +
+                     (ep == ops::cuda::Fp8GemmEpilogue::Direct ? " direct" : " tma"));
+        DeviceArray<float> inout(c);
+        if (!with_c) inout.poison();
+        Fp8GemmWgradProblem p;
+        p.m = m;
+        p.n = n;
+        p.k = k;
+        p.num_groups = groups;
+        p.k_offsets = doff.get();
+        p.a = da.get();
+        p.b = db.get();
+        p.a_scales = ops::cuda::row_major_scale_view(dsa.get(), kb);
+        p.b_scales = ops::cuda::row_major_scale_view(dsb.get(), kb);
+        p.c = with_c ? inout.get() : nullptr;
+        p.d = inout.get();
+        Fp8GemmConfig config;
+        config.block_n = block_n;
+        config.multicast = ops::cuda::Fp8GemmMulticast::None;
+        config.epilogue = ep;
+        EXPECT_EQ(ops::cuda::fp8gemm::prepare_wgrad(p, config).spec.out == ops::cuda::fp8gemm::Output::Fp32Tma,
+                  ep == ops::cuda::Fp8GemmEpilogue::TmaStore);
+        ops::cuda::fp8_gemm_wgrad(p, config, nullptr);
+        EXPECT_TRUE(same_bits_f32(inout.download(), with_c ? want : want_no_c, n));
+      }
 }
 
 TEST(Fp8GemmWgrad, RejectsBadArguments) {

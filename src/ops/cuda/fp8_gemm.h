@@ -39,8 +39,8 @@ inline ScaleView row_major_scale_view(const float* data, int64_t k_blocks, int64
 }
 
 enum class Fp8GemmEpilogue : uint8_t {
-  TmaStore,  // BF16 through swizzled shared memory and TMA stores (default)
-  Direct,    // BF16 straight from registers with st.global (kept as a tested fallback)
+  TmaStore,  // through swizzled shared memory and TMA stores (default); Wgrad: C TMA-loaded there too (FP32)
+  Direct,    // straight from registers with st.global (kept as a tested fallback)
 };
 
 // TMA multicast in clusters of two CTAs computing neighbouring tiles (halves one operand's L2 traffic).

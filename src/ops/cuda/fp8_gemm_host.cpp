@@ -84,6 +84,24 @@ CUtensorMap bf16_output_map(uint16_t* base, int64_t m, int64_t n, int block_n) {
                             64, swizzle);
 }
 
+// FP32 Wgrad output [groups, m, n] for Output::Fp32Tma: boxes of 1 x 64 rows x 32 columns (128 bytes, the
+// 128-byte swizzle span); the group is its own dimension, so a tile's rows past M are clipped, not written into
+// the next expert's gradient.
+CUtensorMap f32_output_map_3d(float* base, int64_t groups, int64_t m, int64_t n) {
+  FP8T_CHECK(reinterpret_cast<uintptr_t>(base) % 16 == 0, "TMA needs a 16-byte aligned base address");
+  CUtensorMap map{};
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(n), static_cast<cuuint64_t>(m), static_cast<cuuint64_t>(groups)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(n) * 4, static_cast<cuuint64_t>(m * n) * 4};
+  const cuuint32_t box[3] = {32, 64, 1};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, base, dims, strides, box, elem_strides,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  FP8T_CHECK(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed (CUresult {}) for an FP32 [{}, {}, {}] tensor",
+             static_cast<int>(r), groups, m, n);
+  return map;
+}
+
 bool is_built(int v, const int* values, int count) {
   for (int i = 0; i < count; ++i)
     if (values[i] == v) return true;
@@ -697,11 +715,15 @@ PreparedLaunch prepare_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& 
   args.d = p.d;
   args.c = p.c;
   L.spec.block_n = config.block_n;
-  L.spec.out = Output::Fp32Direct;
+  // The staged TMA epilogue (epilogue "tma", the default) needs C absent or in place, no multicast and a 16-byte
+  // aligned D; otherwise, or with epilogue "direct", st.global from registers. Same arithmetic either way.
+  const bool staged = config.epilogue == Fp8GemmEpilogue::TmaStore && L.spec.multicast == Multicast::None &&
+                      (p.c == nullptr || p.c == p.d) && reinterpret_cast<uintptr_t>(p.d) % 16 == 0;
+  L.spec.out = staged ? Output::Fp32Tma : Output::Fp32Direct;
   L.k_grouped = p.k_offsets != nullptr;
   L.a = operand_map(p.a, p.m, p.k, L.spec.multicast == Multicast::ShareA ? kBlockM / 2 : config.block_m);
   L.b = operand_map(p.b, p.n, p.k, L.spec.multicast == Multicast::ShareB ? config.block_n / 2 : config.block_n);
-  L.d = L.a;
+  L.d = staged ? f32_output_map_3d(p.d, p.num_groups, p.m, p.n) : L.a;
   return L;
 }
 
@@ -710,7 +732,7 @@ PreparedLaunch prepare_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& 
 void fp8_gemm_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& config, cudaStream_t stream) {
   if (p.m == 0 && p.n > 0 && p.k > 0 && p.num_groups >= 1) return;  // nothing to compute
   const PreparedLaunch L = prepare_wgrad(p, config);
-  check_cuda(launch_wgrad_kernel(L.spec, L.k_grouped, L.a, L.b, L.args, stream), "Wgrad FP8 GEMM kernel launch");
+  check_cuda(launch_wgrad_kernel(L.spec, L.k_grouped, L.a, L.b, L.d, L.args, stream), "Wgrad FP8 GEMM kernel launch");
 }
 
 }  // namespace fp8train::ops::cuda

@@ -155,6 +155,7 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
   const uint32_t smem_base = smem_addr(smem);
   auto full_bar = [&](uint32_t s) { return smem_base + Plan::kBarOffset + 8 * s; };
   auto empty_bar = [&](uint32_t s) { return smem_base + Plan::kBarOffset + 8 * (S + s); };
+  auto c_bar = [&](int wg) { return smem_base + Plan::kCBarOffset + 8 * wg; };  // Fp32Tma: C landed
   auto sfa_stage = [&](uint32_t s) { return reinterpret_cast<float*>(smem + Plan::kSfaOffset + s * Plan::kSfaBytes); };
   auto sfb_stage = [&](uint32_t s) { return reinterpret_cast<float*>(smem + Plan::kSfbOffset + s * Plan::kSfbBytes); };
   // Shared-window addresses of the same scale slots (the math warpgroups read them with LDS: lds_f32).
@@ -170,7 +171,9 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
   if (threadIdx.x == kMathThr) {
     tma_prefetch_descriptor(&tmap_a);
     tma_prefetch_descriptor(&tmap_b);
-    if constexpr (kOut == Output::Bf16Tma) tma_prefetch_descriptor(&tmap_d);
+    if constexpr (kOut == Output::Bf16Tma || kOut == Output::Fp32Tma) tma_prefetch_descriptor(&tmap_d);
+    if constexpr (kOut == Output::Fp32Tma)
+      for (int w = 0; w < kWgs; ++w) mbar_init(c_bar(w), 1);  // one expect_tx arrival + C's bytes
     for (int s = 0; s < S; ++s) {
       mbar_init(full_bar(s), kBulkScales ? 1 : 1 + 32);  // expect_tx arrival of lane 0 (+ one per cp.async lane)
       // Every math thread of this CTA, and one arrival per math warp of the partner CTA (its consumers read
@@ -283,8 +286,23 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
     const uint32_t peer_bar_base =
         kCluster > 1 ? map_to_cta(smem_base + Plan::kBarOffset, static_cast<uint32_t>(rank ^ 1)) : 0;
     uint32_t it = 0;
+    uint32_t c_loads = 0;  // Fp32Tma: C loads this warpgroup has waited for (the C barrier's phase)
     for (int unit = cluster_id; unit < args.num_units; unit += num_clusters) {
       const TileCoord t = tile_coord<kSched, kMc, BN, kBM>(args, unit, rank);
+      // Fp32Tma: this warpgroup's rows of the tile exist (else it loads and stores nothing).
+      const bool wg_rows = t.m0 + wg * 64 < args.m;
+      if constexpr (kOut == Output::Fp32Tma) {
+        // C's block goes into this warpgroup's staging buffer while the K loop runs, once the previous tile's
+        // store has finished reading the buffer. Boxes wholly right of N are not loaded (nor counted).
+        if (args.c != nullptr && wg_rows && wl == 0) {
+          tma_store_wait_read_all();
+          const int atoms = min(Plan::kF32Atoms, (args.n - t.n0 + 31) / 32);
+          mbar_arrive_expect_tx(c_bar(wg), static_cast<uint32_t>(atoms) * 64u * 128u);
+          const uint32_t d_wg = smem_base + wg * (Plan::kDBytes / kWgs);
+          for (int atom = 0; atom < atoms; ++atom)
+            tma_load_3d(d_wg + atom * 64 * 128, &tmap_d, c_bar(wg), t.n0 + 32 * atom, t.m0 + wg * 64, t.group);
+        }
+      }
       if constexpr (kOut == Output::Fp32Direct) {
         // Wgrad += C: the tile's C lines go to L2 now, so that the epilogue's loads after the K loop hit L2 and
         // C's DRAM traffic overlaps the K loop. The quad of threads holding a row's fragments splits its lines.
@@ -490,6 +508,46 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
           }
           tma_store_commit();
         }
+      } else if constexpr (kOut == Output::Fp32Tma) {
+        // d = c + acc in the staging buffer (atoms of 64 rows x 32 columns, 128-byte swizzle: the 16-byte chunk
+        // index XOR the row's bits 0..2), then TMA stores. Without C the buffer is free once the previous
+        // tile's store has read it; with C, once C has landed (its load was issued after that read).
+        const bool with_c = args.c != nullptr && wg_rows;
+        if (with_c) {
+          mbar_wait(c_bar(wg), c_loads & 1);
+          ++c_loads;
+        } else {
+          if (wl == 0) tma_store_wait_read_all();
+          named_barrier_sync(1 + wg, 128);
+        }
+        const uint32_t d_wg = smem_base + wg * (Plan::kDBytes / kWgs);
+        const uint32_t row_base = d_wg + row_in_wg * 128;
+        const int chunk_xor = row_in_wg & 7;  // rows row_in_wg and row_in_wg + 8 share it
+#pragma unroll
+        for (int j = 0; j < kAcc / 4; ++j) {
+          const int col = 8 * j + quad_col;  // in the tile; even, so a float2 stays inside its 16-byte chunk
+          const uint32_t p = row_base + (col >> 5) * (64 * 128) + ((((col & 31) >> 2) ^ chunk_xor) << 4) + (col & 3) * 4;
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const uint32_t q = p + half * 8 * 128;
+            float2 v = make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+            if (with_c) {
+              const float2 c = lds_f32x2(q);
+              v.x = __fadd_rn(c.x, v.x);
+              v.y = __fadd_rn(c.y, v.y);
+            }
+            sts_f32x2(q, v);
+          }
+        }
+        fence_proxy_async_smem();
+        named_barrier_sync(1 + wg, 128);
+        if (wl == 0 && wg_rows) {
+#pragma unroll 1
+          for (int atom = 0; atom < Plan::kF32Atoms; ++atom)
+            if (t.n0 + 32 * atom < args.n)
+              tma_store_3d(&tmap_d, d_wg + atom * 64 * 128, t.n0 + 32 * atom, t.m0 + wg * 64, t.group);
+          tma_store_commit();
+        }
       } else if constexpr (kOut == Output::Bf16SplitK) {
         // Split-K: store this K range's FP32 block, then count the tile's arrivals (per warpgroup: its 64 rows).
         // The last of the k_splits arrivals sums the ranges in range order, total = p0, total = total + p_s
@@ -591,7 +649,7 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
         }
       }
     }
-    if constexpr (kOut == Output::Bf16Tma) {
+    if constexpr (kOut == Output::Bf16Tma || kOut == Output::Fp32Tma) {
       if (wl == 0) tma_store_wait_all();
     }
     if constexpr (kCluster > 1) cluster_sync();

@@ -37,7 +37,12 @@ enum class Schedule : int {
 };
 // Bf16SplitK (dense only, KernelArgs::k_splits > 1): each CTA computes one K range of a tile into FP32, writes it to
 // the workspace, and the last of the tile's k_splits CTAs to finish sums the ranges in range order and stores BF16.
-enum class Output : int { Bf16Tma, Bf16Direct, Fp32Direct, Bf16SplitK };
+// Fp32Tma (Wgrad, c absent or aliasing d, no multicast): each math warpgroup's 64 x BN FP32 block is staged in
+// shared memory: C is TMA-loaded into it at the start of the tile (overlapping the K loop), the threads add their
+// accumulators there (d = c + acc, the same one FP32 add as Fp32Direct) and TMA-store it, so neither the C read
+// nor the D write holds the math warpgroups (Fp32Direct's st.global epilogue does: with a short K per expert the
+// F32 read-modify-write is as long as the K loop).
+enum class Output : int { Bf16Tma, Bf16Direct, Fp32Direct, Bf16SplitK, Fp32Tma };
 // TMA multicast inside a cluster of two CTAs that work on neighbouring tiles: each CTA loads half of the
 // shared operand tile and multicasts it into both CTAs' shared memory, halving that operand's L2 traffic.
 enum class Multicast : int {
@@ -74,7 +79,12 @@ struct SmemPlan {
   static constexpr int kAtomBytes = kAtomCols * 2;
   static constexpr int kNumAtoms = BN / kAtomCols;
   static constexpr int kBM = block_m_of(kWgs);
-  static constexpr int kDBytes = kOut == Output::Bf16Tma ? align_up(kBM * BN * 2, 1024) : 0;
+  static constexpr int kDBytes = kOut == Output::Bf16Tma   ? align_up(kBM * BN * 2, 1024)
+                                 : kOut == Output::Fp32Tma ? align_up(kBM * BN * 4, 1024)
+                                                           : 0;
+  // Fp32Tma: atoms of 64 rows x 32 FP32 columns (128 bytes, the 128-byte swizzle span), 8 KiB each.
+  static_assert(kOut != Output::Fp32Tma || BN % 32 == 0, "the FP32 TMA epilogue needs block_n a multiple of 32");
+  static constexpr int kF32Atoms = BN / 32;
   static constexpr int kABytes = kBM * kBlockK;
   static constexpr int kBBytes = BN * kBlockK;
   static constexpr int kSfaBytes = kBM * 4;
@@ -93,7 +103,8 @@ struct SmemPlan {
   static constexpr int kSfaOffset = kBOffset + kStages * kBBytes;
   static constexpr int kSfbOffset = kSfaOffset + kStages * kSfaBytes;
   static constexpr int kBarOffset = kSfbOffset + kStages * kSfbBytes;
-  static constexpr int kBytes = kBarOffset + 2 * kStages * 8;
+  static constexpr int kCBarOffset = kBarOffset + 2 * kStages * 8;  // Fp32Tma: one C-load barrier per warpgroup
+  static constexpr int kBytes = kCBarOffset + 4 * 8;
   static constexpr int kDynamicBytes = kBytes + kSlack;
 };
 
@@ -113,7 +124,7 @@ struct KernelArgs {
   const float* sfb = nullptr;
   long long sfb_row = 0, sfb_kb = 0, sfb_group = 0;
   void* d = nullptr;        // Direct epilogues: [groups, m, n] row-major (BF16 bits or FP32)
-  const float* c = nullptr; // Fp32Direct: optional addend, same layout as d (may alias d)
+  const float* c = nullptr; // Fp32Direct: optional addend, same layout as d (may alias d); Fp32Tma: null or d
   // Bf16Direct: optional BF16 addend, same layout as d (may alias d): d = bf16_rn(float(c) + acc), one FP32 add
   // (a Dgrad accumulating into an input gradient another Linear already wrote).
   const uint16_t* c_bf16 = nullptr;
@@ -149,8 +160,9 @@ cudaError_t launch_dense_kernel(const LaunchSpec& spec, const CUtensorMap& a, co
                                 const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream);
 cudaError_t launch_grouped_kernel(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b,
                                   const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream);
+// Wgrad: `d` is the FP32 output map of Output::Fp32Tma ([groups, m, n], boxes 1 x 64 x 32, 128-byte swizzle).
 cudaError_t launch_wgrad_kernel(const LaunchSpec& spec, bool k_grouped, const CUtensorMap& a, const CUtensorMap& b,
-                                const KernelArgs& args, cudaStream_t stream);
+                                const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream);
 
 // Everything one launch needs, built and validated by fp8_gemm_host.cpp from a problem and a config (the
 // public fp8_gemm_* functions are prepare + launch; `fp8train bench gemm` reads the resolved split-K ranges

@@ -15,7 +15,10 @@
 // promotes with acc = fma(sa * sb, partial, acc): one extra FP32 multiply per element compared with the
 // Fprop kernel, whose B scale is shared by 128 columns. Register budget: BN/2 partial + BN/2 accumulators
 // (BN = 128: 128) — no B scales are held across the WGMMAs. Epilogue: st.global of float2 per thread (each
-// quad of lanes writes one full 32-byte sector), rows >= M and columns >= N skipped, C read the same way.
+// quad of lanes writes one full 32-byte sector), rows >= M and columns >= N skipped, C read the same way
+// (Output::Fp32Direct); or, the default when C is absent or is D and there is no multicast, Output::Fp32Tma: C is
+// TMA-loaded into a shared staging buffer during the K loop and the sum TMA-stored, so the F32 read-modify-write of
+// the gradient overlaps the next tile's K loop (one expert's ~768 tokens make the K loop about as long as it).
 // Tile order for K-grouped: group-major, then the dense raster, so one expert's tokens are streamed by all SMs.
 #include "ops/cuda/fp8_gemm_launch.cuh"
 
@@ -23,18 +26,26 @@ namespace fp8train::ops::cuda::fp8gemm {
 namespace {
 
 template <int BN, Schedule kSched, bool kBulkScales>
-cudaError_t launch_wgrad(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const KernelArgs& args,
-                         cudaStream_t stream) {
+cudaError_t launch_wgrad(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
+                         const KernelArgs& args, cudaStream_t stream) {
   constexpr ScaleB kScaleB = ScaleB::PerColumn;
   constexpr Output kOut = Output::Fp32Direct;
+  if (spec.out == Output::Fp32Tma && spec.multicast != Multicast::None) return cudaErrorInvalidValue;
   if (spec.warpgroups == 3) {  // 192-row tiles: block_n 128, no multicast
     if constexpr (BN == 128) {
-      if (spec.multicast == Multicast::None)
+      if (spec.multicast == Multicast::None) {
+        if (spec.out == Output::Fp32Tma)
+          return launch_kernel<BN, kScaleB, kSched, Output::Fp32Tma, Multicast::None, kBulkScales, 3>(
+              a, b, d, args, spec.max_ctas, stream);
         return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::None, kBulkScales, 3>(
             a, b, a, args, spec.max_ctas, stream);
+      }
     }
     return cudaErrorInvalidValue;
   }
+  if (spec.out == Output::Fp32Tma)
+    return launch_kernel<BN, kScaleB, kSched, Output::Fp32Tma, Multicast::None, kBulkScales>(a, b, d, args,
+                                                                                           spec.max_ctas, stream);
   switch (spec.multicast) {
     case Multicast::None:
       return launch_kernel<BN, kScaleB, kSched, kOut, Multicast::None, kBulkScales>(
@@ -51,27 +62,27 @@ cudaError_t launch_wgrad(const LaunchSpec& spec, const CUtensorMap& a, const CUt
 
 // Bulk scale copies when both scale layouts are MN-major and padded (KernelArgs::bulk_scales), else cp.async.
 template <int BN, Schedule kSched>
-cudaError_t launch_wgrad(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const KernelArgs& args,
-                         cudaStream_t stream) {
+cudaError_t launch_wgrad(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
+                         const KernelArgs& args, cudaStream_t stream) {
   return with_scale_path<ScaleB::PerColumn>(
-      args, [&]<bool kBulkScales>() { return launch_wgrad<BN, kSched, kBulkScales>(spec, a, b, args, stream); });
+      args, [&]<bool kBulkScales>() { return launch_wgrad<BN, kSched, kBulkScales>(spec, a, b, d, args, stream); });
 }
 
 template <int BN>
 cudaError_t launch_wgrad(const LaunchSpec& spec, bool k_grouped, const CUtensorMap& a, const CUtensorMap& b,
-                         const KernelArgs& args, cudaStream_t stream) {
-  if (k_grouped) return launch_wgrad<BN, Schedule::GroupedK>(spec, a, b, args, stream);
-  return launch_wgrad<BN, Schedule::Dense>(spec, a, b, args, stream);
+                         const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream) {
+  if (k_grouped) return launch_wgrad<BN, Schedule::GroupedK>(spec, a, b, d, args, stream);
+  return launch_wgrad<BN, Schedule::Dense>(spec, a, b, d, args, stream);
 }
 
 }  // namespace
 
 cudaError_t launch_wgrad_kernel(const LaunchSpec& spec, bool k_grouped, const CUtensorMap& a, const CUtensorMap& b,
-                                const KernelArgs& args, cudaStream_t stream) {
+                                const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream) {
   switch (spec.block_n) {
-    case 64: return launch_wgrad<64>(spec, k_grouped, a, b, args, stream);
-    case 96: return launch_wgrad<96>(spec, k_grouped, a, b, args, stream);
-    case 128: return launch_wgrad<128>(spec, k_grouped, a, b, args, stream);
+    case 64: return launch_wgrad<64>(spec, k_grouped, a, b, d, args, stream);
+    case 96: return launch_wgrad<96>(spec, k_grouped, a, b, d, args, stream);
+    case 128: return launch_wgrad<128>(spec, k_grouped, a, b, d, args, stream);
     default: return cudaErrorInvalidValue;
   }
 }
