@@ -2,6 +2,10 @@
 // the device's launcher.
 #include "ops/quantize.h"
 
+#include <fmt/format.h>
+
+#include <string>
+
 #include "common/error.h"
 #include "ops/checks.h"
 
@@ -34,6 +38,13 @@ void check_groups(const char* op, const quant::QuantSpec& spec, int64_t rows, in
              "{}: E5M6 groups of [{}, {}] elements do not start on 8-code packing boundaries", op, rows / groups, cols);
 }
 
+// The profile key of a quantization op: its name, or with a shape-recording profile "name RxC outputs".
+std::string profile_key(const ExecCtx& ctx, const char* op, int64_t rows, int64_t cols, std::string_view outputs) {
+  if (ctx.profile == nullptr || !ctx.profile->shapes()) return op;
+  return fmt::format("{} {}x{} {}", op, rows, cols, outputs);
+}
+const char* outputs_name(bool rowwise, bool colwise) { return rowwise && colwise ? "both" : rowwise ? "rowwise" : "colwise"; }
+
 QuantizedOut out_of(const quant::QPayload& p) {
   if (!p.defined()) return {};
   return {p.codes.raw(), p.scales.data<float>()};
@@ -65,7 +76,8 @@ quant::QTensor quantize(const ExecCtx& ctx, const Tensor& x, const quant::QuantS
   const QuantizeProblem p = problem_of(x, spec, outputs, layout, groups);
   quant::QTensor q =
       quant::QTensor::empty(spec, p.rows, p.cols, groups, p.rowwise, p.colwise, layout, ctx.device, category);
-  launcher(ctx, &OpTable::quantize, op)(ctx, p, x.raw(), out_of(q.rowwise), out_of(q.colwise));
+  const std::string key = profile_key(ctx, op, p.rows, p.cols, outputs_name(p.rowwise, p.colwise));
+  launcher(ctx, &OpTable::quantize, key)(ctx, p, x.raw(), out_of(q.rowwise), out_of(q.colwise));
   return q;
 }
 
@@ -150,7 +162,8 @@ Tensor dequantize(const ExecCtx& ctx, const quant::QTensor& q, DType out, MemCat
   p.layout = q.rowwise.layout;
   p.out_dtype = out;
   p.ld_out = q.cols;
-  launcher(ctx, &OpTable::dequantize, op)(ctx, p, q.rowwise.codes.raw(), q.rowwise.scales.data<float>(), y.raw());
+  const std::string key = profile_key(ctx, op, p.rows, p.cols, quant::format_name(p.format));
+  launcher(ctx, &OpTable::dequantize, key)(ctx, p, q.rowwise.codes.raw(), q.rowwise.scales.data<float>(), y.raw());
   return y;
 }
 
@@ -169,8 +182,9 @@ quant::QTensor with_colwise(const ExecCtx& ctx, const quant::QTensor& q, MemCate
   p.cols = q.cols;
   p.groups = q.groups;
   p.layout = q.rowwise.layout;
-  launcher(ctx, &OpTable::with_colwise, op)(ctx, p, q.rowwise.codes.raw(), q.rowwise.scales.data<float>(),
-                                            out_of(out.colwise));
+  const std::string key = profile_key(ctx, op, p.rows, p.cols, quant::format_name(q.format()));
+  launcher(ctx, &OpTable::with_colwise, key)(ctx, p, q.rowwise.codes.raw(), q.rowwise.scales.data<float>(),
+                                             out_of(out.colwise));
   return out;
 }
 

@@ -26,8 +26,11 @@ namespace fp8train {
 // throughput).
 class OpProfile {
  public:
-  explicit OpProfile(bool synchronizing = false) : synchronizing_(synchronizing) {}
+  // `shapes`: the quantization ops record under "op ROWSxCOLS OUTPUTS" (e.g. "quantize 8192x2048 both"), so a
+  // breakdown can tell which activations cost what.
+  explicit OpProfile(bool synchronizing = false, bool shapes = false) : synchronizing_(synchronizing), shapes_(shapes) {}
   bool synchronizing() const { return synchronizing_; }
+  bool shapes() const { return shapes_; }
   struct Entry {
     double seconds = 0;
     int64_t calls = 0;
@@ -38,6 +41,7 @@ class OpProfile {
 
  private:
   bool synchronizing_ = false;
+  bool shapes_ = false;
   mutable std::mutex mutex_;
   std::map<std::string, Entry, std::less<>> entries_;
 };

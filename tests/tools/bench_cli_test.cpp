@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -128,6 +129,35 @@ TEST_F(BenchCli, TrainAgainstABaselineReportsTheSpeedupAndItsCeiling) {
   const double q = c.at("quantize_share").get<double>();
   EXPECT_GT(q, 0.0) << "fp8-deepseek quantizes";
   EXPECT_LT(q, 1.0);
+}
+
+// --profile-shapes: the quantization ops are keyed by shape and outputs, and still add up to the quantize family.
+TEST_F(BenchCli, TrainProfileShapesKeysTheQuantizersByShape) {
+  std::ofstream(work_ / "tiny.json") << R"({
+    "model": {"vocab_size": 512, "hidden_size": 64, "n_layers": 2, "n_dense_layers": 1, "n_heads": 2,
+              "q_lora_rank": 32, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 16,
+              "v_head_dim": 16, "intermediate_size": 128, "moe_intermediate_size": 32, "n_routed_experts": 8,
+              "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "mtp_depth": 0},
+    "train": {"seq_len": 32, "batch_size": 4, "micro_batch_size": 2}
+  })";
+  const CliRun r = run("train --config '" + (work_ / "tiny.json").string() +
+                       "' --device cpu --steps 1 --warmup 0 --recipe fp8-deepseek --profile-shapes");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const std::regex shaped(R"((quantize|quantize_delayed|dequantize|with_colwise) \d+x\d+ \S+)");
+  double quantize_ms = 0;
+  int shaped_keys = 0;
+  for (const auto& [op, e] : j.at("ops").items()) {
+    const bool quantizer = op.rfind("quantize", 0) == 0 || op.rfind("dequantize", 0) == 0 ||
+                           op.rfind("with_colwise", 0) == 0;
+    if (!quantizer) continue;
+    EXPECT_TRUE(std::regex_match(op, shaped)) << op;
+    quantize_ms += e.at("ms").get<double>();
+    ++shaped_keys;
+  }
+  EXPECT_GT(shaped_keys, 1);
+  EXPECT_NEAR(quantize_ms, j.at("breakdown_ms").at("quantize").get<double>(), 1e-9 + 1e-9 * quantize_ms);
+  EXPECT_TRUE(j.at("ops").contains("quantize 64x64 both")) << j.at("ops").dump();
 }
 
 #if FP8TRAIN_HAVE_CUDA

@@ -45,6 +45,7 @@ struct BenchTrainOptions {
   int64_t steps = 3, warmup = 1, seed = 1;
   double peak_tflops = 0;  // 0: the device's dense BF16 peak when known
   bool profile = false;
+  bool profile_shapes = false;  // the quantization ops per shape in the profiled step's "ops"
 };
 
 // The op family of an op-table entry (ops/op_table.h names).
@@ -55,7 +56,8 @@ std::string op_family(const std::string& op) {
     return "moe_routing_permute";
   if (op == "cross_entropy") return "loss";
   if (op.rfind("adamw", 0) == 0 || op.rfind("sum_squares", 0) == 0) return "optimizer";
-  if (op.rfind("quantize", 0) == 0 || op == "dequantize" || op == "with_colwise") return "quantize";
+  if (op.rfind("quantize", 0) == 0 || op.rfind("dequantize", 0) == 0 || op.rfind("with_colwise", 0) == 0)
+    return "quantize";
   return "norms_elementwise";  // rmsnorm, rope, swiglu, embedding, axpby, fill
 }
 
@@ -144,7 +146,7 @@ nlohmann::ordered_json bench_recipe(const BenchTrainOptions& o, const std::strin
   j["peak_memory_bytes"] = memory;
 
   if (profile) {
-    OpProfile profile(/*synchronizing=*/true);
+    OpProfile profile(/*synchronizing=*/true, o.profile_shapes);
     model.model().set_op_profile(&profile);
     ExecCtx profiled = ctx;
     profiled.profile = &profile;
@@ -224,7 +226,7 @@ void bench_train(const BenchTrainOptions& o) {
   FP8T_CHECK(o.steps >= 1 && o.warmup >= 0, "bench train: --steps must be >= 1 and --warmup >= 0");
   start_device(o.device);
   if (o.baseline.empty()) {
-    bench_recipe(o, o.recipe, o.profile);
+    bench_recipe(o, o.recipe, o.profile || o.profile_shapes);
     return;
   }
   const nlohmann::ordered_json base = bench_recipe(o, o.baseline, true);
@@ -255,6 +257,8 @@ void add_bench_train(CLI::App& root) {
   t->add_option("--seed", o.seed, "seed of the weights and the random tokens")->capture_default_str();
   t->add_option("--peak-tflops", o.peak_tflops, "the device's peak for MFU (default: 989 on H100/H200)");
   t->add_flag("--profile", o.profile, "one more step with every op synchronized: time per op family");
+  t->add_flag("--profile-shapes", o.profile_shapes,
+              "--profile, with the quantization ops timed per shape and outputs (\"quantize 8192x2048 both\")");
   t->add_option("--baseline", o.baseline,
                 "run this recipe first and compare (speed-up, its ceiling from the Linear GEMMs' time ratio, the "
                 "quantize share); implies --profile");
