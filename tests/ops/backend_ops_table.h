@@ -275,6 +275,14 @@ inline void quantize_cases(std::vector<BackendOpCase>& out) {
                     GN, 3 * 160, 256, 3, DType::F32);
   add_quantize_case(out, detail::make_spec(Format::INT8, Granularity::block_128x128(), false), QuantizeOutputs::Rowwise,
                     RM, 256, 384, 1, DType::F32);
+  // Row groups of whole 128-row tiles (one launch over the groups): experts' activation gradients and stacked
+  // expert weights, ragged columns.
+  add_quantize_case(out, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), true), QuantizeOutputs::Both, GN,
+                    3 * 256, 384, 3, DType::BF16);
+  add_quantize_case(out, detail::make_spec(Format::E5M2, Granularity::tile_1x128(), false), QuantizeOutputs::Both, RM,
+                    2 * 128, 272, 2, DType::F32);
+  add_quantize_case(out, detail::make_spec(Format::E4M3, Granularity::block_128x128(), false), QuantizeOutputs::Both,
+                    GN, 2 * 256, 400, 2, DType::BF16);
   // Any block shape, any size, per tensor (also one scale per group).
   add_quantize_case(out, detail::make_spec(Format::E4M3, Granularity::block(32, 64), false), QuantizeOutputs::Rowwise,
                     RM, 37, 300, 1, DType::F32);
@@ -394,6 +402,13 @@ inline void with_colwise_cases(std::vector<BackendOpCase>& out) {
   add_with_colwise_case(out, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), true), GN, 256, 384, 1);
   add_with_colwise_case(out, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), false), RM, 256, 256, 1);
   add_with_colwise_case(out, detail::make_spec(Format::E5M2, Granularity::tensor(), false), RM, 128, 96, 1);
+  // 1x128 re-tiled straight from the codes: groups of whole 128-row tiles in one launch (the dispatched experts'
+  // input), groups of 144 rows one launch each, E5M2 with ragged columns; and columns the fused kernel does not
+  // take (200 % 16 != 0), which go through a dequantized scratch.
+  add_with_colwise_case(out, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), true), GN, 3 * 256, 384, 3);
+  add_with_colwise_case(out, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), false), RM, 2 * 144, 272, 2);
+  add_with_colwise_case(out, detail::make_spec(Format::E5M2, Granularity::tile_1x128(), true), RM, 256, 400, 1);
+  add_with_colwise_case(out, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), true), RM, 128, 200, 1);
 }
 
 // ---- delayed scaling --------------------------------------------------------------------------------------------

@@ -12,16 +12,20 @@ namespace fp8train::ops::cuda::detail {
 
 // Parameters of the 128x128-tile kernels (quantize_fast.cu); see Quant1x128Args / Quant128x128Args.
 struct FastParams {
-  const void* x;
-  int64_t rows, cols;
-  bool pow2, stochastic;
-  uint64_t seed;
-  uint8_t* q;
-  float* q_scales;
+  const void* x = nullptr;
+  int64_t rows = 0, cols = 0;
+  bool pow2 = false, stochastic = false;
+  uint64_t seed = 0;
+  uint8_t* q = nullptr;
+  float* q_scales = nullptr;
   ScaleStrides qs;
-  uint8_t* qt;
-  float* qt_scales;
+  uint8_t* qt = nullptr;
+  float* qt_scales = nullptr;
   ScaleStrides qts;
+  int64_t groups = 1, qs_group = 0, qts_group = 0;  // row groups (rows / groups % 128 == 0 when groups > 1)
+  const float* x_scales = nullptr;                  // 1x128 only: x is codes with these row scales
+  ScaleStrides xs;
+  int64_t xs_group = 0;
 };
 cudaError_t launch_quant_1x128(const FastParams& p, InType it, quant::Format f, Encoder e, cudaStream_t stream);
 cudaError_t launch_quant_128x128(const FastParams& p, InType it, quant::Format f, Encoder e, cudaStream_t stream);

@@ -47,17 +47,45 @@ detail::FastParams check_fast(const Args& a, const char* what) {
              what);
   FP8T_CHECK(!a.opt.stochastic || a.opt.format == quant::Format::INT8,
              "{}: stochastic rounding is only defined for INT8", what);
+  FP8T_CHECK(a.groups >= 1 && a.rows % a.groups == 0, "{}: {} rows do not split into {} equal groups", what, a.rows,
+             a.groups);
+  FP8T_CHECK(a.groups == 1 || (a.rows / a.groups) % 128 == 0,
+             "{}: {} groups of {} rows: one launch over groups needs a multiple of 128 rows per group", what, a.groups,
+             a.rows / a.groups);
+  FP8T_CHECK(!a.opt.stochastic || a.groups == 1,
+             "{}: stochastic rounding counts positions per launch; groups are not one tensor", what);
   FP8T_CHECK((a.rows + 127) / 128 <= 65535, "{}: rows = {} exceeds the CUDA grid limit (65535 tiles of 128)", what,
              a.rows);
-  return detail::FastParams{a.x,           a.rows,     a.cols,      a.opt.pow2_scales, a.opt.stochastic,
-                            a.opt.seed,    a.q,        a.q_scales,  a.q_strides,       a.qt,
-                            a.qt_scales,   a.qt_strides};
+  detail::FastParams p;
+  p.x = a.x;
+  p.rows = a.rows;
+  p.cols = a.cols;
+  p.pow2 = a.opt.pow2_scales;
+  p.stochastic = a.opt.stochastic;
+  p.seed = a.opt.seed;
+  p.q = a.q;
+  p.q_scales = a.q_scales;
+  p.qs = a.q_strides;
+  p.qt = a.qt;
+  p.qt_scales = a.qt_scales;
+  p.qts = a.qt_strides;
+  p.groups = a.groups;
+  p.qs_group = a.q_scales_group;
+  p.qts_group = a.qt_scales_group;
+  return p;
 }
 
 }  // namespace
 
 void quantize_1x128(const Quant1x128Args& a, cudaStream_t stream) {
-  const detail::FastParams p = check_fast(a, "quantize_1x128");
+  detail::FastParams p = check_fast(a, "quantize_1x128");
+  if (a.x_scales != nullptr) {
+    FP8T_CHECK(a.opt.format == quant::Format::E4M3 || a.opt.format == quant::Format::E5M2,
+               "quantize_1x128: re-tiling codes takes e4m3 or e5m2, not {}", quant::format_name(a.opt.format));
+    p.x_scales = a.x_scales;
+    p.xs = a.x_strides;
+    p.xs_group = a.x_scales_group;
+  }
   if (a.rows == 0 || a.cols == 0) return;
   check_launch_result(detail::launch_quant_1x128(p, a.x_type, a.opt.format, a.opt.encoder, stream),
                       "quant_1x128_kernel", stream);

@@ -65,6 +65,17 @@ struct Quant1x128Args {
   uint8_t* qt = nullptr;
   float* qt_scales = nullptr;
   ScaleStrides qt_strides;
+  // Row groups in one launch (MoE experts): `groups` equal groups of rows / groups rows each, a multiple of 128 when
+  // groups > 1 (no tile straddles a group). Group g's rows, codes and transposed codes are its own [rg, cols] /
+  // [cols, rg] matrices (consecutive, as QTensor stores them); its scale grids start g * *_scales_group floats in.
+  int64_t groups = 1;
+  int64_t q_scales_group = 0, qt_scales_group = 0;
+  // Re-tiling (ops::with_colwise): x holds one-byte codes of opt.format (E4M3 or E5M2) with 1x128 row scales
+  // x_scales (block (r, b) at r * x_strides.row + b * x_strides.col, group g's grid x_scales_group floats on);
+  // the values quantized are code * scale in FP32, what dequantize writes. x_type is ignored.
+  const float* x_scales = nullptr;
+  ScaleStrides x_strides;
+  int64_t x_scales_group = 0;
 };
 void quantize_1x128(const Quant1x128Args& a, cudaStream_t stream);
 
@@ -80,6 +91,11 @@ struct Quant128x128Args {
   uint8_t* qt = nullptr;
   float* qt_scales = nullptr;
   ScaleStrides qt_strides;
+  // Row groups in one launch (MoE experts): `groups` equal groups of rows / groups rows each, a multiple of 128 when
+  // groups > 1 (no tile straddles a group). Group g's rows, codes and transposed codes are its own [rg, cols] /
+  // [cols, rg] matrices (consecutive, as QTensor stores them); its scale grids start g * *_scales_group floats in.
+  int64_t groups = 1;
+  int64_t q_scales_group = 0, qt_scales_group = 0;
 };
 void quantize_128x128(const Quant128x128Args& a, cudaStream_t stream);
 

@@ -7,7 +7,17 @@
 // column maxima over lanes c and c+16, then over the 8 warps through shared memory. The transposed codes go
 // through a 128x128-byte shared tile whose 8-byte chunks are XOR-swizzled (chunk a of row 8c+j is stored at
 // a ^ c) so both the 8-byte writes and the 16-byte reads are free of bank conflicts.
+// Row groups (MoE experts, rows per group a multiple of 128) run in one launch: grid row y is tile y % tiles of
+// group y / tiles, whose matrices and scale grids the tile reads through a FastParams narrowed to the group.
+// The 1x128 kernel also re-tiles one-byte codes (ops::with_colwise): its input is then codes with 1x128 row
+// scales, decoded (exact into FP16) and multiplied by the scale in FP32 -- the values dequantize writes -- so
+// the 128x1 copy comes from one read of the codes instead of a dequantized scratch written and read back.
 // Layouts and arithmetic: quantize_cuda.h.
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <type_traits>
+
 #include "ops/cuda/quant_device.cuh"
 #include "ops/cuda/quant_launch.h"
 
@@ -59,6 +69,39 @@ __device__ __forceinline__ void write_transposed(const uint8_t* tile, uint8_t* q
   }
 }
 
+// Eight values of one row decoded from one-byte codes times the row's 1x128 scale (re-tiling input).
+struct Codes8 {
+  float f[8];
+  __device__ __forceinline__ float get(int i) const { return f[i]; }
+};
+
+template <quant::Format F, bool kFull>
+__device__ __forceinline__ void load_codes(Codes8 (&in)[8], const FastParams& p, int64_t row0, int64_t col) {
+  static_assert(F == quant::Format::E4M3 || F == quant::Format::E5M2, "re-tiling decodes e4m3 or e5m2");
+  const uint8_t* base = static_cast<const uint8_t*>(p.x) + row0 * p.cols + col;
+  const int64_t block = col / 128;
+  uint2 raw[8];
+  float scale[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {  // every load issued before the first use
+    const bool ok = kFull || (col < p.cols && row0 + i < p.rows);
+    raw[i] = ok ? __ldg(reinterpret_cast<const uint2*>(base + i * p.cols)) : make_uint2(0, 0);
+    scale[i] = ok ? __ldg(p.x_scales + (row0 + i) * p.xs.row + block * p.xs.col) : 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t word = k < 2 ? raw[i].x : raw[i].y;
+      const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>((word >> (16 * (k & 1))) & 0xFFFFu);
+      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, F == quant::Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
+      const float2 v = __half22float2(__half2(h));
+      in[i].f[2 * k] = __fmul_rn(v.x, scale[i]);
+      in[i].f[2 * k + 1] = __fmul_rn(v.y, scale[i]);
+    }
+  }
+}
+
 // Loads the thread's 8x8 block: rows r0+8a+i, columns col..col+7 (zeros outside the tensor).
 template <InType IT, bool kFull>
 __device__ __forceinline__ void load_block(Vec8<IT> (&in)[8], const FastParams& p, int64_t row0, int64_t col) {
@@ -72,16 +115,17 @@ __device__ __forceinline__ void load_block(Vec8<IT> (&in)[8], const FastParams& 
   }
 }
 
-template <InType IT, quant::Format F, Encoder E, bool kStoch, bool kFull>
-__device__ __forceinline__ void quant_1x128_tile(const FastParams& p, uint8_t* tile, uint32_t (*colmax_part)[kTile],
-                                                 float* col_inverse) {
+template <InType IT, quant::Format F, Encoder E, bool kStoch, bool kCodes, bool kFull>
+__device__ __forceinline__ void quant_1x128_tile(const FastParams& p, int64_t ty, uint8_t* tile,
+                                                 uint32_t (*colmax_part)[kTile], float* col_inverse) {
   const int t = threadIdx.x, a = t >> 4, c = t & 15, warp = t >> 5, lane = t & 31;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile, c0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int64_t r0 = ty * kTile, c0 = static_cast<int64_t>(blockIdx.x) * kTile;
   const int64_t col = c0 + 8 * c, row0 = r0 + 8 * a;
   constexpr float fmax = FormatTraits<F>::kMax;
 
-  Vec8<IT> in[8];
-  load_block<IT, kFull>(in, p, row0, col);
+  std::conditional_t<kCodes, Codes8, Vec8<IT>> in[8];
+  if constexpr (kCodes) load_codes<F, kFull>(in, p, row0, col);
+  else load_block<IT, kFull>(in, p, row0, col);
 
   // Row maxima (reduced over the half-warp) and this thread's column maxima over its 8 rows.
   uint32_t rowmax[8], colmax[8];
@@ -139,7 +183,7 @@ __device__ __forceinline__ void quant_1x128_tile(const FastParams& p, uint8_t* t
     for (int w = 0; w < kThreads / 32; ++w) m = max(m, colmax_part[w][t]);
     const ScaleInverse s = block_scale_dev(__uint_as_float(m), fmax, p.pow2);
     col_inverse[t] = s.inverse;
-    if (kFull || c0 + t < p.cols) p.qt_scales[(c0 + t) * p.qts.row + blockIdx.y * p.qts.col] = s.scale;
+    if (kFull || c0 + t < p.cols) p.qt_scales[(c0 + t) * p.qts.row + ty * p.qts.col] = s.scale;
   }
   __syncthreads();
 #pragma unroll
@@ -154,21 +198,44 @@ __device__ __forceinline__ void quant_1x128_tile(const FastParams& p, uint8_t* t
   write_transposed<kFull>(tile, p.qt, p.rows, p.cols, r0, c0);
 }
 
-template <InType IT, quant::Format F, Encoder E, bool kStoch>
-__global__ void __launch_bounds__(kThreads, IT == InType::BF16 && !kStoch ? 4 : 3) quant_1x128_kernel(const FastParams p) {
+// The parameters of grid row blockIdx.y's group, and the tile row inside it (groups of whole 128-row tiles).
+__device__ __forceinline__ FastParams group_of(const FastParams& p, int64_t in_bytes, int64_t& ty) {
+  ty = blockIdx.y;
+  if (p.groups <= 1) return p;
+  const int64_t rg = p.rows / p.groups, tiles = rg / kTile, g = ty / tiles;
+  ty -= g * tiles;
+  FastParams q = p;
+  q.rows = rg;
+  q.x = static_cast<const char*>(p.x) + g * rg * p.cols * in_bytes;
+  if (p.q != nullptr) {
+    q.q = p.q + g * rg * p.cols;
+    q.q_scales = p.q_scales + g * p.qs_group;
+  }
+  if (p.qt != nullptr) {
+    q.qt = p.qt + g * p.cols * rg;
+    q.qt_scales = p.qt_scales + g * p.qts_group;
+  }
+  if (p.x_scales != nullptr) q.x_scales = p.x_scales + g * p.xs_group;
+  return q;
+}
+
+template <InType IT, quant::Format F, Encoder E, bool kStoch, bool kCodes>
+__global__ void __launch_bounds__(kThreads, kCodes ? 2 : IT == InType::BF16 && !kStoch ? 4 : 3)
+    quant_1x128_kernel(const FastParams params) {
   __shared__ __align__(16) uint8_t tile[kTile * kTile];
   __shared__ __align__(16) uint32_t colmax_part[kThreads / 32][kTile];
   __shared__ float col_inverse[kTile];
-  const bool full = (static_cast<int64_t>(blockIdx.y) + 1) * kTile <= p.rows &&
-                    (static_cast<int64_t>(blockIdx.x) + 1) * kTile <= p.cols;
-  if (full) quant_1x128_tile<IT, F, E, kStoch, true>(p, tile, colmax_part, col_inverse);
-  else quant_1x128_tile<IT, F, E, kStoch, false>(p, tile, colmax_part, col_inverse);
+  int64_t ty;
+  const FastParams p = group_of(params, kCodes ? 1 : static_cast<int64_t>(sizeof(Vec8<IT>) / 8), ty);
+  const bool full = (ty + 1) * kTile <= p.rows && (static_cast<int64_t>(blockIdx.x) + 1) * kTile <= p.cols;
+  if (full) quant_1x128_tile<IT, F, E, kStoch, kCodes, true>(p, ty, tile, colmax_part, col_inverse);
+  else quant_1x128_tile<IT, F, E, kStoch, kCodes, false>(p, ty, tile, colmax_part, col_inverse);
 }
 
 template <InType IT, quant::Format F, Encoder E, bool kStoch, bool kFull>
-__device__ __forceinline__ void quant_128x128_tile(const FastParams& p, uint8_t* tile, uint32_t* warp_max) {
+__device__ __forceinline__ void quant_128x128_tile(const FastParams& p, int64_t ty, uint8_t* tile, uint32_t* warp_max) {
   const int t = threadIdx.x, a = t >> 4, c = t & 15, warp = t >> 5, lane = t & 31;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile, c0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int64_t r0 = ty * kTile, c0 = static_cast<int64_t>(blockIdx.x) * kTile;
   const int64_t col = c0 + 8 * c, row0 = r0 + 8 * a;
   constexpr float fmax = FormatTraits<F>::kMax;
 
@@ -188,8 +255,8 @@ __device__ __forceinline__ void quant_128x128_tile(const FastParams& p, uint8_t*
   for (int w = 0; w < kThreads / 32; ++w) m = max(m, warp_max[w]);
   const ScaleInverse s = block_scale_dev(__uint_as_float(m), fmax, p.pow2);
   if (t == 0) {
-    if (p.q) p.q_scales[blockIdx.y * p.qs.row + blockIdx.x * p.qs.col] = s.scale;
-    if (p.qt) p.qt_scales[blockIdx.x * p.qts.row + blockIdx.y * p.qts.col] = s.scale;
+    if (p.q) p.q_scales[ty * p.qs.row + blockIdx.x * p.qs.col] = s.scale;
+    if (p.qt) p.qt_scales[blockIdx.x * p.qts.row + ty * p.qts.col] = s.scale;
   }
 
   uint2 codes[8];  // codes[i]: row 8a+i, columns 8c..8c+7
@@ -221,13 +288,14 @@ __device__ __forceinline__ void quant_128x128_tile(const FastParams& p, uint8_t*
 }
 
 template <InType IT, quant::Format F, Encoder E, bool kStoch>
-__global__ void __launch_bounds__(kThreads, IT == InType::BF16 && F != quant::Format::INT8 ? 4 : 3) quant_128x128_kernel(const FastParams p) {
+__global__ void __launch_bounds__(kThreads, IT == InType::BF16 && F != quant::Format::INT8 ? 4 : 3) quant_128x128_kernel(const FastParams params) {
   __shared__ __align__(16) uint8_t tile[kTile * kTile];
   __shared__ uint32_t warp_max[kThreads / 32];
-  const bool full = (static_cast<int64_t>(blockIdx.y) + 1) * kTile <= p.rows &&
-                    (static_cast<int64_t>(blockIdx.x) + 1) * kTile <= p.cols;
-  if (full) quant_128x128_tile<IT, F, E, kStoch, true>(p, tile, warp_max);
-  else quant_128x128_tile<IT, F, E, kStoch, false>(p, tile, warp_max);
+  int64_t ty;
+  const FastParams p = group_of(params, static_cast<int64_t>(sizeof(Vec8<IT>) / 8), ty);
+  const bool full = (ty + 1) * kTile <= p.rows && (static_cast<int64_t>(blockIdx.x) + 1) * kTile <= p.cols;
+  if (full) quant_128x128_tile<IT, F, E, kStoch, true>(p, ty, tile, warp_max);
+  else quant_128x128_tile<IT, F, E, kStoch, false>(p, ty, tile, warp_max);
 }
 
 template <template <InType, quant::Format, Encoder, bool> class Launch, InType IT>
@@ -257,10 +325,15 @@ cudaError_t dispatch(InType it, quant::Format f, Encoder e, const FastParams& p,
 template <InType IT, quant::Format F, Encoder E, bool kStoch>
 struct Launch1x128 {
   static cudaError_t run(const FastParams& p, dim3 grid, cudaStream_t stream) {
-    quant_1x128_kernel<IT, F, E, kStoch><<<grid, kThreads, 0, stream>>>(p);
+    quant_1x128_kernel<IT, F, E, kStoch, false><<<grid, kThreads, 0, stream>>>(p);
     return cudaGetLastError();
   }
 };
+template <quant::Format F, Encoder E>
+cudaError_t launch_retile(const FastParams& p, dim3 grid, cudaStream_t stream) {
+  quant_1x128_kernel<InType::BF16, F, E, false, true><<<grid, kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
 template <InType IT, quant::Format F, Encoder E, bool kStoch>
 struct Launch128x128 {
   static cudaError_t run(const FastParams& p, dim3 grid, cudaStream_t stream) {
@@ -276,6 +349,16 @@ dim3 tile_grid(const FastParams& p) {
 }  // namespace
 
 cudaError_t launch_quant_1x128(const FastParams& p, InType it, quant::Format f, Encoder e, cudaStream_t stream) {
+  if (p.x_scales != nullptr) {  // re-tiling codes (E4M3 / E5M2, deterministic rounding)
+    const bool hw = e == Encoder::Hardware;
+    if (f == quant::Format::E4M3)
+      return hw ? launch_retile<quant::Format::E4M3, Encoder::Hardware>(p, tile_grid(p), stream)
+                : launch_retile<quant::Format::E4M3, Encoder::Software>(p, tile_grid(p), stream);
+    if (f == quant::Format::E5M2)
+      return hw ? launch_retile<quant::Format::E5M2, Encoder::Hardware>(p, tile_grid(p), stream)
+                : launch_retile<quant::Format::E5M2, Encoder::Software>(p, tile_grid(p), stream);
+    return cudaErrorInvalidValue;
+  }
   return dispatch<Launch1x128>(it, f, e, p, tile_grid(p), stream);
 }
 cudaError_t launch_quant_128x128(const FastParams& p, InType it, quant::Format f, Encoder e, cudaStream_t stream) {

@@ -132,8 +132,11 @@ void quantize_one_byte(const ExecCtx& ctx, const QuantizeProblem& p, const void*
                         (g == quant::Granularity::tile_1x128() || g == quant::Granularity::block_128x128());
   if (col.codes != nullptr && fused_ok) {
     if (p.groups > 1) refuse_stochastic_groups("one launch per group");
-    for (int64_t grp = 0; grp < p.groups; ++grp) {
+    // Groups of whole 128-row tiles run as one launch (one wave for many small experts), others one per group.
+    const bool one_launch = p.groups > 1 && rg % 128 == 0;
+    for (int64_t grp = 0; grp < (one_launch ? 1 : p.groups); ++grp) {
       const quant::ScaleStrides rs = row_grid.strides(), cs = col_grid.strides();
+      const int64_t launch_rows = one_launch ? p.rows : rg, launch_groups = one_launch ? p.groups : 1;
       uint8_t* q = row.codes ? static_cast<uint8_t*>(row.codes) + grp * rg * cols : nullptr;
       float* qs = row.codes ? row.scales + grp * rs.group : nullptr;
       uint8_t* qt = static_cast<uint8_t*>(col.codes) + grp * cols * rg;
@@ -142,7 +145,7 @@ void quantize_one_byte(const ExecCtx& ctx, const QuantizeProblem& p, const void*
         Quant1x128Args a;
         a.x = x_of(grp);
         a.x_type = type;
-        a.rows = rg;
+        a.rows = launch_rows;
         a.cols = cols;
         a.opt = options_of(p.spec);
         a.q = q;
@@ -151,12 +154,15 @@ void quantize_one_byte(const ExecCtx& ctx, const QuantizeProblem& p, const void*
         a.qt = qt;
         a.qt_scales = qts;
         a.qt_strides = kernel_strides(col_grid);
+        a.groups = launch_groups;
+        a.q_scales_group = rs.group;
+        a.qt_scales_group = cs.group;
         quantize_1x128(a, stream);
       } else {
         Quant128x128Args a;
         a.x = x_of(grp);
         a.x_type = type;
-        a.rows = rg;
+        a.rows = launch_rows;
         a.cols = cols;
         a.opt = options_of(p.spec);
         a.q = q;
@@ -165,6 +171,9 @@ void quantize_one_byte(const ExecCtx& ctx, const QuantizeProblem& p, const void*
         a.qt = qt;
         a.qt_scales = qts;
         a.qt_strides = kernel_strides(col_grid);
+        a.groups = launch_groups;
+        a.q_scales_group = rs.group;
+        a.qt_scales_group = cs.group;
         quantize_128x128(a, stream);
       }
     }
@@ -365,6 +374,32 @@ void with_colwise(const ExecCtx& ctx, const ColwiseProblem& p, const void* codes
     transpose_scales(scales, grid_strides(row_grid), colwise.scales, grid_strides(col_grid),
                      g.per_tensor ? 1 : row_grid.block_rows_per_group(), g.per_tensor ? 1 : row_grid.block_cols(),
                      p.groups, stream);
+    return;
+  }
+  // 1x128 E4M3/E5M2 codes: re-tiled by the fused 1x128 kernel reading the codes and their scales directly (the
+  // values dequantize would write, code * scale in FP32), one launch for groups of whole 128-row tiles.
+  const bool retile_ok = g == quant::Granularity::tile_1x128() && p.spec.rounding != quant::Rounding::Stochastic &&
+                         (p.spec.format == quant::Format::E4M3 || p.spec.format == quant::Format::E5M2) &&
+                         p.cols % 16 == 0 && rg % 16 == 0 && aligned16(codes) && (rg * p.cols) % 16 == 0;
+  if (retile_ok) {
+    const bool one_launch = p.groups == 1 || rg % 128 == 0;
+    const quant::ScaleStrides rs = row_grid.strides(), cs = col_grid.strides();
+    for (int64_t grp = 0; grp < (one_launch ? 1 : p.groups); ++grp) {
+      Quant1x128Args a;
+      a.x = static_cast<const uint8_t*>(codes) + grp * rg * p.cols;
+      a.rows = one_launch ? p.rows : rg;
+      a.cols = p.cols;
+      a.opt = options_of(p.spec);
+      a.qt = static_cast<uint8_t*>(colwise.codes) + grp * p.cols * rg;
+      a.qt_scales = colwise.scales + grp * cs.group;
+      a.qt_strides = kernel_strides(col_grid);
+      a.groups = one_launch ? p.groups : 1;
+      a.qt_scales_group = cs.group;
+      a.x_scales = scales + grp * rs.group;
+      a.x_strides = kernel_strides(row_grid);
+      a.x_scales_group = rs.group;
+      quantize_1x128(a, stream);
+    }
     return;
   }
   // Otherwise the values are re-quantized: dequantize to scratch, then the column-wise path of quantize. With
