@@ -54,19 +54,24 @@ class BenchCli : public ::testing::Test {
     return r;
   }
 
-  fs::path work_;
-};
-
-TEST_F(BenchCli, TrainReportsThroughputMemoryAndABreakdownThatAddsUp) {
-  std::ofstream(work_ / "tiny.json") << R"({
+  // A two-block MoE small enough for a CPU step (128 tokens per step), as a --config file; returns its path.
+  std::string tiny_config() const {
+    std::ofstream(work_ / "tiny.json") << R"({
     "model": {"vocab_size": 512, "hidden_size": 64, "n_layers": 2, "n_dense_layers": 1, "n_heads": 2,
               "q_lora_rank": 32, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 16,
               "v_head_dim": 16, "intermediate_size": 128, "moe_intermediate_size": 32, "n_routed_experts": 8,
               "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "mtp_depth": 0},
     "train": {"seq_len": 32, "batch_size": 4, "micro_batch_size": 2}
   })";
+    return (work_ / "tiny.json").string();
+  }
+
+  fs::path work_;
+};
+
+TEST_F(BenchCli, TrainReportsThroughputMemoryAndABreakdownThatAddsUp) {
   const CliRun r =
-      run("train --config '" + (work_ / "tiny.json").string() + "' --device cpu --steps 2 --warmup 1 --profile");
+      run("train --config '" + tiny_config() + "' --device cpu --steps 2 --warmup 1 --profile");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j.at("tokens_per_step").get<int64_t>(), 128);
@@ -95,14 +100,7 @@ TEST_F(BenchCli, TrainReportsThroughputMemoryAndABreakdownThatAddsUp) {
 // --baseline: the baseline recipe's line, the recipe's line, then the comparison, whose numbers follow from the two
 // runs' own (the speed-up from their tokens/s; the ceiling from the Linear GEMM times by the issue's formula).
 TEST_F(BenchCli, TrainAgainstABaselineReportsTheSpeedupAndItsCeiling) {
-  std::ofstream(work_ / "tiny.json") << R"({
-    "model": {"vocab_size": 512, "hidden_size": 64, "n_layers": 2, "n_dense_layers": 1, "n_heads": 2,
-              "q_lora_rank": 32, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 16,
-              "v_head_dim": 16, "intermediate_size": 128, "moe_intermediate_size": 32, "n_routed_experts": 8,
-              "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "mtp_depth": 0},
-    "train": {"seq_len": 32, "batch_size": 4, "micro_batch_size": 2}
-  })";
-  const CliRun r = run("train --config '" + (work_ / "tiny.json").string() +
+  const CliRun r = run("train --config '" + tiny_config() +
                        "' --device cpu --steps 1 --warmup 0 --recipe fp8-deepseek --baseline bf16");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<nlohmann::json> lines;
@@ -133,14 +131,7 @@ TEST_F(BenchCli, TrainAgainstABaselineReportsTheSpeedupAndItsCeiling) {
 
 // --profile-shapes: the quantization ops are keyed by shape and outputs, and still add up to the quantize family.
 TEST_F(BenchCli, TrainProfileShapesKeysTheQuantizersByShape) {
-  std::ofstream(work_ / "tiny.json") << R"({
-    "model": {"vocab_size": 512, "hidden_size": 64, "n_layers": 2, "n_dense_layers": 1, "n_heads": 2,
-              "q_lora_rank": 32, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 16,
-              "v_head_dim": 16, "intermediate_size": 128, "moe_intermediate_size": 32, "n_routed_experts": 8,
-              "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "mtp_depth": 0},
-    "train": {"seq_len": 32, "batch_size": 4, "micro_batch_size": 2}
-  })";
-  const CliRun r = run("train --config '" + (work_ / "tiny.json").string() +
+  const CliRun r = run("train --config '" + tiny_config() +
                        "' --device cpu --steps 1 --warmup 0 --recipe fp8-deepseek --profile-shapes");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
