@@ -355,11 +355,22 @@ void Linear::backward(const StepContext& ctx, const Tensor& dy, const LinearInpu
         ops::gemm(ctx.exec, dy, false, s.weight_plain, false, dx, acc_dx);
       }
     }
-    if (groups_ > 1) {
-      ops::gemm_grouped(ctx.exec, ops::GroupedGemmKind::K, dy, x.x, false, grad_, offsets, acc_dw);
-    } else {
-      ops::gemm(ctx.exec, dy, true, x.x, false, grad_, acc_dw);
-    }
+    // Queued, the plain operands are copied: the caller may write into dy (or x) before the W step runs.
+    const bool queued = ctx.wgrad_queue != nullptr;
+    auto own = [&](const Tensor& t) {
+      if (!queued) return t;
+      const Tensor c = Tensor::empty(t.shape(), t.dtype(), MemCategory::Workspace, t.device());
+      ops::copy(ctx.exec, t, c);
+      return c;
+    };
+    const Tensor dyw = own(dy), xw = own(x.x);
+    run_wgrad(ctx, [this, exec = ctx.exec, dyw, xw, offsets, acc_dw] {
+      if (groups_ > 1) {
+        ops::gemm_grouped(exec, ops::GroupedGemmKind::K, dyw, xw, false, grad_, offsets, acc_dw);
+      } else {
+        ops::gemm(exec, dyw, true, xw, false, grad_, acc_dw);
+      }
+    });
     if (ctx.health) observe_backward(ctx, dy, nullptr, nullptr, x, nullptr, offsets);
     return;
   }
@@ -414,12 +425,23 @@ void Linear::backward(const StepContext& ctx, const Tensor& dy, const LinearInpu
     FP8T_FAIL("linear {}: backward got a plain x; a quantized recipe keeps what prepare()/recomputed() made", site_);
   }
   const ops::ScaledGemmOptions o{plan.wgrad.gemm, true};
-  if (groups_ > 1) {
-    ops::scaled_gemm_grouped_k(ctx.exec, dyt, xt, offsets, grad_.view({groups_, out_features(), in_features()}), o);
-  } else {
-    ops::scaled_gemm(ctx.exec, dyt, xt, grad_, o);
-  }
+  // dyt and xt are this call's own payloads (or the kept input's, never rewritten): queued by reference count.
+  run_wgrad(ctx, [this, exec = ctx.exec, dyt, xt, offsets, o] {
+    if (groups_ > 1) {
+      ops::scaled_gemm_grouped_k(exec, dyt, xt, offsets, grad_.view({groups_, out_features(), in_features()}), o);
+    } else {
+      ops::scaled_gemm(exec, dyt, xt, grad_, o);
+    }
+  });
   if (ctx.health) observe_backward(ctx, dy, &dyq, &dyt, x, &xt, offsets);
+}
+
+void Linear::run_wgrad(const StepContext& ctx, std::function<void()> wgrad) const {
+  if (ctx.wgrad_queue != nullptr) {
+    ctx.wgrad_queue->push_back(std::move(wgrad));
+  } else {
+    wgrad();
+  }
 }
 
 // ---- numerics health (sampled steps) ------------------------------------------------------------------------------

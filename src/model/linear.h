@@ -21,13 +21,17 @@
 // that recomputes x in backward passes recomputed(x) instead.
 //
 // Backward: dy is quantized once into its row-wise (Dgrad) and column-wise (Wgrad) operands; then Dgrad and
-// Wgrad. On a sampled step (StepContext::health) every GEMM also reports its operands' health and its error
+// Wgrad. With StepContext::wgrad_queue set (a pipeline's B step whose W comes later: DualPipeV), the Wgrad GEMM is
+// queued with its operands instead of run; running the queue later adds the same products (in a different order
+// across micro-batches). On a sampled step (StepContext::health) every GEMM also reports its operands' health and its error
 // against the FP32 reference (recipe/health.h).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "model/parameter.h"
 #include "ops/quantize.h"
@@ -43,6 +47,9 @@ namespace fp8train::model {
 
 class ActivationStore;
 
+// Wgrad GEMMs held back for a pipeline's W step, in the order backward met them.
+using WgradQueue = std::vector<std::function<void()>>;
+
 // Per-call settings shared by every layer of one forward/backward.
 struct StepContext {
   ExecCtx exec;  // the device and stream every op of this pass runs on
@@ -54,6 +61,7 @@ struct StepContext {
   int64_t step = 0;                              // the optimizer step (seeds stochastic rounding)
   double grad_scale = 1.0;                       // backward computes the gradient of grad_scale·loss
   DType dtype = DType::F32;                      // the compute dtype of activations and their gradients
+  WgradQueue* wgrad_queue = nullptr;             // set: Linear::backward queues its Wgrad GEMM here
   int64_t tokens() const { return batch * seq; }
 };
 
@@ -133,6 +141,8 @@ class Linear {
   State& state(const StepContext& ctx) const;          // created_state, the compute copy refreshed if stale
   void check_offsets(const Tensor& offsets) const;
   LinearInput quantize_input(const StepContext& ctx, const Tensor& x, bool keep, bool delayed) const;
+  // Runs the Wgrad GEMM now, or queues it on ctx.wgrad_queue.
+  void run_wgrad(const StepContext& ctx, std::function<void()> wgrad) const;
   // Sampled steps: the GEMMs again, against their FP32 references (recipe/health.h).
   void observe_fprop(const StepContext& ctx, const LinearInput& x, const Tensor& y, const Tensor& offsets) const;
   void observe_backward(const StepContext& ctx, const Tensor& dy, const quant::QTensor* dyq, const quant::QTensor* dyt,

@@ -435,9 +435,10 @@ Tensor DeepSeekV3Model::stage_forward(int stage, int stages, const Tensor& input
   return stage == stages - 1 ? Tensor() : h;
 }
 
-Tensor DeepSeekV3Model::stage_backward(const Tensor& dy, StageRun& run) {
+Tensor DeepSeekV3Model::stage_backward(const Tensor& dy, StageRun& run, WgradQueue* wgrad_queue) {
   FP8T_CHECK(run.impl_ != nullptr, "stage_backward without a stage_forward (or called twice)");
-  const StageRun::Impl& r = *run.impl_;
+  StageRun::Impl& r = *run.impl_;
+  r.ctx.wgrad_queue = wgrad_queue;
   const auto [first, last] = stage_blocks(r.stage, r.stages);
   Tensor dx;
   if (r.stage == r.stages - 1) {

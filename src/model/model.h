@@ -193,8 +193,9 @@ class DeepSeekV3Model {
                        const Tensor& x, double grad_scale, StageRun& run);
   // Backward of the stage `run` came from: dy = ∂L/∂(its output) (ignored on the last stage, which starts from
   // its losses; overwritten). Accumulates the stage's weight gradients and returns ∂L/∂(its input) (undefined on
-  // stage 0). Frees what `run` kept.
-  Tensor stage_backward(const Tensor& dy, StageRun& run);
+  // stage 0). Frees what `run` kept. With `wgrad_queue`, the Linears' Wgrad GEMMs are queued there instead (the
+  // pipeline's W step runs them); the other weight gradients (norms, router, embedding) are added here.
+  Tensor stage_backward(const Tensor& dy, StageRun& run, WgradQueue* wgrad_queue = nullptr);
 
  private:
   struct Mtp;

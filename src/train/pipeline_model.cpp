@@ -11,6 +11,7 @@ ModelStages::ModelStages(model::DeepSeekV3Model& model, int rank, int ranks, std
   FP8T_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "pipeline rank {} of {} does not exist", rank, ranks);
   model.stage_blocks(0, 2 * ranks);  // throws when the model has fewer blocks than stages
   for (auto& runs : runs_) runs.resize(micro_batches_.size());
+  for (auto& queues : wgrads_) queues.resize(micro_batches_.size());
   losses_.resize(micro_batches_.size());
 }
 
@@ -32,10 +33,17 @@ Tensor ModelStages::forward(int chunk, int mb, const Tensor& input) {
 }
 
 Tensor ModelStages::backward_input(int chunk, int mb, const Tensor& grad_output) {
-  return model_.stage_backward(grad_output, runs_[chunk].at(static_cast<size_t>(mb)));
+  model::WgradQueue& queue = wgrads_[chunk].at(static_cast<size_t>(mb));
+  FP8T_CHECK(queue.empty(), "pipeline chunk {} micro-batch {}: backward before the previous one's W step", chunk, mb);
+  return model_.stage_backward(grad_output, runs_[chunk].at(static_cast<size_t>(mb)), &queue);
 }
 
-void ModelStages::backward_weight(int, int) {}  // done with the input gradients (see the header)
+void ModelStages::backward_weight(int chunk, int mb) {
+  model::WgradQueue& queue = wgrads_[chunk].at(static_cast<size_t>(mb));
+  for (auto& wgrad : queue) wgrad();
+  wgrad_gemms_in_w_ += static_cast<int64_t>(queue.size());
+  queue.clear();  // releases the operands held since B
+}
 
 Tensor ModelStages::receive_buffer(int, int mb, dist::Payload) {
   const MicroBatch& b = micro_batches_.at(static_cast<size_t>(mb));

@@ -2,9 +2,11 @@
 // pipeline stages r and 2P−1−r of 2P (DeepSeekV3Model::stage_forward / stage_backward), so rank 0 holds the
 // embedding, the head and MTP, and every rank a contiguous range of blocks on each arm of the V. Each micro-batch
 // is given to every rank (stage 0 reads its tokens, the last stage its targets, MTP both).
-// The model's backward computes a block's weight gradients together with its input gradient, so backward_weight
-// has nothing left to do: the schedule's deferred W are empty here (splitting Linear::backward into Dgrad and a
-// deferred Wgrad is the next step; docs/distributed.md).
+// B and W: backward_input runs the stage's backward with its Linears' Wgrad GEMMs queued (StepContext::wgrad_queue:
+// the quantized or copied operands are held until then), and backward_weight runs that micro-batch's queue, so the
+// schedule's deferred W steps carry the Wgrad GEMMs. The other weight gradients (norms, router, embedding, head)
+// are small and are added in B. Adding a micro-batch's Wgrad later changes only the order in which the FP32
+// gradients accumulate over micro-batches.
 // The trainer runs it through DeepSeekTrainable::pipeline_step (`fp8train train --pp P`).
 #pragma once
 #include <vector>
@@ -33,6 +35,8 @@ class ModelStages final : public dist::PipelineStages {
   // This rank's part of each micro-batch's losses: its stages' (main, MTP and distillation on rank 0, which holds
   // the last stage; the balance losses of its blocks). Summed over the ranks, total is forward_backward's.
   const std::vector<model::LossBreakdown>& losses() const { return losses_; }
+  // Wgrad GEMMs run by backward_weight so far (what the W steps carried).
+  int64_t wgrad_gemms_in_w() const { return wgrad_gemms_in_w_; }
 
  private:
   model::DeepSeekV3Model& model_;
@@ -40,6 +44,8 @@ class ModelStages final : public dist::PipelineStages {
   std::vector<MicroBatch> micro_batches_;
   double grad_scale_;
   std::vector<model::DeepSeekV3Model::StageRun> runs_[2];  // per chunk, per micro-batch
+  std::vector<model::WgradQueue> wgrads_[2];                // per chunk, per micro-batch: B's queued Wgrad GEMMs
+  int64_t wgrad_gemms_in_w_ = 0;
   std::vector<model::LossBreakdown> losses_;
 };
 

@@ -3,8 +3,9 @@
 // micro-batches by the pipeline executor give the same objective (Σ_m ⟨y_m, w_m⟩ + the MoE balance losses) and
 // the same parameter gradients within 1e-12 as the blocks run one micro-batch after another. It shows the blocks'
 // per-micro-batch states (Block::State, the stateless ActivationStore) survive the schedule's interleaving of
-// micro-batches — what cutting the model into stages relies on (docs/distributed.md). Block::backward computes
-// input and weight gradients together, so a stage's backward_weight has nothing left to do here.
+// micro-batches — what cutting the model into stages relies on (docs/distributed.md). A stage's B step runs
+// Block::backward with its Linears' Wgrad GEMMs queued (StepContext::wgrad_queue) and its W step runs them, as
+// train::ModelStages does; Block::backward rewrites its ∂L/∂y in place, so the queued plain operands are copies.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -83,6 +84,7 @@ class BlockStages final : public PipelineStages {
  public:
   BlockStages(int rank, int ranks, int mbs) : rank_(rank), ranks_(ranks), stack_(2 * ranks) {
     for (auto& states : states_) states.resize(static_cast<size_t>(mbs));
+    for (auto& queues : wgrads_) queues.resize(static_cast<size_t>(mbs));
   }
   Tensor forward(int chunk, int mb, const Tensor& input) override {
     const int s = dualpipev_stage(rank_, chunk, ranks_);
@@ -98,22 +100,32 @@ class BlockStages final : public PipelineStages {
     // Block::backward works in place: ∂L/∂y in, ∂L/∂x out.
     const Tensor d = s == 2 * ranks_ - 1 ? weight_of(mb) : grad_output;
     Block::State& st = states_[chunk][static_cast<size_t>(mb)];
-    stack_.blocks[static_cast<size_t>(s)]->backward(stack_.ctx(), st, d);
+    StepContext ctx = stack_.ctx();
+    ctx.wgrad_queue = &wgrads_[chunk][static_cast<size_t>(mb)];
+    stack_.blocks[static_cast<size_t>(s)]->backward(ctx, st, d);
     st = Block::State{};  // what this micro-batch kept is freed, as a stage would
     return d;
   }
-  void backward_weight(int, int) override {}
+  void backward_weight(int chunk, int mb) override {
+    WgradQueue& queue = wgrads_[chunk][static_cast<size_t>(mb)];
+    for (auto& wgrad : queue) wgrad();
+    wgrads_in_w_ += static_cast<int64_t>(queue.size());
+    queue.clear();
+  }
   Tensor receive_buffer(int, int, Payload) override {
     return Tensor::zeros({kBatch * kSeq, config().hidden_size}, DType::F64);
   }
 
   double objective() const { return objective_; }
   Stack& stack() { return stack_; }
+  int64_t wgrads_in_w() const { return wgrads_in_w_; }
 
  private:
   int rank_, ranks_;
   Stack stack_;
   std::vector<Block::State> states_[2];
+  std::vector<WgradQueue> wgrads_[2];
+  int64_t wgrads_in_w_ = 0;
   double objective_ = 0;  // this rank's part: its blocks' balance losses (+ Σ⟨y, w⟩ on rank 0)
 };
 
@@ -125,6 +137,9 @@ TEST(DualPipeVBlocks, PipelineOfTransformerBlocksEqualsSequentialBlocks) {
   BlockStages stages(pp.rank(), P, mbs);
   run_pipeline(dualpipev_schedule(P, mbs), pp, stages, cpu());
   const double objective = sum_in_rank_order(pp, stages.objective(), cpu());
+  // Every Linear of both blocks queued its Wgrad in B and ran it in W: per micro-batch and block at least the
+  // attention's five projections and the FFN's two.
+  EXPECT_GE(stages.wgrads_in_w(), 2 * mbs * 7) << "the W steps carried too few Wgrad GEMMs";
 
   // The same blocks, one micro-batch after another through all of them.
   Stack ref(S);

@@ -65,6 +65,7 @@ TEST(DualPipeVModel, WholeModelPipelineEqualsForwardBackward) {
   piped.zero_grad();
   train::ModelStages stages(piped, pp.rank(), P, batches, scale);
   run_pipeline(dualpipev_schedule(P, mbs), pp, stages, ExecCtx::cpu());
+  EXPECT_GE(stages.wgrad_gemms_in_w(), 2 * mbs * 7) << "the W steps carried the Linears' Wgrad GEMMs";
   std::vector<double> totals, mains;
   for (const model::LossBreakdown& l : stages.losses()) {
     totals.push_back(l.total);

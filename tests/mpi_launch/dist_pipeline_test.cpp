@@ -76,6 +76,9 @@ TEST_F(DistPipeline, OneStepOfTheModelMatchesOneRank) {
       EXPECT_EQ(row["bytes_expected"].get<int64_t>(), 2 * boundaries * mbs * 2 * 16 * 192 * 4);
       EXPECT_EQ(row["bytes_sent"].get<double>(), row["bytes_expected"].get<double>()) << "rank " << q;
       EXPECT_EQ(row["bytes_received"].get<double>(), row["bytes_expected"].get<double>()) << "rank " << q;
+      // The W steps carry the Wgrad GEMMs: each of the rank's two blocks has at least 7 Linears (MLA's 5, a dense
+      // or routed + shared FFN's 2 or 4), once per micro-batch.
+      EXPECT_GE(row["wgrad_gemms_in_w"].get<double>(), 2.0 * 7 * mbs) << "rank " << q;
     }
   }
 }

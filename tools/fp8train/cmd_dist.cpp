@@ -180,11 +180,12 @@ void run_pipeline_step(const PipelineOptions& o) {
     largest = m.to_vector<double>()[1];
   }
   // Every rank's traffic and time, to rank 0.
-  const Tensor mine =
-      Tensor::from_vector(std::vector<double>{static_cast<double>(traffic.bytes_sent),
-                                              static_cast<double>(traffic.bytes_received), pipe_seconds},
-                          {3});
-  const Tensor all = Tensor::zeros({3 * static_cast<int64_t>(P)}, DType::F64);
+  // (+ the Wgrad GEMMs the rank's W steps ran: B queues them, W runs them.)
+  const Tensor mine = Tensor::from_vector(
+      std::vector<double>{static_cast<double>(traffic.bytes_sent), static_cast<double>(traffic.bytes_received),
+                          pipe_seconds, static_cast<double>(stages.wgrad_gemms_in_w())},
+      {4});
+  const Tensor all = Tensor::zeros({4 * static_cast<int64_t>(P)}, DType::F64);
   world->all_gather(mine, all, ctx);
   if (r != 0) return;
 
@@ -196,8 +197,8 @@ void run_pipeline_step(const PipelineOptions& o) {
       P, 2 * P, static_cast<long long>(tc.model.n_layers), o.preset.c_str(),
       static_cast<long long>(tc.model.hidden_size), o.recipe.c_str(), M, static_cast<long long>(o.micro_batch_size),
       static_cast<long long>(o.seq_len));
-  std::printf("%-5s %-28s %14s %14s %14s %9s\n", "rank", "stages (blocks)", "bytes sent", "received", "expected",
-              "seconds");
+  std::printf("%-5s %-28s %14s %14s %14s %9s %11s\n", "rank", "stages (blocks)", "bytes sent", "received", "expected",
+              "seconds", "Wgrad in W");
   nlohmann::json ranks = nlohmann::json::array();
   for (int q = 0; q < P; ++q) {
     std::string text;
@@ -208,16 +209,17 @@ void run_pipeline_step(const PipelineOptions& o) {
     }
     const int crossings = (q < P - 1 ? 1 : 0) + (q > 0 ? 1 : 0);
     const int64_t expected = 2 * crossings * M * tensor_bytes;
-    const double sent = a[static_cast<size_t>(3 * q)], received = a[static_cast<size_t>(3 * q + 1)],
-                 secs = a[static_cast<size_t>(3 * q + 2)];
-    std::printf("%-5d %-28s %14.0f %14.0f %14lld %9.3f\n", q, text.c_str(), sent, received,
-                static_cast<long long>(expected), secs);
+    const double sent = a[static_cast<size_t>(4 * q)], received = a[static_cast<size_t>(4 * q + 1)],
+                 secs = a[static_cast<size_t>(4 * q + 2)], in_w = a[static_cast<size_t>(4 * q + 3)];
+    std::printf("%-5d %-28s %14.0f %14.0f %14lld %9.3f %11.0f\n", q, text.c_str(), sent, received,
+                static_cast<long long>(expected), secs, in_w);
     ranks.push_back({{"rank", q},
                      {"stages", text},
                      {"bytes_sent", sent},
                      {"bytes_received", received},
                      {"bytes_expected", expected},
-                     {"seconds", secs}});
+                     {"seconds", secs},
+                     {"wgrad_gemms_in_w", in_w}});
   }
   nlohmann::json j = {
       {"pp", P}, {"micro_batches", M}, {"layers", tc.model.n_layers}, {"loss_pipeline", loss}, {"ranks", ranks}};
@@ -227,7 +229,7 @@ void run_pipeline_step(const PipelineOptions& o) {
     std::printf("gradients: largest difference %.3g, largest gradient %.3g (relative %.3g)\n", diff, largest,
                 largest > 0 ? diff / largest : 0.0);
     double slowest = 0;
-    for (int q = 0; q < P; ++q) slowest = std::max(slowest, a[static_cast<size_t>(3 * q + 2)]);
+    for (int q = 0; q < P; ++q) slowest = std::max(slowest, a[static_cast<size_t>(4 * q + 2)]);
     std::printf("time: pipeline step %.3f s (slowest rank) | one rank %.3f s\n", slowest, ref_seconds);
     j["loss_sequential"] = ref_loss;
     j["grad_max_diff"] = diff;
