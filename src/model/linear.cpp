@@ -345,7 +345,6 @@ void Linear::backward(const StepContext& ctx, const Tensor& dy, const LinearInpu
              dy.defined() ? dy.str() : std::string("undefined"));
   FP8T_CHECK(x.defined(), "linear {}: backward without the kept input", site_);
   const ops::GemmOptions acc_dx{.alpha = 1.0, .beta = accumulate ? 1.0 : 0.0};
-  const ops::GemmOptions acc_dw{.alpha = 1.0, .beta = 1.0};
   if (!plan.quantized) {
     FP8T_CHECK(x.x.defined(), "linear {}: backward needs x", site_);
     if (dx.defined()) {
@@ -355,22 +354,18 @@ void Linear::backward(const StepContext& ctx, const Tensor& dy, const LinearInpu
         ops::gemm(ctx.exec, dy, false, s.weight_plain, false, dx, acc_dx);
       }
     }
-    // Queued, the plain operands are copied: the caller may write into dy (or x) before the W step runs.
-    const bool queued = ctx.wgrad_queue != nullptr;
-    auto own = [&](const Tensor& t) {
-      if (!queued) return t;
-      const Tensor c = Tensor::empty(t.shape(), t.dtype(), MemCategory::Workspace, t.device());
-      ops::copy(ctx.exec, t, c);
-      return c;
-    };
-    const Tensor dyw = own(dy), xw = own(x.x);
-    run_wgrad(ctx, [this, exec = ctx.exec, dyw, xw, offsets, acc_dw] {
-      if (groups_ > 1) {
-        ops::gemm_grouped(exec, ops::GroupedGemmKind::K, dyw, xw, false, grad_, offsets, acc_dw);
-      } else {
-        ops::gemm(exec, dyw, true, xw, false, grad_, acc_dw);
-      }
-    });
+    if (ctx.wgrad_queue != nullptr) {
+      // Queued, the plain operands are copied: the caller may write into dy (or x) before the W step runs.
+      auto own = [&](const Tensor& t) {
+        const Tensor c = Tensor::empty(t.shape(), t.dtype(), MemCategory::Workspace, t.device());
+        ops::copy(ctx.exec, t, c);
+        return c;
+      };
+      ctx.wgrad_queue->push_back(
+          [this, exec = ctx.exec, dyw = own(dy), xw = own(x.x), offsets] { plain_wgrad(exec, dyw, xw, offsets); });
+    } else {
+      plain_wgrad(ctx.exec, dy, x.x, offsets);
+    }
     if (ctx.health) observe_backward(ctx, dy, nullptr, nullptr, x, nullptr, offsets);
     return;
   }
@@ -424,23 +419,33 @@ void Linear::backward(const StepContext& ctx, const Tensor& dy, const LinearInpu
   } else {
     FP8T_FAIL("linear {}: backward got a plain x; a quantized recipe keeps what prepare()/recomputed() made", site_);
   }
-  const ops::ScaledGemmOptions o{plan.wgrad.gemm, true};
-  // dyt and xt are this call's own payloads (or the kept input's, never rewritten): queued by reference count.
-  run_wgrad(ctx, [this, exec = ctx.exec, dyt, xt, offsets, o] {
-    if (groups_ > 1) {
-      ops::scaled_gemm_grouped_k(exec, dyt, xt, offsets, grad_.view({groups_, out_features(), in_features()}), o);
-    } else {
-      ops::scaled_gemm(exec, dyt, xt, grad_, o);
-    }
-  });
+  if (ctx.wgrad_queue != nullptr) {
+    // dyt and xt are this call's own payloads (or the kept input's, never rewritten): queued by reference count.
+    ctx.wgrad_queue->push_back([this, exec = ctx.exec, dyt, xt, offsets, gemm = plan.wgrad.gemm] {
+      scaled_wgrad(exec, dyt, xt, offsets, gemm);
+    });
+  } else {
+    scaled_wgrad(ctx.exec, dyt, xt, offsets, plan.wgrad.gemm);
+  }
   if (ctx.health) observe_backward(ctx, dy, &dyq, &dyt, x, &xt, offsets);
 }
 
-void Linear::run_wgrad(const StepContext& ctx, std::function<void()> wgrad) const {
-  if (ctx.wgrad_queue != nullptr) {
-    ctx.wgrad_queue->push_back(std::move(wgrad));
+void Linear::plain_wgrad(const ExecCtx& exec, const Tensor& dy, const Tensor& x, const Tensor& offsets) const {
+  const ops::GemmOptions acc{.alpha = 1.0, .beta = 1.0};
+  if (groups_ > 1) {
+    ops::gemm_grouped(exec, ops::GroupedGemmKind::K, dy, x, false, grad_, offsets, acc);
   } else {
-    wgrad();
+    ops::gemm(exec, dy, true, x, false, grad_, acc);
+  }
+}
+
+void Linear::scaled_wgrad(const ExecCtx& exec, const quant::QTensor& dyt, const quant::QTensor& xt,
+                          const Tensor& offsets, const quant::GemmConfig& gemm) const {
+  const ops::ScaledGemmOptions o{gemm, true};
+  if (groups_ > 1) {
+    ops::scaled_gemm_grouped_k(exec, dyt, xt, offsets, grad_.view({groups_, out_features(), in_features()}), o);
+  } else {
+    ops::scaled_gemm(exec, dyt, xt, grad_, o);
   }
 }
 

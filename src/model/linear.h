@@ -141,8 +141,11 @@ class Linear {
   State& state(const StepContext& ctx) const;          // created_state, the compute copy refreshed if stale
   void check_offsets(const Tensor& offsets) const;
   LinearInput quantize_input(const StepContext& ctx, const Tensor& x, bool keep, bool delayed) const;
-  // Runs the Wgrad GEMM now, or queues it on ctx.wgrad_queue.
-  void run_wgrad(const StepContext& ctx, std::function<void()> wgrad) const;
+  // The Wgrad GEMM dW += dyᵀ·x (plain recipes) or dyᵀ·xᵀ's quantized operands: run by backward, or later from
+  // StepContext::wgrad_queue.
+  void plain_wgrad(const ExecCtx& exec, const Tensor& dy, const Tensor& x, const Tensor& offsets) const;
+  void scaled_wgrad(const ExecCtx& exec, const quant::QTensor& dyt, const quant::QTensor& xt, const Tensor& offsets,
+                    const quant::GemmConfig& gemm) const;
   // Sampled steps: the GEMMs again, against their FP32 references (recipe/health.h).
   void observe_fprop(const StepContext& ctx, const LinearInput& x, const Tensor& y, const Tensor& offsets) const;
   void observe_backward(const StepContext& ctx, const Tensor& dy, const quant::QTensor* dyq, const quant::QTensor* dyt,
