@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/error_of.h"
 #include "common/error.h"
 #include "dist/dualpipe.h"
 
@@ -21,14 +22,7 @@ using namespace fp8train::dist;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_util::error_of;
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 

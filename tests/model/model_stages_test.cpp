@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "../common/random_data.h"
 #include "common/error.h"
 #include "model/model.h"
 
@@ -28,13 +29,9 @@ struct MicroBatch {
 };
 
 MicroBatch micro_batch(int64_t vocab, uint64_t seed) {
-  const int64_t batch = 2, seq = 5, n = batch * seq;
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> in(n), tg(n);
-  for (int64_t i = 0; i < n; ++i) in[static_cast<size_t>(i)] = static_cast<int32_t>(rng() % vocab);
-  for (int64_t i = 0; i < n; ++i)
-    tg[static_cast<size_t>(i)] = (i % seq == seq - 1) ? -1 : in[static_cast<size_t>(i + 1)];
-  return {Tensor::from_vector(in, {n}), Tensor::from_vector(tg, {n}), batch};
+  const int64_t batch = 2, seq = 5;
+  const test_data::LmTokens t = test_data::lm_tokens(vocab, batch, seq, seed);
+  return {Tensor::from_vector(t.inputs, {batch * seq}), Tensor::from_vector(t.targets, {batch * seq}), batch};
 }
 
 void expect_same_gradients(DeepSeekV3Model& got, DeepSeekV3Model& want, double tolerance) {

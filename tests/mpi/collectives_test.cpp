@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../optim/param_arenas.h"
+#include "mpi_world.h"
 #include "dist/groups.h"
 #include "dist/mpi_communicator.h"
 #include "dist/zero.h"
@@ -24,11 +25,6 @@ using namespace fp8train::dist;
 namespace {
 
 const ExecCtx& cpu() { return ExecCtx::cpu(); }
-
-Communicator& world() {
-  static std::unique_ptr<Communicator> w = mpi_world(CommOptions{.timeout_seconds = 60});
-  return *w;
-}
 
 // A value of rank r at index i that sums exactly in any order (small integers).
 double v(int r, int64_t i) { return static_cast<double>((r * 7 + i * 3) % 23) - 11.0; }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "mpi_world.h"
 #include "dist/dualpipe.h"
 #include "dist/mpi_communicator.h"
 #include "dist/pipeline_executor.h"
@@ -26,11 +27,6 @@ using namespace fp8train::model;
 namespace {
 
 const ExecCtx& cpu() { return ExecCtx::cpu(); }
-
-Communicator& world() {
-  static std::unique_ptr<Communicator> w = mpi_world(CommOptions{.timeout_seconds = 60});
-  return *w;
-}
 
 constexpr int64_t kBatch = 2, kSeq = 4;  // a micro-batch: 2 sequences of 4 tokens
 

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "../common/random_data.h"
+#include "mpi_world.h"
 #include "dist/dualpipe.h"
 #include "dist/mpi_communicator.h"
 #include "dist/pipeline_executor.h"
@@ -23,19 +25,10 @@ using namespace fp8train::dist;
 
 namespace {
 
-Communicator& world() {
-  static std::unique_ptr<Communicator> w = mpi_world(CommOptions{.timeout_seconds = 60});
-  return *w;
-}
-
 train::ModelStages::MicroBatch micro_batch(int64_t vocab, uint64_t seed) {
-  const int64_t batch = 2, seq = 5, n = batch * seq;
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> in(n), tg(n);
-  for (int64_t i = 0; i < n; ++i) in[static_cast<size_t>(i)] = static_cast<int32_t>(rng() % vocab);
-  for (int64_t i = 0; i < n; ++i)
-    tg[static_cast<size_t>(i)] = (i % seq == seq - 1) ? -1 : in[static_cast<size_t>(i + 1)];
-  return {Tensor::from_vector(in, {n}), Tensor::from_vector(tg, {n}), batch};
+  const int64_t batch = 2, seq = 5;
+  const test_data::LmTokens t = test_data::lm_tokens(vocab, batch, seq, seed);
+  return {Tensor::from_vector(t.inputs, {batch * seq}), Tensor::from_vector(t.targets, {batch * seq}), batch};
 }
 
 // The rank whose stages use parameter `name` (blocks by their stage; embedding, head, final norm and MTP: rank 0).

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "mpi_world.h"
 #include "dist/dualpipe.h"
 #include "dist/mpi_communicator.h"
 #include "dist/pipeline_executor.h"
@@ -18,11 +19,6 @@ using namespace fp8train::dist;
 namespace {
 
 const ExecCtx& cpu() { return ExecCtx::cpu(); }
-
-Communicator& world() {
-  static std::unique_ptr<Communicator> w = mpi_world(CommOptions{.timeout_seconds = 60});
-  return *w;
-}
 
 constexpr int kRows = 3, kDim = 5;  // a micro-batch: kRows vectors of kDim
 using Vec = std::vector<double>;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "mpi_world.h"
 #include "dist/expert_parallel.h"
 #include "dist/mpi_communicator.h"
 #include "model/activation_store.h"
@@ -25,11 +26,6 @@ using namespace fp8train;
 using namespace fp8train::dist;
 
 namespace {
-
-Communicator& world() {
-  static std::unique_ptr<Communicator> w = mpi_world(CommOptions{.timeout_seconds = 60});
-  return *w;
-}
 
 std::vector<double> as_doubles(const Tensor& t) {
   if (t.dtype() == DType::F64) return t.clone().to_vector<double>();

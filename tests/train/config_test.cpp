@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 
+#include "../common/error_of.h"
 #include "common/error.h"
 #include "optim/adamw.h"
 #include "train/config.h"
@@ -16,14 +17,7 @@ using namespace fp8train::train;
 
 namespace {
 bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_util::error_of;
 }  // namespace
 
 TEST(Config, PresetsAreValid) {

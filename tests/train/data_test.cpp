@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "../common/error_of.h"
 #include "common/error.h"
 #include "train/atomic_file.h"
 #include "train/corpus.h"
@@ -20,14 +21,7 @@ using namespace fp8train;
 using namespace fp8train::train;
 
 namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_util::error_of;
 std::filesystem::path temp_dir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() / ("fp8train-data-test-" + name + "-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "../common/error_of.h"
 #include "common/error.h"
 #include "train/dataset.h"
 #include "train/sft.h"
@@ -18,14 +19,7 @@ using namespace fp8train::train;
 namespace {
 namespace fs = std::filesystem;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_util::error_of;
 
 fs::path write_temp(const std::string& name, const std::string& text) {
   const fs::path dir = fs::temp_directory_path() / ("fp8train-sft-test-" + std::to_string(::getpid()));

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "../common/error_of.h"
 #include "common/error.h"
 #include "toy_model.h"
 #include "train/atomic_file.h"
@@ -29,14 +30,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_util::error_of;
 
 struct TempDir {
   fs::path path;
