@@ -167,10 +167,8 @@ TEST(Fp8GemmWgrad, KGroupedExpertsIncludingEmptyOnes) {
   DeviceArray<uint8_t> da(a.code_vector()), db(b.code_vector());
   DeviceArray<float> dsa(a.row_major_scales()), dsb(b.row_major_scales()), dc(c), dd(c.size());
   DeviceArray<int32_t> doff(offsets);
-  using MC = ops::cuda::Fp8GemmMulticast;
-  for (auto [block_n, mc] : {std::pair<int, MC>{64, MC::None}, {128, MC::Auto}, {96, MC::ShareA}, {128, MC::ShareB}}) {
-    SCOPED_TRACE("block_n " + std::to_string(block_n) + " multicast " + std::to_string(static_cast<int>(mc)));
-    dd.poison();
+  // The experts' problem over these operands, into d, adding c (null: none).
+  auto problem = [&](const float* c_in, float* d_out) {
     Fp8GemmWgradProblem p;
     p.m = m;
     p.n = n;
@@ -181,8 +179,15 @@ TEST(Fp8GemmWgrad, KGroupedExpertsIncludingEmptyOnes) {
     p.b = db.get();
     p.a_scales = ops::cuda::row_major_scale_view(dsa.get(), kb);
     p.b_scales = ops::cuda::row_major_scale_view(dsb.get(), kb);
-    p.c = dc.get();
-    p.d = dd.get();
+    p.c = c_in;
+    p.d = d_out;
+    return p;
+  };
+  using MC = ops::cuda::Fp8GemmMulticast;
+  for (auto [block_n, mc] : {std::pair<int, MC>{64, MC::None}, {128, MC::Auto}, {96, MC::ShareA}, {128, MC::ShareB}}) {
+    SCOPED_TRACE("block_n " + std::to_string(block_n) + " multicast " + std::to_string(static_cast<int>(mc)));
+    dd.poison();
+    const Fp8GemmWgradProblem p = problem(dc.get(), dd.get());
     Fp8GemmConfig config;
     config.block_n = block_n;
     config.multicast = mc;
@@ -205,18 +210,7 @@ TEST(Fp8GemmWgrad, KGroupedExpertsIncludingEmptyOnes) {
                      (ep == ops::cuda::Fp8GemmEpilogue::Direct ? " direct" : " tma"));
         DeviceArray<float> inout(c);
         if (!with_c) inout.poison();
-        Fp8GemmWgradProblem p;
-        p.m = m;
-        p.n = n;
-        p.k = k;
-        p.num_groups = groups;
-        p.k_offsets = doff.get();
-        p.a = da.get();
-        p.b = db.get();
-        p.a_scales = ops::cuda::row_major_scale_view(dsa.get(), kb);
-        p.b_scales = ops::cuda::row_major_scale_view(dsb.get(), kb);
-        p.c = with_c ? inout.get() : nullptr;
-        p.d = inout.get();
+        const Fp8GemmWgradProblem p = problem(with_c ? inout.get() : nullptr, inout.get());
         Fp8GemmConfig config;
         config.block_n = block_n;
         config.multicast = ops::cuda::Fp8GemmMulticast::None;
