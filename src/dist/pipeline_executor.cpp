@@ -1,6 +1,9 @@
 // The pipeline executor (see pipeline_executor.h).
 #include "dist/pipeline_executor.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <map>
 #include <tuple>
 
@@ -29,9 +32,21 @@ class Mailbox {
   std::map<std::pair<int, int>, Tensor> slots_;
 };
 
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
 }  // namespace
 
-void run_pipeline(const PipeSchedule& schedule, Communicator& pp, PipelineStages& stages, const ExecCtx& ctx) {
+ChunkTimes PipeTiming::chunk_times() const {
+  const auto mean = [](double s, int64_t n) { return n > 0 ? s / static_cast<double>(n) : 0.0; };
+  ChunkTimes t;
+  t.f = mean(f_s, f);
+  t.w = mean(w_s, w);
+  t.b = mean(b_s, b) + t.w;
+  t.fb = mean(fb_s, fb);
+  return t;
+}
+
+PipeTiming run_pipeline(const PipeSchedule& schedule, Communicator& pp, PipelineStages& stages, const ExecCtx& ctx) {
   const int P = schedule.ranks, S = 2 * P, r = pp.rank();
   FP8T_CHECK(pp.size() == P, "pipeline schedule for {} ranks run on group '{}' of {} ranks", P, pp.name(), pp.size());
   Mailbox inputs, grad_outputs, to_send_act, to_send_grad;
@@ -53,7 +68,11 @@ void run_pipeline(const PipeSchedule& schedule, Communicator& pp, PipelineStages
     (dualpipev_rank(s - 1, P) == r ? grad_outputs : to_send_grad)
         .put(dualpipev_rank(s - 1, P) == r ? s - 1 : s, mb, grad_input);
   };
+  PipeTiming timing;
+  ctx.synchronize();
+  const double start = now_s();
   for (const PipeAction& a : schedule.actions.at(static_cast<size_t>(r))) {
+    const double t0 = now_s();
     switch (a.op) {
       case PipeOp::F:
         forward(a.chunk, a.mb, a);
@@ -85,9 +104,59 @@ void run_pipeline(const PipeSchedule& schedule, Communicator& pp, PipelineStages
         break;
       }
     }
+    ctx.synchronize();
+    const double dt = now_s() - t0;
+    switch (a.op) {
+      case PipeOp::F:
+        timing.f_s += dt, ++timing.f;
+        break;
+      case PipeOp::B:
+        timing.b_s += dt, ++timing.b;
+        break;
+      case PipeOp::W:
+        timing.w_s += dt, ++timing.w;
+        break;
+      case PipeOp::FB:
+        timing.fb_s += dt, ++timing.fb;
+        break;
+      case PipeOp::Send:
+      case PipeOp::Recv:
+        timing.transfer_s += dt;
+        break;
+    }
   }
+  timing.step_s = now_s() - start;
   FP8T_CHECK(inputs.empty() && grad_outputs.empty() && to_send_act.empty() && to_send_grad.empty(),
              "pipeline: rank {} finished the schedule with tensors never used or sent", r);
+  return timing;
+}
+
+std::vector<PipeTiming> gather_timings(Communicator& pp, const PipeTiming& mine, const ExecCtx& ctx) {
+  constexpr size_t kFields = 10;
+  // Each rank fills its own slot; the sum over the ranks is then every rank's values (the counts are exact).
+  std::vector<double> slots(kFields * static_cast<size_t>(pp.size()), 0.0);
+  double* m = slots.data() + kFields * static_cast<size_t>(pp.rank());
+  const double own[kFields] = {mine.step_s,
+                               mine.f_s,
+                               mine.b_s,
+                               mine.w_s,
+                               mine.fb_s,
+                               mine.transfer_s,
+                               static_cast<double>(mine.f),
+                               static_cast<double>(mine.b),
+                               static_cast<double>(mine.w),
+                               static_cast<double>(mine.fb)};
+  std::copy(own, own + kFields, m);
+  const std::vector<double> all = sum_in_rank_order(pp, slots, ctx);
+  std::vector<PipeTiming> out;
+  for (int r = 0; r < pp.size(); ++r) {
+    const double* v = all.data() + kFields * static_cast<size_t>(r);
+    PipeTiming t;
+    t.step_s = v[0], t.f_s = v[1], t.b_s = v[2], t.w_s = v[3], t.fb_s = v[4], t.transfer_s = v[5];
+    t.f = std::llround(v[6]), t.b = std::llround(v[7]), t.w = std::llround(v[8]), t.fb = std::llround(v[9]);
+    out.push_back(t);
+  }
+  return out;
 }
 
 }  // namespace fp8train::dist

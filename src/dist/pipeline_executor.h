@@ -2,9 +2,12 @@
 // Communicator::send/recv on the PP group. The model side is the abstract PipelineStages: this rank's two chunks
 // (chunk 0 = stage r, chunk 1 = stage 2P−1−r of the V), each with a forward, a backward for its input and a
 // backward for its weights, called in the schedule's order. An overlapped F&B pair runs as its forward, then its
-// backward's input and weight parts (on the CPU there is nothing to overlap; a GPU implementation would issue the
-// two on separate streams). Received tensors go into buffers the stages provide (their shape and dtype).
+// backward's input and weight parts (on the CPU there is nothing to overlap; on a GPU the two could be issued on
+// separate streams, which this executor does not do yet). Received tensors go into buffers the stages provide (their
+// shape and dtype).
 #pragma once
+#include <vector>
+
 #include "dist/communicator.h"
 #include "dist/dualpipe.h"
 #include "tensor/exec_ctx.h"
@@ -28,8 +31,27 @@ class PipelineStages {
   virtual Tensor receive_buffer(int chunk, int mb, Payload payload) = 0;
 };
 
-// Executes rank pp.rank()'s actions of `schedule` (pp.size() must be schedule.ranks). Throws Error when the
-// schedule hands a computation an input it does not have (check_schedule rules that out) or a transfer fails.
-void run_pipeline(const PipeSchedule& schedule, Communicator& pp, PipelineStages& stages, const ExecCtx& ctx);
+// Where one rank's pipeline step spent its time. The executor waits for the device after every action, so on a
+// GPU an action's wall time is its kernels' (NCCL's send/recv included), not its launch's: `bubble()` is the time
+// this rank computed nothing, the transfers and the waits for a peer included.
+struct PipeTiming {
+  double step_s = 0;                           // the whole schedule on this rank
+  double f_s = 0, b_s = 0, w_s = 0, fb_s = 0;  // total time in each kind of computation
+  int64_t f = 0, b = 0, w = 0, fb = 0;         // how many of each
+  double transfer_s = 0;                       // in send and recv, waiting for the peer included
+  double busy_s() const { return f_s + b_s + w_s + fb_s; }
+  double bubble_s() const { return step_s - busy_s(); }
+  // The mean times in DeepSeek's terms (ChunkTimes: b is the FULL backward, B + W; an F&B pair runs here as its
+  // F, B and W in sequence). Counts of zero give zero times.
+  ChunkTimes chunk_times() const;
+};
+
+// Executes rank pp.rank()'s actions of `schedule` (pp.size() must be schedule.ranks) and returns where the time
+// went. Throws Error when the schedule hands a computation an input it does not have (check_schedule rules that
+// out) or a transfer fails.
+PipeTiming run_pipeline(const PipeSchedule& schedule, Communicator& pp, PipelineStages& stages, const ExecCtx& ctx);
+
+// Every rank's timing, in rank order (a collective over the PP group: every rank must call it).
+std::vector<PipeTiming> gather_timings(Communicator& pp, const PipeTiming& mine, const ExecCtx& ctx);
 
 }  // namespace fp8train::dist

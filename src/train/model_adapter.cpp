@@ -165,9 +165,10 @@ MicroBatchResult DeepSeekTrainable::pipeline_step(const dist::PipeSchedule& sche
   }
   const auto before = pending_loads(*model_);
   ModelStages stages(*model_, pp.rank(), pp.size(), std::move(batches), 1.0);
-  dist::run_pipeline(schedule, pp, stages, ExecCtx::on(parameters().values.device()));
+  const dist::PipeTiming timing = dist::run_pipeline(schedule, pp, stages, ExecCtx::on(parameters().values.device()));
   const auto after = pending_loads(*model_);
   MicroBatchResult r;
+  r.pipe = timing;
   for (size_t mb = 0; mb < micro_batches.size(); ++mb) {
     const model::LossBreakdown& l = stages.losses()[mb];
     const double s = micro_batches[mb].scale;

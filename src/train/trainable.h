@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "dist/communicator.h"
 #include "dist/dualpipe.h"
+#include "dist/pipeline_executor.h"
 #include "optim/param.h"
 #include "tensor/tensor.h"
 #include "train/tokenizer.h"
@@ -48,6 +49,7 @@ struct MicroBatchResult {
   LossBreakdown loss;
   // Tokens routed to each expert in this micro-batch, per MoE layer: [moe_layers][n_routed_experts].
   std::vector<std::vector<double>> expert_tokens;
+  dist::PipeTiming pipe;  // pipeline_step only: where this rank's step spent its time
 };
 
 // One micro-batch of a pipeline step: [rows, seq_len] tokens and the share of the step's batch it is (its

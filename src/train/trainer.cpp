@@ -62,6 +62,33 @@ void add_into(std::vector<std::vector<double>>& acc, const std::vector<std::vect
     for (size_t e = 0; e < acc[l].size() && e < x[l].size(); ++e) acc[l][e] += x[l][e];
 }
 
+// One pipeline step's timing over the ranks of the pipeline (metrics.jsonl): the largest step time and bubble (the
+// bubble is idle time within the step, transfers included), the mean chunk times in DeepSeek's terms and
+// DualPipeV's bubble formula evaluated with them, (PP/2 − 1)(F&B + B − 3W) for PP = 2P stages.
+nlohmann::ordered_json pipeline_timing_json(const std::vector<dist::PipeTiming>& ranks) {
+  dist::PipeTiming all;
+  double step = 0, bubble = 0, transfer = 0;
+  std::vector<double> per_rank;
+  for (const dist::PipeTiming& t : ranks) {
+    step = std::max(step, t.step_s);
+    bubble = std::max(bubble, t.bubble_s());
+    transfer = std::max(transfer, t.transfer_s);
+    per_rank.push_back(1e3 * t.bubble_s());
+    all.f_s += t.f_s, all.b_s += t.b_s, all.w_s += t.w_s, all.fb_s += t.fb_s;
+    all.f += t.f, all.b += t.b, all.w += t.w, all.fb += t.fb;
+  }
+  const dist::ChunkTimes c = all.chunk_times();
+  const int stages = 2 * static_cast<int>(ranks.size());
+  nlohmann::ordered_json j;
+  j["step_ms"] = 1e3 * step;
+  j["bubble_ms"] = 1e3 * bubble;
+  j["bubble_ms_per_rank"] = per_rank;
+  j["transfer_ms"] = 1e3 * transfer;
+  j["chunk_ms"] = {{"F", 1e3 * c.f}, {"B", 1e3 * c.b}, {"W", 1e3 * c.w}, {"F&B", 1e3 * c.fb}};
+  j["bubble_formula_ms"] = 1e3 * dist::dualpipev_bubble_formula(stages, c);
+  return j;
+}
+
 nlohmann::ordered_json load_fractions(const std::vector<std::vector<double>>& tokens) {
   nlohmann::ordered_json layers = nlohmann::ordered_json::array();
   for (const auto& layer : tokens) {
@@ -347,11 +374,8 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
     FP8T_CHECK(ep_size == 1, "pipeline parallelism does not combine with expert parallelism yet (--ep {}, --pp {})",
                ep_size, pp_size);
     FP8T_CHECK(!options.teacher, "pipeline parallelism does not run a distillation teacher yet (--pp {})", pp_size);
-    // (the stages' receive buffers and the MPI transfers are host tensors; NCCL pipelines are not built yet)
-    FP8T_CHECK(params.values.device().is_cpu(),
-               "pipeline parallelism runs on CPU ranks only so far (--pp {} with the model on the GPU); use --device "
-               "cpu, or --dp / --ep on GPU ranks",
-               pp_size);
+    // (On GPU ranks the stages' tensors live on the device and move with NCCL send/recv, in the schedule's order:
+    // check_schedule proves that order free of deadlocks under blocking transfers.)
     stage_group = dp.split(options.pp->rank(), dp.rank(), "pp stage");
     replicas = stage_group->size();
     replica = stage_group->rank();
@@ -543,6 +567,8 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       if (pp_size > 1) options.pp->reset_stats();  // (pp_bytes_sent / pp_bytes_received)
       LossBreakdown loss;
       std::vector<std::vector<double>> expert_tokens;
+      dist::CommStats pp_traffic;
+      nlohmann::ordered_json pp_timing;
       // Every rank draws every micro-batch of the step (the sampler stays the same everywhere) and runs its own
       // block of them.
       const int64_t micro_batches = (batch + config.micro_batch() - 1) / config.micro_batch();
@@ -583,6 +609,8 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         const MicroBatchResult r = model.pipeline_step(it->second, *options.pp, piped, config.seq_len);
         loss = r.loss;
         expert_tokens = r.expert_tokens;
+        pp_traffic = options.pp->stats();  // the stages' transfers, before the timing exchange below
+        pp_timing = pipeline_timing_json(dist::gather_timings(*options.pp, r.pipe, ctx));
         test_fault_hook(dp.rank(), step + 1);
       }
       if (dp.size() > 1) {
@@ -656,8 +684,9 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         row["ep_bytes_received"] = options.ep->stats().bytes_received;
       }
       if (pp_size > 1) {  // the activations and their gradients sent between the pipeline's stages
-        row["pp_bytes_sent"] = options.pp->stats().bytes_sent;
-        row["pp_bytes_received"] = options.pp->stats().bytes_received;
+        row["pp_bytes_sent"] = pp_traffic.bytes_sent;
+        row["pp_bytes_received"] = pp_traffic.bytes_received;
+        row["pipeline"] = pp_timing;
       }
       const nlohmann::ordered_json memory = memory_json(model, optimizer);
       max_into(result.memory, memory);

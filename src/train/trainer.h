@@ -71,8 +71,8 @@ struct TrainOptions {
   // pipeline holding stages r and 2P-1-r of 2P) runs its contiguous block of the step's micro-batches through the
   // DualPipeV schedule (at least 2P of them per pipeline and step, checked before the run starts); every rank
   // keeps the whole parameter arena, the parameters of stages it does not hold get zero gradient, and the
-  // gradients are reduced over DP x PP, so every rank's optimizer step and weights are the same. CPU ranks only;
-  // not with expert parallelism or a distillation teacher.
+  // gradients are reduced over DP x PP, so every rank's optimizer step and weights are the same. CPU or GPU ranks
+  // (NCCL send/recv); not with expert parallelism or a distillation teacher.
   dist::Communicator* pp = nullptr;
   // The run's tokenizer: a SentencePiece model is saved as RUN/tokenizer.model and in every checkpoint (null or
   // the byte tokenizer: nothing is saved). Its vocabulary must equal the model's.

@@ -4,7 +4,8 @@
 //   - DualPipeV over 2 ranks (--pp 2), DP 2 x PP 2 and PP 4 trains like one rank on the same global batch (fp32
 //     recipe; the tolerance is below); fp8-deepseek runs and stays close;
 //   - rank 0 alone prints and writes the run directory; the PP traffic of each step is recorded (metrics.jsonl:
-//     pp_bytes_sent / pp_bytes_received) and is what the schedule moves;
+//     pp_bytes_sent / pp_bytes_received) and is what the schedule moves, and its timing (bubble, chunk times) is
+//     recorded;
 //   - a PP run's checkpoint resumes on the same layout bit for bit and on one rank (and a one-rank checkpoint on
 //     pipeline ranks);
 //   - refusals: fewer than 2 x pp micro-batches per pipeline, fewer blocks than stages, PP with EP.
@@ -72,6 +73,19 @@ TEST_F(PpTrain, PipelineRanksTrainLikeOneRank) {
       EXPECT_EQ(row.at("pp_bytes_sent").get<int64_t>(), expected) << row.dump();
       EXPECT_EQ(row.at("pp_bytes_received").get<int64_t>(), expected) << row.dump();
       EXPECT_GT(row.at("dp_bytes_sent").get<int64_t>(), 0) << row.dump();
+      // The pipeline's timing: every rank's bubble, non-negative and within the step; chunk times measured; the
+      // formula evaluated with them (not compared: oversubscribed CPU ranks time nothing steadily).
+      const nlohmann::json& p = row.at("pipeline");
+      const double step_ms = p.at("step_ms").get<double>();
+      EXPECT_GT(step_ms, 0) << p.dump();
+      ASSERT_EQ(p.at("bubble_ms_per_rank").size(), static_cast<size_t>(l.pp)) << p.dump();
+      for (const nlohmann::json& b : p.at("bubble_ms_per_rank")) {
+        EXPECT_GE(b.get<double>(), 0) << p.dump();
+        EXPECT_LE(b.get<double>(), step_ms) << p.dump();
+      }
+      EXPECT_GE(p.at("bubble_ms").get<double>(), 0) << p.dump();
+      for (const char* c : {"F", "B", "W", "F&B"}) EXPECT_GT(p.at("chunk_ms").at(c).get<double>(), 0) << c << p.dump();
+      EXPECT_TRUE(p.at("bubble_formula_ms").is_number()) << p.dump();
     }
     // The router biases moved alike on every rank, as on one rank: the final held-out loss (every rank evaluates
     // the whole model, rank 0 reports) is within the same tolerance.
