@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "dist/mpi_communicator.h"
@@ -65,6 +66,36 @@ LaunchEnv detect_launch() {
                "environment: MASTER_PORT must be set to a free TCP port on MASTER_ADDR (1..65535)");
   }
   return e;
+}
+
+std::string local_rank_gpu(const LaunchEnv& launch, const char* visible) {
+  if (launch.size <= 1) return "";
+  if (visible == nullptr) return std::to_string(launch.local_rank);
+  std::vector<std::string> devices;
+  std::string item;
+  for (const char* c = visible;; ++c) {
+    if (*c == ',' || *c == '\0') {
+      if (!item.empty()) devices.push_back(item);
+      item.clear();
+      if (*c == '\0') break;
+    } else if (*c != ' ') {
+      item += *c;
+    }
+  }
+  if (devices.size() <= 1) return "";
+  FP8T_CHECK(launch.local_rank < static_cast<int>(devices.size()),
+             "local rank {} has no GPU of its own: CUDA_VISIBLE_DEVICES='{}' lists {} devices for this node's ranks "
+             "(launch at most one rank per GPU)",
+             launch.local_rank, visible, devices.size());
+  return devices[static_cast<size_t>(launch.local_rank)];
+}
+
+void pin_local_gpu() {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  const std::string gpu = local_rank_gpu(detect_launch(), std::getenv("CUDA_VISIBLE_DEVICES"));  // "" lists none
+  if (!gpu.empty()) setenv("CUDA_VISIBLE_DEVICES", gpu.c_str(), 1);
 }
 
 std::unique_ptr<Communicator> init_world(const std::string& device, CommOptions options) {

@@ -24,6 +24,15 @@ struct LaunchEnv {
 // Reads the environment (see above); throws Error naming a malformed variable.
 LaunchEnv detect_launch();
 
+// The GPU a rank of a multi-rank launch computes on, as the CUDA_VISIBLE_DEVICES value to set before CUDA starts
+// (every GPU rank computes on its cuda:0): entry `local_rank` of the visible devices. `visible` is the current
+// CUDA_VISIBLE_DEVICES (null: unset, every GPU visible -> the local rank's number). Returns "" to leave it as it
+// is: one rank, or one device listed already (a launcher that binds a GPU per task). Throws Error when the node
+// runs more ranks than the list has devices.
+std::string local_rank_gpu(const LaunchEnv& launch, const char* visible);
+// Applies local_rank_gpu to this process's environment once (call before any CUDA call; a no-op after the first).
+void pin_local_gpu();
+
 // The world of this launch: devices "cpu" or "cuda". Starts MPI when the launch is MPI's.
 std::unique_ptr<Communicator> init_world(const std::string& device, CommOptions options);
 

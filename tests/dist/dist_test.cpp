@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "../common/error_of.h"
 #include "../optim/param_arenas.h"
 #include "common/error.h"
 #include "dist/bootstrap.h"
@@ -153,6 +154,26 @@ TEST(ProcessGroups, OneRankWorldAndBadLayouts) {
   EXPECT_EQ(g.dp->name(), "dp");
   EXPECT_THROW(make_process_groups(world, ParallelLayout{2, 1, 1}), Error);
   EXPECT_THROW(make_process_groups(world, ParallelLayout{0, 1, 1}), Error);
+}
+
+// Several GPU ranks per node: each takes entry LOCAL_RANK of the visible devices (every rank computes on its
+// cuda:0), unless the launcher already bound one device per rank.
+TEST(Launch, EachLocalRankTakesItsOwnGpu) {
+  LaunchEnv e;
+  e.launcher = "mpi";
+  e.size = 8;
+  e.local_rank = 3;
+  EXPECT_EQ(local_rank_gpu(e, nullptr), "3");          // every GPU visible: the local rank's number
+  EXPECT_EQ(local_rank_gpu(e, "4,5,6,7"), "7");        // a list: its entry
+  EXPECT_EQ(local_rank_gpu(e, "GPU-a, GPU-b,GPU-c,GPU-d"), "GPU-d");  // UUIDs, spaces ignored
+  EXPECT_EQ(local_rank_gpu(e, "2"), "");               // one device per rank already
+  EXPECT_EQ(local_rank_gpu(e, ""), "");                // none visible: left for the device check to report
+  const std::string err = test_util::error_of([&] { local_rank_gpu(e, "0,1"); });
+  EXPECT_NE(err.find("local rank 3 has no GPU of its own: CUDA_VISIBLE_DEVICES='0,1' lists 2 devices"),
+            std::string::npos)
+      << err;
+  e.size = 1;  // one rank: nothing to choose
+  EXPECT_EQ(local_rank_gpu(e, nullptr), "");
 }
 
 TEST(Launch, DetectsTheLauncherFromTheEnvironment) {

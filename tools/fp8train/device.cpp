@@ -3,6 +3,7 @@
 
 #include "commands.h"
 #include "common/error.h"
+#include "dist/bootstrap.h"
 #ifdef FP8TRAIN_HAVE_CUDA
 #include "ops/cuda/kernels.h"
 #include "tensor/cuda/device.h"
@@ -20,6 +21,7 @@ const std::string& started_device() { return chosen(); }
 
 bool hopper_gpu_visible() {
 #ifdef FP8TRAIN_HAVE_CUDA
+  dist::pin_local_gpu();  // before CUDA starts: a rank of several per node sees only its own GPU
   return fp8train::cuda::device_count() > 0 && fp8train::cuda::device_info(0).cc_major == 9;
 #else
   return false;
@@ -31,6 +33,7 @@ std::string start_device(const std::string& wanted) {
              "device '{}' is not one of auto, cpu, cuda", wanted);
   if (wanted == "cpu") return chosen() = "cpu";
 #ifdef FP8TRAIN_HAVE_CUDA
+  dist::pin_local_gpu();
   const int count = fp8train::cuda::device_count();
   if (wanted == "auto") {
     if (count == 0 || fp8train::cuda::device_info(0).cc_major != 9) return chosen() = "cpu";
