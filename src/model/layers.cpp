@@ -1,6 +1,7 @@
 // RMSNorm and SwiGLU FFN (see layers.h).
 #include "model/layers.h"
 
+#include "ops/quantize.h"
 #include "ops/rmsnorm.h"
 #include "ops/swiglu.h"
 
@@ -79,19 +80,43 @@ Tensor SwigluFFN::forward(const StepContext& ctx, const Tensor& x, State* state,
 
 void SwigluFFN::backward(const StepContext& ctx, const State& state, const Tensor& dy, const Tensor& x,
                          const Tensor& dx, bool accumulate) const {
-  const int64_t tokens = dy.size(0);
-  const Tensor gate_up = ctx.store->load(ctx.exec, state.gate_up);
-  LinearInput x2 = state.x2;
+  swiglu_ffn_backward(
+      ctx, state.gate_up, state.x2, w2_, w13_, dy,
+      [&] { return state.x13.defined() ? state.x13 : w13_.recomputed(ctx, x); }, dx, accumulate);
+}
+
+void swiglu_ffn_backward(const StepContext& ctx, const SavedTensor& gate_up, LinearInput x2, const Linear& w2,
+                         const Linear& w13, const Tensor& dy, const std::function<LinearInput()>& x13, const Tensor& dx,
+                         bool accumulate, const Tensor& offsets) {
+  const Device dev = ctx.exec.device;
+  const quant::QTensor& gq = gate_up.q;
+  const std::optional<Linear::QuantForm> x2_form = x2.defined() ? std::nullopt : w2.recompute_form(ctx);
+  const std::optional<Linear::QuantForm> dy_form = w13.dy_form(ctx);
+  const bool fused = gq.defined() && dy_form.has_value() && (x2.defined() || x2_form.has_value());
+  Tensor g;  // gate|up in the compute dtype (the unfused path)
+  if (!fused) g = ctx.store->load(ctx.exec, gate_up);
+  const int64_t rows = fused ? gq.rows : g.size(0), F = (fused ? gq.cols : g.size(1)) / 2;
   if (!x2.defined()) {  // recompute silu(gate)∘up from the kept gate|up
-    const Tensor act = Tensor::empty({tokens, ffn_dim()}, ctx.dtype, MemCategory::Workspace, ctx.exec.device);
-    ops::swiglu_forward(ctx.exec, gate_up, act);
-    x2 = w2_.recomputed(ctx, act);
+    if (fused) {
+      x2 = w2.recomputed(ctx, ops::quantize_swiglu_forward(ctx.exec, gq, gate_up.dtype, x2_form->spec, x2_form->outputs,
+                                                           x2_form->layout));
+    } else {
+      const Tensor act = Tensor::empty({rows, F}, ctx.dtype, MemCategory::Workspace, dev);
+      ops::swiglu_forward(ctx.exec, g, act);
+      x2 = w2.recomputed(ctx, act);
+    }
   }
-  const Tensor dact = Tensor::empty({tokens, ffn_dim()}, ctx.dtype, MemCategory::Workspace, ctx.exec.device);
-  w2_.backward(ctx, dy, x2, dact, false);
-  const Tensor dgate_up = Tensor::empty({tokens, 2 * ffn_dim()}, ctx.dtype, MemCategory::Workspace, ctx.exec.device);
-  ops::swiglu_backward(ctx.exec, gate_up, dact, dgate_up);
-  w13_.backward(ctx, dgate_up, state.x13.defined() ? state.x13 : w13_.recomputed(ctx, x), dx, accumulate);
+  const Tensor dact = Tensor::empty({rows, F}, ctx.dtype, MemCategory::Workspace, dev);
+  w2.backward(ctx, dy, x2, dact, false, offsets);
+  if (fused) {
+    const quant::QTensor dq =
+        ops::quantize_swiglu_backward(ctx.exec, gq, dact, dy_form->spec, dy_form->outputs, dy_form->layout);
+    w13.backward(ctx, dq, x13(), dx, accumulate, offsets);
+    return;
+  }
+  const Tensor dgate_up = Tensor::empty({rows, 2 * F}, ctx.dtype, MemCategory::Workspace, dev);
+  ops::swiglu_backward(ctx.exec, g, dact, dgate_up);
+  w13.backward(ctx, dgate_up, x13(), dx, accumulate, offsets);
 }
 
 }  // namespace fp8train::model

@@ -8,6 +8,7 @@
 // is kept (`keep_input`, the recipe's recompute_norm). If it is, its Linears keep their inputs in the recipe's
 // form during forward; if not, the caller recomputes the norm output in backward and passes it in.
 #pragma once
+#include <functional>
 #include <string>
 
 #include "model/activation_store.h"
@@ -38,6 +39,17 @@ class RMSNorm {
   Tensor weight_, grad_;
   double eps_ = 1e-6;
 };
+
+// The backward of a SwiGLU FFN below its output: W2's input recomputed from the kept gate|up when x2 is undefined,
+// W2's backward from dy into dact, SwiGLU's backward, then W1|W3's backward into dx (x13 gives W1|W3's kept or
+// recomputed input when it is needed). Where gate|up is kept quantized and the recipe lets a producer hand the
+// Linears their operands (Linear::recompute_form, Linear::dy_form), the fused ops::quantize_swiglu_* ops write
+// W2's recomputed input and W1|W3's dy from the FP8 gate|up directly: the same operands as dequantize, the SwiGLU
+// ops and the Linears' own quantization, without the BF16 copies. Shared by SwigluFFN and the MoE's experts
+// (offsets: the grouped Linears' expert offsets).
+void swiglu_ffn_backward(const StepContext& ctx, const SavedTensor& gate_up, LinearInput x2, const Linear& w2,
+                         const Linear& w13, const Tensor& dy, const std::function<LinearInput()>& x13, const Tensor& dx,
+                         bool accumulate, const Tensor& offsets = {});
 
 // SwiGLU FFN: FFN(x) = W2·(silu(W1·x) ∘ (W3·x)). W1 and W3 ([F, d] each, "<name>.w1.weight", "<name>.w3.weight")
 // are the two row halves of one fused [2F, d] buffer, so the up-projection is one GEMM (site "<name>.w13");

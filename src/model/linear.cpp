@@ -217,7 +217,8 @@ int64_t Linear::compute_weight_bytes() const {
 }
 
 // ---- forward ----------------------------------------------------------------------------------------------------
-LinearInput Linear::quantize_input(const StepContext& ctx, const Tensor& x, bool keep, bool delayed) const {
+LinearInput Linear::quantize_input(const StepContext& ctx, const Tensor& x, bool keep, bool delayed,
+                                   bool wgrad_only) const {
   State& s = state(ctx);
   const quant::ScaleLayout layout = layout_for(ctx.exec);
   const recipe::LinearRecipe& plan = s.plan;
@@ -227,7 +228,10 @@ LinearInput Linear::quantize_input(const StepContext& ctx, const Tensor& x, bool
   LinearInput in;
   in.x = x;
   const bool colwise = keep && plan.wgrad_input == WgradInput::Colwise && !plan.has_input_storage;
-  const ops::QuantizeOutputs outputs = colwise ? ops::QuantizeOutputs::Both : ops::QuantizeOutputs::Rowwise;
+  // (wgrad_only: the input of a backward, which reads only the column-wise copy)
+  const ops::QuantizeOutputs outputs = colwise
+                                           ? (wgrad_only ? ops::QuantizeOutputs::Colwise : ops::QuantizeOutputs::Both)
+                                           : ops::QuantizeOutputs::Rowwise;
   if (delayed) {
     ops::AmaxHistoryState scratch;
     if (!ctx.training) scratch = scratch_copy(*s.history_x);
@@ -273,8 +277,29 @@ LinearInput Linear::recomputed(const StepContext& ctx, const Tensor& x) const {
   State& s = state(ctx);
   if (!s.plan.quantized) return kept(ctx, prepare(ctx, x, true));
   // A recomputed input never enters the delayed-scaling history a second time: its Wgrad operand takes the
-  // tensor's own scale (per tensor) or its tiles' (block recipes), as forward's column-wise copy would.
-  return kept(ctx, quantize_input(ctx, x, true, false));
+  // tensor's own scale (per tensor) or its tiles' (block recipes), as forward's column-wise copy would. Only
+  // Wgrad reads it, so only its column-wise copy is written (re-tiling and stored forms keep theirs).
+  return kept(ctx, quantize_input(ctx, x, true, false, /*wgrad_only=*/true));
+}
+
+std::optional<Linear::QuantForm> Linear::recompute_form(const StepContext& ctx) const {
+  const State& s = state(ctx);
+  const recipe::LinearRecipe& plan = s.plan;
+  if (!plan.quantized || ctx.health || plan.has_input_storage || plan.wgrad_input != WgradInput::Colwise ||
+      !same_spec(plan.fprop.a, plan.wgrad.b))
+    return std::nullopt;
+  return QuantForm{plan.fprop.a, ops::QuantizeOutputs::Colwise, layout_for(ctx.exec)};
+}
+
+LinearInput Linear::recomputed(const StepContext& ctx, const quant::QTensor& xq) const {
+  const std::optional<QuantForm> form = recompute_form(ctx);
+  FP8T_CHECK(form.has_value(), "linear {}: this recipe recomputes its input from the plain tensor", site_);
+  FP8T_CHECK(xq.cols == in_features() && xq.has_colwise() && same_spec(xq.spec, form->spec) && xq.groups == 1,
+             "linear {}: a recomputed input must be [tokens, {}] with its column-wise payload under the recipe's spec",
+             site_, in_features());
+  LinearInput in;
+  in.q = xq;
+  return kept(ctx, in);
 }
 
 LinearInput Linear::kept(const StepContext& ctx, const LinearInput& in) const {
@@ -391,6 +416,37 @@ void Linear::backward(const StepContext& ctx, const Tensor& dy, const LinearInpu
     dyq = ops::quantize(ctx.exec, dy, dgrad_spec, ops::QuantizeOutputs::Rowwise, layout);
     dyt = ops::quantize(ctx.exec, dy, wgrad_spec, ops::QuantizeOutputs::Colwise, layout).transposed();
   }
+  backward_quantized(ctx, dy, dyq, dyt, x, dx, accumulate, offsets);
+}
+
+std::optional<Linear::QuantForm> Linear::dy_form(const StepContext& ctx) const {
+  const State& s = state(ctx);
+  const recipe::LinearRecipe& plan = s.plan;
+  if (!plan.quantized || ctx.health || ctx.recipe->per_tensor() || plan.dispatched_grad ||
+      !same_spec(plan.dgrad.a, plan.wgrad.a) || plan.dgrad.a.rounding == quant::Rounding::Stochastic)
+    return std::nullopt;
+  return QuantForm{plan.dgrad.a, ops::QuantizeOutputs::Both, layout_for(ctx.exec)};
+}
+
+void Linear::backward(const StepContext& ctx, const quant::QTensor& dyq, const LinearInput& x, const Tensor& dx,
+                      bool accumulate, const Tensor& offsets) const {
+  check_offsets(offsets);
+  const std::optional<QuantForm> form = dy_form(ctx);
+  FP8T_CHECK(form.has_value(), "linear {}: this recipe quantizes dy itself (backward from the plain dy)", site_);
+  FP8T_CHECK(dyq.cols == out_features() && dyq.groups == 1 && dyq.rowwise.defined() && dyq.has_colwise() &&
+                 same_spec(dyq.spec, form->spec),
+             "linear {}: a quantized dy must be [tokens, {}] with both payloads under the recipe's Dgrad spec", site_,
+             out_features());
+  FP8T_CHECK(x.defined(), "linear {}: backward without the kept input", site_);
+  backward_quantized(ctx, Tensor(), dyq, dyq.transposed().rowwise_only(), x, dx, accumulate, offsets);
+}
+
+void Linear::backward_quantized(const StepContext& ctx, const Tensor& dy, const quant::QTensor& dyq,
+                                const quant::QTensor& dyt, const LinearInput& x, const Tensor& dx, bool accumulate,
+                                const Tensor& offsets) const {
+  State& s = state(ctx);
+  const recipe::LinearRecipe& plan = s.plan;
+  const quant::ScaleLayout layout = layout_for(ctx.exec);
   const quant::QTensor dy_operand =
       dyq.spec.granularity.block_rows > 1 && !dyq.spec.granularity.per_tensor ? blocks_as_row_tiles(dyq) : dyq;
 

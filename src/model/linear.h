@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -119,11 +120,28 @@ class Linear {
                  const Tensor& offsets = {}) const;
   // What backward needs of a prepared input, booked under MemCategory::ActivationCache.
   LinearInput kept(const StepContext& ctx, const LinearInput& prepared) const;
-  // Wgrad's form of an x recomputed in backward.
+  // Wgrad's form of an x recomputed in backward (only the payloads backward reads are quantized).
   LinearInput recomputed(const StepContext& ctx, const Tensor& x) const;
+  // How this Linear quantizes a tensor, for producers that write it quantized themselves (fused kernels).
+  struct QuantForm {
+    quant::QuantSpec spec;
+    ops::QuantizeOutputs outputs = ops::QuantizeOutputs::Both;
+    quant::ScaleLayout layout = quant::ScaleLayout::RowMajor;
+  };
+  // The form recomputed(x) quantizes x in, when a producer may hand over x already quantized (recomputed(xq)
+  // below); nullopt where the recipe needs the plain x (plain recipes, a stored input, re-tiling, a sampled step).
+  std::optional<QuantForm> recompute_form(const StepContext& ctx) const;
+  // recomputed(x) for an x its producer quantized in recompute_form(ctx): the same operands.
+  LinearInput recomputed(const StepContext& ctx, const quant::QTensor& xq) const;
   // dW += dyᵀ·x (Wgrad) and, when dx is defined, dx (+)= dy·W (Dgrad), with dy quantized once for both.
   void backward(const StepContext& ctx, const Tensor& dy, const LinearInput& x, const Tensor& dx, bool accumulate,
                 const Tensor& offsets = {}) const;
+  // The form backward(dy) quantizes dy in when one quantization serves Dgrad and Wgrad; nullopt otherwise (plain,
+  // per-tensor or dispatched dy, Dgrad and Wgrad specs that differ, stochastic rounding, a sampled step).
+  std::optional<QuantForm> dy_form(const StepContext& ctx) const;
+  // backward(dy) for a dy its producer quantized in dy_form(ctx) (both payloads): the same GEMMs.
+  void backward(const StepContext& ctx, const quant::QTensor& dyq, const LinearInput& x, const Tensor& dx,
+                bool accumulate, const Tensor& offsets = {}) const;
 
   // Bytes of the compute copy of the weight as of the last refresh (FP8 W + Wᵀ codes and scales, BF16, or the
   // FP32 master itself).
@@ -140,7 +158,12 @@ class Linear {
   State& created_state(const StepContext& ctx) const;  // built for ctx's recipe if it is not yet
   State& state(const StepContext& ctx) const;          // created_state, the compute copy refreshed if stale
   void check_offsets(const Tensor& offsets) const;
-  LinearInput quantize_input(const StepContext& ctx, const Tensor& x, bool keep, bool delayed) const;
+  LinearInput quantize_input(const StepContext& ctx, const Tensor& x, bool keep, bool delayed,
+                             bool wgrad_only = false) const;
+  // backward's GEMMs from dy's quantized operands (dy itself only for a sampled step's health records).
+  void backward_quantized(const StepContext& ctx, const Tensor& dy, const quant::QTensor& dyq,
+                          const quant::QTensor& dyt, const LinearInput& x, const Tensor& dx, bool accumulate,
+                          const Tensor& offsets) const;
   // The Wgrad GEMM dW += dyᵀ·x (plain recipes) or dyᵀ·xᵀ's quantized operands: run by backward, or later from
   // StepContext::wgrad_queue.
   void plain_wgrad(const ExecCtx& exec, const Tensor& dy, const Tensor& x, const Tensor& offsets) const;

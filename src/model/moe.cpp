@@ -169,7 +169,7 @@ Tensor MoE::forward(const StepContext& ctx, const Tensor& u, State* st, double* 
 
 void MoE::backward(const StepContext& ctx, const State& st, const Tensor& dy, const Tensor& u, const Tensor& du,
                    bool accumulate) const {
-  const int64_t n = u.size(0), F = ffn_;
+  const int64_t n = u.size(0);
   const DType dt = ctx.dtype;
   const Device dev = ctx.exec.device;
   const ops::MoePlan& plan = st.plan;
@@ -177,7 +177,7 @@ void MoE::backward(const StepContext& ctx, const State& st, const Tensor& dy, co
   const ops::MoePlan& eplan = ep ? st.ep.local_plan() : plan;
   const Tensor scores = ctx.store->load(ctx.exec, st.scores), selected = ctx.store->load(ctx.exec, st.selected);
   const Tensor gates = ctx.store->load(ctx.exec, st.gates);
-  const Tensor gate_up = ctx.store->load(ctx.exec, st.gate_up), yp = ctx.store->load(ctx.exec, st.yp);
+  const Tensor yp = ctx.store->load(ctx.exec, st.yp);
   // shared experts
   if (has_shared_) {
     shared_.backward(ctx, st.shared, dy, u, du, accumulate);
@@ -203,18 +203,9 @@ void MoE::backward(const StepContext& ctx, const State& st, const Tensor& dy, co
     }
   }
   // routed experts
-  LinearInput x2 = st.x2;
-  if (!x2.defined()) {
-    const Tensor act = Tensor::empty({eplan.rows, F}, dt, MemCategory::Workspace, dev);
-    ops::swiglu_forward(ctx.exec, gate_up, act);
-    x2 = w2_.recomputed(ctx, act);
-  }
-  const Tensor dact = Tensor::empty({eplan.rows, F}, dt, MemCategory::Workspace, dev);
-  w2_.backward(ctx, dye, x2, dact, false, offsets_for(eplan));
-  const Tensor dgate_up = Tensor::empty({eplan.rows, 2 * F}, dt, MemCategory::Workspace, dev);
-  ops::swiglu_backward(ctx.exec, gate_up, dact, dgate_up);
   const Tensor dxe = Tensor::empty({eplan.rows, hidden_}, dt, MemCategory::Workspace, dev);
-  w13_.backward(ctx, dgate_up, st.x13, dxe, false, offsets_for(eplan));
+  swiglu_ffn_backward(
+      ctx, st.gate_up, st.x2, w2_, w13_, dye, [&] { return st.x13; }, dxe, false, offsets_for(eplan));
   // dx back to the tokens' ranks in the compute dtype (EP), summed over each token's choices
   ops::moe_permute_backward(ctx.exec, ep ? st.ep.combine(ctx.exec, dxe) : dxe, plan, du, true);
   // router: gates and (through the balance loss) scores depend on the logits u·e_i (FP32)

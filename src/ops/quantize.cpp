@@ -4,10 +4,12 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <string>
 
 #include "common/error.h"
 #include "ops/checks.h"
+#include "ops/swiglu.h"
 
 namespace fp8train::ops {
 
@@ -186,6 +188,77 @@ quant::QTensor with_colwise(const ExecCtx& ctx, const quant::QTensor& q, MemCate
   launcher(ctx, &OpTable::with_colwise, key)(ctx, p, q.rowwise.codes.raw(), q.rowwise.scales.data<float>(),
                                              out_of(out.colwise));
   return out;
+}
+
+// ---- SwiGLU fused into quantization ----------------------------------------------------------------------------
+namespace {
+
+// Whether ctx's backend has the fused kernel for this form (ops/quantize.h lists them).
+bool swiglu_fusable(const ExecCtx& ctx, const quant::QTensor& in, DType dtype, const quant::QuantSpec& spec,
+                    const Tensor* dout) {
+  if (!has_op_table(ctx.device.type) || op_table(ctx.device.type).swiglu_quantize == nullptr) return false;
+  const bool out_ok = spec.granularity == quant::Granularity::tile_1x128() &&
+                      (spec.format == quant::Format::E4M3 || spec.format == quant::Format::E5M2) &&
+                      spec.rounding == quant::Rounding::Nearest;
+  const bool in_ok = in.groups == 1 && in.format() == quant::Format::E4M3 &&
+                     in.granularity() == quant::Granularity::tile_1x128() && in.cols % 256 == 0 && in.rows % 16 == 0;
+  const bool dout_ok = dout == nullptr || ((dout->size(0) <= 1 || ld_of(*dout) % 8 == 0) &&
+                                           reinterpret_cast<uintptr_t>(dout->raw()) % 16 == 0);
+  return dtype == DType::BF16 && out_ok && in_ok && dout_ok;
+}
+
+quant::QTensor quantize_swiglu(const ExecCtx& ctx, const quant::QTensor& in, const Tensor* dout, DType dtype,
+                               const quant::QuantSpec& spec, QuantizeOutputs outputs, quant::ScaleLayout layout,
+                               MemCategory category) {
+  const char* op = dout ? "quantize_swiglu_backward" : "quantize_swiglu_forward";
+  check_quantized(op, ctx, in);
+  quant::check_spec(spec, op);
+  FP8T_CHECK(in.cols % 2 == 0, "{}: in must have 2F columns (gate | up), got [{}, {}]", op, in.rows, in.cols);
+  const int64_t F = in.cols / 2, cols = dout ? 2 * F : F;
+  if (dout) {
+    check::matrix(op, "dout", *dout, in.rows, F);
+    check::on_device(op, ctx, {dout});
+  }
+  if (!swiglu_fusable(ctx, in, dtype, spec, dout)) {  // the composition itself
+    const Tensor x = dequantize(ctx, in, dtype);
+    const Tensor y = ctx.scratch({in.rows, cols}, dtype);
+    if (dout) {
+      swiglu_backward(ctx, x, *dout, y);
+    } else {
+      swiglu_forward(ctx, x, y);
+    }
+    return quantize(ctx, y, spec, outputs, layout, 1, category);
+  }
+  SwigluQuantizeProblem p;
+  p.backward = dout != nullptr;
+  p.rows = in.rows;
+  p.ffn_dim = F;
+  p.in_layout = in.rowwise.layout;
+  p.ld_dout = dout ? ld_of(*dout) : 0;
+  p.spec = spec;
+  p.layout = layout;
+  p.rowwise = outputs != QuantizeOutputs::Colwise;
+  p.colwise = outputs != QuantizeOutputs::Rowwise;
+  quant::QTensor q = quant::QTensor::empty(spec, in.rows, cols, 1, p.rowwise, p.colwise, layout, ctx.device, category);
+  const std::string key = profile_key(ctx, op, in.rows, cols, outputs_name(p.rowwise, p.colwise));
+  launcher(ctx, &OpTable::swiglu_quantize, key)(ctx, p, in.rowwise.codes.raw(), in.rowwise.scales.data<float>(),
+                                                dout ? dout->raw() : nullptr, out_of(q.rowwise), out_of(q.colwise));
+  return q;
+}
+
+}  // namespace
+
+quant::QTensor quantize_swiglu_forward(const ExecCtx& ctx, const quant::QTensor& in, DType dtype,
+                                       const quant::QuantSpec& spec, QuantizeOutputs outputs, quant::ScaleLayout layout,
+                                       MemCategory category) {
+  return quantize_swiglu(ctx, in, nullptr, dtype, spec, outputs, layout, category);
+}
+
+quant::QTensor quantize_swiglu_backward(const ExecCtx& ctx, const quant::QTensor& in, const Tensor& dout,
+                                        const quant::QuantSpec& spec, QuantizeOutputs outputs,
+                                        quant::ScaleLayout layout, MemCategory category) {
+  FP8T_CHECK(dout.defined(), "quantize_swiglu_backward: dout is undefined");
+  return quantize_swiglu(ctx, in, &dout, dout.dtype(), spec, outputs, layout, category);
 }
 
 }  // namespace fp8train::ops

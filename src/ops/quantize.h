@@ -111,4 +111,30 @@ struct ColwiseProblem {
 // Returns q unchanged when it already has one.
 quant::QTensor with_colwise(const ExecCtx& ctx, const quant::QTensor& q, MemCategory category = MemCategory::Workspace);
 
+// ---- SwiGLU fused into quantization ----------------------------------------------------------------------------
+// SwiGLU on a gate|up [rows, 2F] kept quantized (the FP8 SwiGLU-input cache), straight into the next GEMM's
+// quantized operands; by definition the composition of dequantize, the SwiGLU op and quantize, every intermediate
+// in `dtype` (dout's dtype for the backward):
+//   quantize_swiglu_forward(in)        = quantize(swiglu_forward(dequantize(in, dtype)), spec, outputs)   [rows, F]
+//   quantize_swiglu_backward(in, dout) = quantize(swiglu_backward(dequantize(in, dtype), dout), ...)     [rows, 2F]
+// The CPU, and any form the CUDA kernel does not cover, runs exactly that composition. On CUDA one 1x128 kernel
+// reads the codes (and dout) once and writes the operands, rounding every intermediate to BF16 as the composition
+// does: the same bits as the composition on the same device. Fused forms: in E4M3 1x128 (one group), F % 128 == 0,
+// BF16, out 1x128 E4M3/E5M2 with nearest rounding, rows % 16 == 0.
+struct SwigluQuantizeProblem {
+  bool backward = false;
+  int64_t rows = 0, ffn_dim = 0;
+  quant::ScaleLayout in_layout = quant::ScaleLayout::RowMajor;  // of the gate|up codes' scales
+  int64_t ld_dout = 0;                                          // backward: dout's row stride (BF16 elements)
+  quant::QuantSpec spec;                                        // of the outputs
+  quant::ScaleLayout layout = quant::ScaleLayout::RowMajor;     // of the outputs
+  bool rowwise = true, colwise = false;
+};
+quant::QTensor quantize_swiglu_forward(const ExecCtx& ctx, const quant::QTensor& in, DType dtype,
+                                       const quant::QuantSpec& spec, QuantizeOutputs outputs, quant::ScaleLayout layout,
+                                       MemCategory category = MemCategory::Workspace);
+quant::QTensor quantize_swiglu_backward(const ExecCtx& ctx, const quant::QTensor& in, const Tensor& dout,
+                                        const quant::QuantSpec& spec, QuantizeOutputs outputs,
+                                        quant::ScaleLayout layout, MemCategory category = MemCategory::Workspace);
+
 }  // namespace fp8train::ops

@@ -2,6 +2,7 @@
 // equal byte for byte in both scale layouts (column-wise payloads included), outputs on the input's device under
 // the requested memory category, and bad tensors refused with a sentence naming the problem. (The backend test
 // table covers the formats, granularities and groups; this file the Tensor-level behaviour.)
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "gpu_test_util.h"
 #include "ops/quantize.h"
+#include "ops/swiglu.h"
 
 namespace fp8train::gputest {
 namespace {
@@ -73,6 +75,80 @@ TEST(QuantizeOpsGpu, MatchTheCpuOpsOnTensors) {
                                    ops::dequantize(ExecCtx::cpu(), want_e, DType::F32).to_vector<float>(), &first),
             0)
       << first;
+}
+
+// The fused SwiGLU quantizer (one kernel) against the composition it stands for -- dequantize, the SwiGLU kernels
+// and quantize, on the same GPU: the same bits, forward and backward, every requested payload, both scale layouts,
+// amax and power-of-two caches, a partial last row tile, E4M3 and E5M2 outputs, and moe_bench's expert width
+// (F = 1408). The profile shows the fused kernel ran (no dequantize, no SwiGLU op).
+TEST(QuantizeOpsGpu, FusedSwigluEqualsTheComposition) {
+  const Device gpu = Device::cuda(0);
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  using quant::Format;
+  const auto GN = quant::ScaleLayout::GemmNative, RM = quant::ScaleLayout::RowMajor;
+  struct Case {
+    int64_t rows, F;
+    bool pow2;
+    Format out;
+    quant::ScaleLayout layout;
+    ops::QuantizeOutputs outputs;
+  };
+  const auto bf16_on_gpu = [&](int64_t rows, int64_t cols, uint64_t s) {
+    const std::vector<uint16_t> bits = to_bf16(random_matrix(rows, cols, s));
+    std::vector<bf16> v(bits.size());
+    for (size_t i = 0; i < bits.size(); ++i) v[i] = bf16::from_bits(bits[i]);
+    return Tensor::from_vector(v, {rows, cols}, MemCategory::Workspace, Device::cpu()).to(gpu);
+  };
+  int k = 0;
+  for (const Case& c : {Case{272, 256, true, Format::E4M3, GN, ops::QuantizeOutputs::Both},
+                        Case{384, 1408, false, Format::E4M3, GN, ops::QuantizeOutputs::Both},
+                        Case{144, 128, false, Format::E5M2, RM, ops::QuantizeOutputs::Colwise},
+                        Case{1024, 1408, true, Format::E4M3, RM, ops::QuantizeOutputs::Rowwise}}) {
+    for (bool backward : {false, true}) {
+      const std::string what = fmt::format("{} rows {} F {} {} cache, {} {} {}", backward ? "backward" : "forward",
+                                           c.rows, c.F, c.pow2 ? "pow2" : "amax", quant::format_name(c.out),
+                                           ops::quantize_outputs_name(c.outputs), quant::scale_layout_name(c.layout));
+      OpProfile profile;
+      ExecCtx ctx = ExecCtx::on(gpu);
+      const Tensor g = bf16_on_gpu(c.rows, 2 * c.F, seed + 2 * k), d = bf16_on_gpu(c.rows, c.F, seed + 2 * k + 1);
+      ++k;
+      const quant::QTensor in = ops::quantize(ctx, g, spec(Format::E4M3, quant::Granularity::tile_1x128(), c.pow2),
+                                              ops::QuantizeOutputs::Rowwise, c.layout);
+      const quant::QuantSpec out = spec(c.out, quant::Granularity::tile_1x128(), c.pow2);
+      ctx.profile = &profile;
+      const quant::QTensor fused = backward
+                                       ? ops::quantize_swiglu_backward(ctx, in, d, out, c.outputs, c.layout)
+                                       : ops::quantize_swiglu_forward(ctx, in, DType::BF16, out, c.outputs, c.layout);
+      ctx.profile = nullptr;
+      const auto ran = profile.entries();
+      EXPECT_EQ(ran.size(), 1u) << what;
+      EXPECT_TRUE(ran.count(backward ? "quantize_swiglu_backward" : "quantize_swiglu_forward")) << what;
+      const Tensor x = ops::dequantize(ctx, in, DType::BF16);
+      const Tensor y = Tensor::empty({c.rows, backward ? 2 * c.F : c.F}, DType::BF16, MemCategory::Workspace, gpu);
+      if (backward) {
+        ops::swiglu_backward(ctx, x, d, y);
+      } else {
+        ops::swiglu_forward(ctx, x, y);
+      }
+      const quant::QTensor composed = ops::quantize(ctx, y, out, c.outputs, c.layout);
+      ASSERT_EQ(fused.rowwise.defined(), composed.rowwise.defined()) << what;
+      ASSERT_EQ(fused.colwise.defined(), composed.colwise.defined()) << what;
+      for (const auto& [f, w, name] : {std::tuple{&fused.rowwise, &composed.rowwise, "rowwise"},
+                                       std::tuple{&fused.colwise, &composed.colwise, "colwise"}}) {
+        if (!w->defined()) continue;
+        std::string first;
+        EXPECT_EQ(count_mismatches(f->codes.to(Device::cpu()).to_vector<uint8_t>(),
+                                   w->codes.to(Device::cpu()).to_vector<uint8_t>(), &first),
+                  0)
+            << what << " " << name << " codes " << first;
+        EXPECT_EQ(count_float_mismatches(f->scales.to(Device::cpu()).to_vector<float>(),
+                                         w->scales.to(Device::cpu()).to_vector<float>(), &first),
+                  0)
+            << what << " " << name << " scales " << first;
+      }
+    }
+  }
 }
 
 TEST(QuantizeOpsGpu, BadTensorsAreRefused) {

@@ -23,6 +23,7 @@
 #include "ops/gemm.h"
 #include "ops/quantize.h"
 #include "ops/scaled_gemm.h"
+#include "ops/swiglu.h"
 #include "quant/quant.h"
 #include "quant/ref_gemm.h"
 #include "tensor/exec_ctx.h"
@@ -411,6 +412,78 @@ inline void with_colwise_cases(std::vector<BackendOpCase>& out) {
   add_with_colwise_case(out, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), true), RM, 128, 200, 1);
 }
 
+// ---- SwiGLU fused into quantization (ops::quantize_swiglu_forward / _backward) ----------------------------------
+// The op is defined as the composition dequantize -> swiglu -> quantize: the reference runs those CPU ops, so the
+// CPU op (which is that composition) matches it bit for bit. The CUDA op is one fused kernel whose SwiGLU uses the
+// device's expf (within 2 ulp of the CPU's), so a value can land one BF16 ulp away and a code one step away near a
+// rounding boundary: the CUDA payloads are compared decoded, by normalized error (a wrong column, row or half
+// moves it to ~1). tests/cuda/quantize_gpu_test.cpp checks the kernel against the same composition on the GPU
+// bit for bit.
+inline void add_swiglu_quantize_case(std::vector<BackendOpCase>& out, bool backward, const quant::QuantSpec& spec,
+                                     ops::QuantizeOutputs outputs, quant::ScaleLayout layout, bool pow2_cache,
+                                     int64_t rows, int64_t F) {
+  BackendOpCase c;
+  c.op = backward ? "quantize_swiglu_backward" : "quantize_swiglu_forward";
+  c.name = detail::spec_name(spec) + " " + std::string(ops::quantize_outputs_name(outputs)) + " " +
+           std::string(quant::scale_layout_name(layout)) + (pow2_cache ? " pow2 cache " : " amax cache ") +
+           detail::shape_name(rows, 2 * F, 1, DType::BF16);
+  c.cpu = Compare::bits();
+  c.cuda = Compare::normalized(1e-4);
+  const quant::QuantSpec cache = detail::make_spec(quant::Format::E4M3, quant::Granularity::tile_1x128(), pow2_cache);
+  // The decoded payloads (codes times scales, F32), so that the comparison is by value.
+  const auto decoded = [](const quant::QTensor& q) {
+    const ExecCtx ctx = ExecCtx::on(q.device());
+    std::vector<OpResult> r;
+    if (q.rowwise.defined()) r.push_back(floats_of("rowwise values", ops::dequantize(ctx, q.rowwise_only())));
+    if (q.colwise.defined())
+      r.push_back(floats_of("colwise values", ops::dequantize(ctx, q.transposed().rowwise_only())));
+    return r;
+  };
+  const auto run = [=](const ExecCtx& ctx, uint64_t seed, bool composed) {
+    std::vector<float> g = random_values(rows, 2 * F, seed), d = random_values(rows, F, seed + 1);
+    const quant::QTensor in =
+        ops::quantize(ctx, input_on(ctx, g, rows, 2 * F, DType::BF16), cache, ops::QuantizeOutputs::Rowwise, layout);
+    const Tensor dout = input_on(ctx, d, rows, F, DType::BF16);
+    if (!composed) {
+      return backward ? ops::quantize_swiglu_backward(ctx, in, dout, spec, outputs, layout)
+                      : ops::quantize_swiglu_forward(ctx, in, DType::BF16, spec, outputs, layout);
+    }
+    const Tensor x = ops::dequantize(ctx, in, DType::BF16);
+    const Tensor y = Tensor::empty({rows, backward ? 2 * F : F}, DType::BF16, MemCategory::Workspace, ctx.device);
+    if (backward) {
+      ops::swiglu_backward(ctx, x, dout, y);
+    } else {
+      ops::swiglu_forward(ctx, x, y);
+    }
+    return ops::quantize(ctx, y, spec, outputs, layout);
+  };
+  c.run = [=](const ExecCtx& ctx, uint64_t seed) { return decoded(run(ctx, seed, false)); };
+  c.reference = [=](uint64_t seed) { return decoded(run(ExecCtx::cpu(), seed, true)); };
+  out.push_back(std::move(c));
+}
+
+inline void swiglu_quantize_cases(std::vector<BackendOpCase>& out) {
+  using quant::Format;
+  using quant::Granularity;
+  const auto RM = quant::ScaleLayout::RowMajor, GN = quant::ScaleLayout::GemmNative;
+  const auto Both = ops::QuantizeOutputs::Both, Col = ops::QuantizeOutputs::Colwise,
+             Row = ops::QuantizeOutputs::Rowwise;
+  for (bool backward : {false, true}) {
+    // The fused forms (rows past the last whole tile; amax and power-of-two caches; both layouts; E5M2 out) ...
+    add_swiglu_quantize_case(out, backward, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), true), Both, GN,
+                             true, 272, 256);
+    add_swiglu_quantize_case(out, backward, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), false), Col, RM,
+                             false, 384, 128);
+    add_swiglu_quantize_case(out, backward, detail::make_spec(Format::E5M2, Granularity::tile_1x128(), false), Row, GN,
+                             false, 144, 384);
+    // ... and forms composed on every backend: F not a multiple of 128, 128x128 blocks.
+    add_swiglu_quantize_case(out, backward, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), true), Both, RM,
+                             true, 64, 96);
+    add_swiglu_quantize_case(out, backward, detail::make_spec(Format::E4M3, Granularity::block_128x128(), false), Both,
+                             GN, false, 256, 128);
+  }
+}
+
 // ---- delayed scaling --------------------------------------------------------------------------------------------
 inline void delayed_cases(std::vector<BackendOpCase>& out) {
   for (bool most_recent : {false, true})
@@ -785,6 +858,7 @@ inline std::vector<BackendOpCase> backend_cases() {
   quantize_cases(out);
   dequantize_cases(out);
   with_colwise_cases(out);
+  swiglu_quantize_cases(out);
   delayed_cases(out);
   scaled_gemm_cases(out);
   grouped_cases(out);

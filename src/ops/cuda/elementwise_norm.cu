@@ -18,6 +18,7 @@
 
 #include "ops/cuda/elementwise_device.cuh"
 #include "ops/cuda/elementwise_launch.h"
+#include "ops/cuda/swiglu_device.cuh"
 
 namespace fp8train::ops::cuda::ew {
 namespace {
@@ -475,7 +476,6 @@ __global__ void __launch_bounds__(kThreads) rope_vec_kernel(RopeArgs p, S* x, co
 }
 
 // ---- SwiGLU ----------------------------------------------------------------------------------------------------
-__device__ __forceinline__ float sigmoid(float g) { return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-g))); }
 
 template <class S, bool kVec>
 __global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(SwigluArgs p, const S* in, S* out) {
@@ -494,22 +494,14 @@ __global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(SwigluArgs p, 
       ld8(g + 8 * i, gv);
       ld8(u + 8 * i, uv);
 #pragma unroll
-      for (int k = 0; k < 8; ++k) gv[k] = __fmul_rn(__fmul_rn(gv[k], sigmoid(gv[k])), uv[k]);
+      for (int k = 0; k < 8; ++k) gv[k] = swiglu_value(gv[k], uv[k]);
       st8(o + 8 * i, gv);
     }
     for (int64_t c = 8 * nvec + t0; c < f; c += step) {
       const float gc = ld1(g + c);
-      st1(o + c, __fmul_rn(__fmul_rn(gc, sigmoid(gc)), ld1(u + c)));
+      st1(o + c, swiglu_value(gc, ld1(u + c)));
     }
   }
-}
-
-// d_up = dout·silu(g);  d_gate = dout·up·σ(g)·(1 + g·(1 − σ(g))), rounded in the CPU's order.
-__device__ __forceinline__ void swiglu_grad(float gc, float uc, float dc, float& dg, float& du) {
-  const float sig = sigmoid(gc);
-  const float silu = __fmul_rn(gc, sig);
-  dg = __fmul_rn(__fmul_rn(__fmul_rn(dc, uc), sig), __fadd_rn(1.0f, __fmul_rn(gc, __fsub_rn(1.0f, sig))));
-  du = __fmul_rn(dc, silu);
 }
 
 template <class S, bool kVec>

@@ -56,6 +56,7 @@ QuantizeFn quantize;
 QuantizeDelayedFn quantize_delayed;
 DequantizeFn dequantize;
 WithColwiseFn with_colwise;
+SwigluQuantizeFn swiglu_quantize;
 ScaledGemmFn scaled_gemm;
 ScaledGemmGroupedFn scaled_gemm_grouped;
 ScaledGemmGroupedFn scaled_gemm_grouped_k;

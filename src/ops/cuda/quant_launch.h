@@ -26,6 +26,14 @@ struct FastParams {
   const float* x_scales = nullptr;                  // 1x128 only: x is codes with these row scales
   ScaleStrides xs;
   int64_t xs_group = 0;
+  // SwiGLU fused into the load (1x128, groups == 1): x is the E4M3 codes of gate|up [rows, x_cols = 2F] with
+  // x_scales; the quantized values are swiglu_forward's output [rows, F] (swiglu == 1), or swiglu_backward's
+  // d(gate|up) [rows, 2F] from dout (BF16 [rows, F], row stride ld_dout) (swiglu == 2), every intermediate
+  // rounded to BF16 as dequantize and the SwiGLU kernels round it. F % 128 == 0.
+  int swiglu = 0;
+  int64_t x_cols = 0;
+  const void* dout = nullptr;
+  int64_t ld_dout = 0;
 };
 cudaError_t launch_quant_1x128(const FastParams& p, InType it, quant::Format f, Encoder e, cudaStream_t stream);
 cudaError_t launch_quant_128x128(const FastParams& p, InType it, quant::Format f, Encoder e, cudaStream_t stream);

@@ -86,9 +86,25 @@ void quantize_1x128(const Quant1x128Args& a, cudaStream_t stream) {
     p.xs = a.x_strides;
     p.xs_group = a.x_scales_group;
   }
+  if (a.swiglu != 0) {
+    FP8T_CHECK(a.swiglu == 1 || a.swiglu == 2, "quantize_1x128: swiglu = {} is not 1 (forward) or 2 (backward)",
+               a.swiglu);
+    FP8T_CHECK(a.x_scales != nullptr && a.groups == 1 && a.x_cols > 0 && a.x_cols % 256 == 0 &&
+                   a.cols == (a.swiglu == 1 ? a.x_cols / 2 : a.x_cols),
+               "quantize_1x128: SwiGLU from codes needs their scales, one group and gate|up of 2F columns with "
+               "F % 128 == 0 (x_cols {}, cols {})",
+               a.x_cols, a.cols);
+    FP8T_CHECK(
+        a.swiglu == 1 || (a.dout != nullptr && aligned16(a.dout) && a.ld_dout >= a.x_cols / 2 && a.ld_dout % 8 == 0),
+        "quantize_1x128: SwiGLU's backward needs dout, 16-byte aligned rows of at least F BF16 values");
+    p.swiglu = a.swiglu;
+    p.x_cols = a.x_cols;
+    p.dout = a.dout;
+    p.ld_dout = a.ld_dout;
+  }
   if (a.rows == 0 || a.cols == 0) return;
   check_launch_result(detail::launch_quant_1x128(p, a.x_type, a.opt.format, a.opt.encoder, stream),
-                      "quant_1x128_kernel", stream);
+                      a.swiglu != 0 ? "quant_1x128_kernel (SwiGLU)" : "quant_1x128_kernel", stream);
 }
 
 void quantize_128x128(const Quant128x128Args& a, cudaStream_t stream) {

@@ -12,7 +12,12 @@
 // The 1x128 kernel also re-tiles one-byte codes (ops::with_colwise): its input is then codes with 1x128 row
 // scales, decoded (exact into FP16) and multiplied by the scale in FP32 -- the values dequantize writes -- so
 // the 128x1 copy comes from one read of the codes instead of a dequantized scratch written and read back.
+// The 1x128 kernel also fuses SwiGLU into its load (ops/swiglu_quantize.h): from the E4M3 codes of the cached
+// gate|up (and dout) it computes the values swiglu_forward / swiglu_backward would write in BF16 -- the codes
+// decoded and scaled as dequantize does, rounded to BF16, the SwiGLU arithmetic of swiglu_device.cuh, the result
+// rounded to BF16 -- and quantizes them, so neither the BF16 gate|up nor the SwiGLU output exists in memory.
 // Layouts and arithmetic: quantize_cuda.h.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -20,6 +25,7 @@
 
 #include "ops/cuda/quant_device.cuh"
 #include "ops/cuda/quant_launch.h"
+#include "ops/cuda/swiglu_device.cuh"
 
 namespace fp8train::ops::cuda::detail {
 namespace {
@@ -102,6 +108,71 @@ __device__ __forceinline__ void load_codes(Codes8 (&in)[8], const FastParams& p,
   }
 }
 
+// Kinds of input of the 1x128 kernel.
+enum class Src : int { Values, Codes, SwigluForward, SwigluBackward };
+
+// An FP32 value rounded to BF16 (nearest even) and back: what a BF16 tensor holds.
+__device__ __forceinline__ float bf16r(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+// Eight E4M3 codes times their scale, each rounded to BF16: the values dequantize writes into a BF16 tensor.
+__device__ __forceinline__ void decode8_bf16(uint2 raw, float scale, float (&f)[8]) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t word = k < 2 ? raw.x : raw.y;
+    const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>((word >> (16 * (k & 1))) & 0xFFFFu);
+    const float2 v = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
+    f[2 * k] = bf16r(__fmul_rn(v.x, scale));
+    f[2 * k + 1] = bf16r(__fmul_rn(v.y, scale));
+  }
+}
+
+// The SwiGLU values of the thread's 8x8 block (see the top of the file), from gate|up codes [rows, x_cols]:
+// forward out[:, c] = silu(g_c)·u_c; backward columns [0, F) are d_gate, [F, 2F) d_up, from dout [rows, F].
+// Rows past the tensor load as zeros (their outputs are zeros, never stored). Columns are whole: F % 128 == 0.
+template <bool kBackward, bool kFull>
+__device__ __forceinline__ void load_swiglu(Codes8 (&in)[8], const FastParams& p, int64_t row0, int64_t col) {
+  const int64_t F = p.x_cols / 2;
+  const bool up_half = kBackward && col >= F;  // backward: this thread's columns are d_up
+  const int64_t gc = up_half ? col - F : col;  // the gate column its values read
+  const bool need_up = !up_half;
+  const uint8_t* codes = static_cast<const uint8_t*>(p.x);
+  uint2 graw[8], uraw[8];
+  float gs[8], us[8];
+  uint4 draw[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {  // every load issued before the first use
+    const bool ok = kFull || row0 + i < p.rows;
+    const int64_t r = row0 + i;
+    graw[i] = ok ? __ldg(reinterpret_cast<const uint2*>(codes + r * p.x_cols + gc)) : make_uint2(0, 0);
+    gs[i] = ok ? __ldg(p.x_scales + r * p.xs.row + (gc / 128) * p.xs.col) : 0.0f;
+    uraw[i] = ok && need_up ? __ldg(reinterpret_cast<const uint2*>(codes + r * p.x_cols + F + gc)) : make_uint2(0, 0);
+    us[i] = ok && need_up ? __ldg(p.x_scales + r * p.xs.row + ((F + gc) / 128) * p.xs.col) : 0.0f;
+    if constexpr (kBackward)
+      draw[i] =
+          ok ? __ldg(reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.dout) + r * p.ld_dout + gc))
+             : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    float g[8], u[8];
+    decode8_bf16(graw[i], gs[i], g);
+    decode8_bf16(uraw[i], us[i], u);
+    if constexpr (!kBackward) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) in[i].f[j] = bf16r(swiglu_value(g[j], u[j]));
+    } else {
+      const uint32_t w[4] = {draw[i].x, draw[i].y, draw[i].z, draw[i].w};
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float d = __uint_as_float(((w[j / 2] >> (16 * (j & 1))) & 0xFFFFu) << 16);  // BF16 -> FP32, exact
+        float dg, du;
+        swiglu_grad(g[j], u[j], d, dg, du);
+        in[i].f[j] = bf16r(up_half ? du : dg);
+      }
+    }
+  }
+}
+
 // Loads the thread's 8x8 block: rows r0+8a+i, columns col..col+7 (zeros outside the tensor).
 template <InType IT, bool kFull>
 __device__ __forceinline__ void load_block(Vec8<IT> (&in)[8], const FastParams& p, int64_t row0, int64_t col) {
@@ -115,7 +186,7 @@ __device__ __forceinline__ void load_block(Vec8<IT> (&in)[8], const FastParams& 
   }
 }
 
-template <InType IT, quant::Format F, Encoder E, bool kStoch, bool kCodes, bool kFull>
+template <InType IT, quant::Format F, Encoder E, bool kStoch, Src kSrc, bool kFull>
 __device__ __forceinline__ void quant_1x128_tile(const FastParams& p, int64_t ty, uint8_t* tile,
                                                  uint32_t (*colmax_part)[kTile], float* col_inverse) {
   const int t = threadIdx.x, a = t >> 4, c = t & 15, warp = t >> 5, lane = t & 31;
@@ -123,8 +194,13 @@ __device__ __forceinline__ void quant_1x128_tile(const FastParams& p, int64_t ty
   const int64_t col = c0 + 8 * c, row0 = r0 + 8 * a;
   constexpr float fmax = FormatTraits<F>::kMax;
 
-  std::conditional_t<kCodes, Codes8, Vec8<IT>> in[8];
-  if constexpr (kCodes) load_codes<F, kFull>(in, p, row0, col);
+  std::conditional_t<kSrc != Src::Values, Codes8, Vec8<IT>> in[8];
+  if constexpr (kSrc == Src::Codes)
+    load_codes<F, kFull>(in, p, row0, col);
+  else if constexpr (kSrc == Src::SwigluForward)
+    load_swiglu<false, kFull>(in, p, row0, col);
+  else if constexpr (kSrc == Src::SwigluBackward)
+    load_swiglu<true, kFull>(in, p, row0, col);
   else load_block<IT, kFull>(in, p, row0, col);
 
   // Row maxima (reduced over the half-warp) and this thread's column maxima over its 8 rows.
@@ -219,17 +295,21 @@ __device__ __forceinline__ FastParams group_of(const FastParams& p, int64_t in_b
   return q;
 }
 
-template <InType IT, quant::Format F, Encoder E, bool kStoch, bool kCodes>
-__global__ void __launch_bounds__(kThreads, kCodes ? 2 : IT == InType::BF16 && !kStoch ? 4 : 3)
+template <InType IT, quant::Format F, Encoder E, bool kStoch, Src kSrc>
+__global__ void __launch_bounds__(kThreads, kSrc != Src::Values             ? 2
+                                            : IT == InType::BF16 && !kStoch ? 4
+                                                                            : 3)
     quant_1x128_kernel(const FastParams params) {
   __shared__ __align__(16) uint8_t tile[kTile * kTile];
   __shared__ __align__(16) uint32_t colmax_part[kThreads / 32][kTile];
   __shared__ float col_inverse[kTile];
   int64_t ty;
-  const FastParams p = group_of(params, kCodes ? 1 : static_cast<int64_t>(sizeof(Vec8<IT>) / 8), ty);
+  const FastParams p = group_of(params, kSrc != Src::Values ? 1 : static_cast<int64_t>(sizeof(Vec8<IT>) / 8), ty);
   const bool full = (ty + 1) * kTile <= p.rows && (static_cast<int64_t>(blockIdx.x) + 1) * kTile <= p.cols;
-  if (full) quant_1x128_tile<IT, F, E, kStoch, kCodes, true>(p, ty, tile, colmax_part, col_inverse);
-  else quant_1x128_tile<IT, F, E, kStoch, kCodes, false>(p, ty, tile, colmax_part, col_inverse);
+  if (full)
+    quant_1x128_tile<IT, F, E, kStoch, kSrc, true>(p, ty, tile, colmax_part, col_inverse);
+  else
+    quant_1x128_tile<IT, F, E, kStoch, kSrc, false>(p, ty, tile, colmax_part, col_inverse);
 }
 
 template <InType IT, quant::Format F, Encoder E, bool kStoch, bool kFull>
@@ -325,14 +405,25 @@ cudaError_t dispatch(InType it, quant::Format f, Encoder e, const FastParams& p,
 template <InType IT, quant::Format F, Encoder E, bool kStoch>
 struct Launch1x128 {
   static cudaError_t run(const FastParams& p, dim3 grid, cudaStream_t stream) {
-    quant_1x128_kernel<IT, F, E, kStoch, false><<<grid, kThreads, 0, stream>>>(p);
+    quant_1x128_kernel<IT, F, E, kStoch, Src::Values><<<grid, kThreads, 0, stream>>>(p);
     return cudaGetLastError();
   }
 };
-template <quant::Format F, Encoder E>
-cudaError_t launch_retile(const FastParams& p, dim3 grid, cudaStream_t stream) {
-  quant_1x128_kernel<InType::BF16, F, E, false, true><<<grid, kThreads, 0, stream>>>(p);
+template <quant::Format F, Encoder E, Src kSrc>
+cudaError_t launch_from_codes(const FastParams& p, dim3 grid, cudaStream_t stream) {
+  quant_1x128_kernel<InType::BF16, F, E, false, kSrc><<<grid, kThreads, 0, stream>>>(p);
   return cudaGetLastError();
+}
+template <Src kSrc>
+cudaError_t dispatch_codes(quant::Format f, Encoder e, const FastParams& p, dim3 grid, cudaStream_t stream) {
+  const bool hw = e == Encoder::Hardware;
+  if (f == quant::Format::E4M3)
+    return hw ? launch_from_codes<quant::Format::E4M3, Encoder::Hardware, kSrc>(p, grid, stream)
+              : launch_from_codes<quant::Format::E4M3, Encoder::Software, kSrc>(p, grid, stream);
+  if (f == quant::Format::E5M2)
+    return hw ? launch_from_codes<quant::Format::E5M2, Encoder::Hardware, kSrc>(p, grid, stream)
+              : launch_from_codes<quant::Format::E5M2, Encoder::Software, kSrc>(p, grid, stream);
+  return cudaErrorInvalidValue;
 }
 template <InType IT, quant::Format F, Encoder E, bool kStoch>
 struct Launch128x128 {
@@ -349,16 +440,9 @@ dim3 tile_grid(const FastParams& p) {
 }  // namespace
 
 cudaError_t launch_quant_1x128(const FastParams& p, InType it, quant::Format f, Encoder e, cudaStream_t stream) {
-  if (p.x_scales != nullptr) {  // re-tiling codes (E4M3 / E5M2, deterministic rounding)
-    const bool hw = e == Encoder::Hardware;
-    if (f == quant::Format::E4M3)
-      return hw ? launch_retile<quant::Format::E4M3, Encoder::Hardware>(p, tile_grid(p), stream)
-                : launch_retile<quant::Format::E4M3, Encoder::Software>(p, tile_grid(p), stream);
-    if (f == quant::Format::E5M2)
-      return hw ? launch_retile<quant::Format::E5M2, Encoder::Hardware>(p, tile_grid(p), stream)
-                : launch_retile<quant::Format::E5M2, Encoder::Software>(p, tile_grid(p), stream);
-    return cudaErrorInvalidValue;
-  }
+  if (p.swiglu == 1) return dispatch_codes<Src::SwigluForward>(f, e, p, tile_grid(p), stream);
+  if (p.swiglu == 2) return dispatch_codes<Src::SwigluBackward>(f, e, p, tile_grid(p), stream);
+  if (p.x_scales != nullptr) return dispatch_codes<Src::Codes>(f, e, p, tile_grid(p), stream);  // re-tiling codes
   return dispatch<Launch1x128>(it, f, e, p, tile_grid(p), stream);
 }
 cudaError_t launch_quant_128x128(const FastParams& p, InType it, quant::Format f, Encoder e, cudaStream_t stream) {

@@ -432,5 +432,36 @@ void with_colwise(const ExecCtx& ctx, const ColwiseProblem& p, const void* codes
   quantize_one_byte(ctx, q, values.raw(), QuantizedOut{}, colwise);
 }
 
+void swiglu_quantize(const ExecCtx& ctx, const SwigluQuantizeProblem& p, const void* codes, const float* scales,
+                     const void* dout, const QuantizedOut& rowwise, const QuantizedOut& colwise) {
+  const int64_t cols = p.backward ? 2 * p.ffn_dim : p.ffn_dim;
+  const quant::Granularity g = quant::Granularity::tile_1x128();
+  const quant::ScaleGrid in_grid{g, p.rows, 2 * p.ffn_dim, 1, p.in_layout};
+  const quant::ScaleGrid row_grid{g, p.rows, cols, 1, p.layout};
+  const quant::ScaleGrid col_grid{g, cols, p.rows, 1, p.layout};
+  Quant1x128Args a;
+  a.x = codes;
+  a.rows = p.rows;
+  a.cols = cols;
+  a.opt = options_of(p.spec);
+  if (rowwise.codes != nullptr) {
+    a.q = static_cast<uint8_t*>(rowwise.codes);
+    a.q_scales = rowwise.scales;
+    a.q_strides = kernel_strides(row_grid);
+  }
+  if (colwise.codes != nullptr) {
+    a.qt = static_cast<uint8_t*>(colwise.codes);
+    a.qt_scales = colwise.scales;
+    a.qt_strides = kernel_strides(col_grid);
+  }
+  a.x_scales = scales;
+  a.x_strides = kernel_strides(in_grid);
+  a.swiglu = p.backward ? 2 : 1;
+  a.x_cols = 2 * p.ffn_dim;
+  a.dout = dout;
+  a.ld_dout = p.ld_dout;
+  quantize_1x128(a, stream_of(ctx));
+}
+
 }  // namespace kernels
 }  // namespace fp8train::ops::cuda

@@ -17,6 +17,7 @@ OpTable make_table() {
   t.quantize_delayed = kernels::quantize_delayed;
   t.dequantize = kernels::dequantize;
   t.with_colwise = kernels::with_colwise;
+  t.swiglu_quantize = kernels::swiglu_quantize;
   t.scaled_gemm = kernels::scaled_gemm;
   t.scaled_gemm_grouped = kernels::scaled_gemm_grouped;
   t.scaled_gemm_grouped_k = kernels::scaled_gemm_grouped_k;
