@@ -49,16 +49,34 @@ bool ActivationStore::keeps(CacheKind kind) const {
   }
 }
 
+std::optional<std::pair<quant::QuantSpec, quant::ScaleLayout>> ActivationStore::quantized_form(const ExecCtx& ctx,
+                                                                                               CacheKind kind) const {
+  if (kind != CacheKind::SwigluInput || !recipe_->swiglu_fp8) return std::nullopt;
+  return std::pair{recipe::swiglu_storage_spec(*recipe_),
+                   ctx.device.is_cpu() ? quant::ScaleLayout::RowMajor : quant::ScaleLayout::GemmNative};
+}
+
+SavedTensor ActivationStore::save_quantized(const quant::QTensor& q, DType dtype, CacheKind kind) const {
+  FP8T_CHECK(q.rowwise.defined() && quantized_form(ExecCtx::on(q.device()), kind).has_value(),
+             "activation store: {} is not kept quantized by this recipe", cache_kind_name(kind));
+  SavedTensor s;
+  s.kind = kind;
+  s.kept = true;
+  s.dtype = dtype;
+  s.q = q.rowwise_only();
+  s.q.set_category(MemCategory::ActivationCache);
+  return s;
+}
+
 SavedTensor ActivationStore::save(const ExecCtx& ctx, const Tensor& t, CacheKind kind) const {
   FP8T_CHECK(t.defined(), "activation store: the {} to keep is undefined", cache_kind_name(kind));
   SavedTensor s;
   s.kind = kind;
   s.kept = true;
   s.dtype = t.dtype();
-  if (kind == CacheKind::SwigluInput && recipe_->swiglu_fp8 && t.dim() == 2 && t.dtype() != DType::F64) {
-    s.q = ops::quantize(ctx, t, recipe::swiglu_storage_spec(*recipe_), ops::QuantizeOutputs::Rowwise,
-                        ctx.device.is_cpu() ? quant::ScaleLayout::RowMajor : quant::ScaleLayout::GemmNative,
-                        /*groups=*/1, MemCategory::ActivationCache);
+  if (const auto form = quantized_form(ctx, kind); form && t.dim() == 2 && t.dtype() != DType::F64) {
+    s.q = ops::quantize(ctx, t, form->first, ops::QuantizeOutputs::Rowwise, form->second, /*groups=*/1,
+                        MemCategory::ActivationCache);
     return s;
   }
   t.storage().set_category(MemCategory::ActivationCache);

@@ -8,7 +8,9 @@
 //   - the MoE SwiGLU input is kept in FP8 (swiglu_fp8: E4M3 1×128), dequantized by load().
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string_view>
+#include <utility>
 
 #include "quant/qtensor.h"
 #include "recipe/recipe.h"
@@ -51,6 +53,12 @@ class ActivationStore {
   SavedTensor maybe_save(const ExecCtx& ctx, const Tensor& t, CacheKind kind) const;
   // The kept tensor (undefined when nothing was kept).
   Tensor load(const ExecCtx& ctx, const SavedTensor& saved) const;
+  // The spec and scale layout save() quantizes `kind` in on ctx's device, or nullopt when it keeps it as it is.
+  std::optional<std::pair<quant::QuantSpec, quant::ScaleLayout>> quantized_form(const ExecCtx& ctx,
+                                                                                CacheKind kind) const;
+  // save() for a tensor its producer already quantized in quantized_form (payloads booked as ActivationCache);
+  // `dtype` is the one load() restores.
+  SavedTensor save_quantized(const quant::QTensor& q, DType dtype, CacheKind kind) const;
 
  private:
   const recipe::RecipeConfig* recipe_;

@@ -64,18 +64,37 @@ Tensor SwigluFFN::forward(const StepContext& ctx, const Tensor& x, State* state,
   const LinearInput x13 = w13_.prepare(ctx, x, keep && keep_input);
   const Tensor gate_up = w13_.new_output(ctx, x.size(0));  // [tokens, 2F]: W1·x | W3·x
   w13_.forward(ctx, x13, gate_up);
-  const Tensor act = Tensor::empty({x.size(0), ffn_dim()}, ctx.dtype, MemCategory::Workspace, ctx.exec.device);
-  ops::swiglu_forward(ctx.exec, gate_up, act);  // silu(W1·x) ∘ (W3·x)
   const bool keep_act = keep && ctx.store->keeps(CacheKind::SwigluOutput);
-  const LinearInput x2 = w2_.prepare(ctx, act, keep_act);
+  SwigluForward sw = swiglu_ffn_forward(ctx, gate_up, w2_, keep, keep_act);  // silu(W1·x) ∘ (W3·x)
   Tensor y = w2_.new_output(ctx, x.size(0));
-  w2_.forward(ctx, x2, y);
+  w2_.forward(ctx, sw.x2, y);
   if (keep) {
     if (keep_input) state->x13 = w13_.kept(ctx, x13);
-    state->gate_up = ctx.store->save(ctx.exec, gate_up, CacheKind::SwigluInput);
-    if (keep_act) state->x2 = w2_.kept(ctx, x2);
+    state->gate_up = std::move(sw.gate_up);
+    if (keep_act) state->x2 = w2_.kept(ctx, sw.x2);
   }
   return y;
+}
+
+SwigluForward swiglu_ffn_forward(const StepContext& ctx, const Tensor& gate_up, const Linear& w2, bool keep,
+                                 bool keep_act) {
+  SwigluForward out;
+  const std::optional<Linear::QuantForm> form = keep_act ? std::nullopt : w2.input_form(ctx);
+  const auto cache = keep ? ctx.store->quantized_form(ctx.exec, CacheKind::SwigluInput) : std::nullopt;
+  if (form && (!keep || cache)) {
+    const ops::SwigluGateUpQuantized q = ops::quantize_swiglu_gate_up(
+        ctx.exec, gate_up, cache ? &cache->first : nullptr, cache ? cache->second : quant::ScaleLayout::RowMajor,
+        MemCategory::ActivationCache, form->spec, form->layout);
+    out.x2 = w2.prepared(ctx, q.act);
+    if (keep) out.gate_up = ctx.store->save_quantized(q.cache, gate_up.dtype(), CacheKind::SwigluInput);
+    return out;
+  }
+  const Tensor act =
+      Tensor::empty({gate_up.size(0), gate_up.size(1) / 2}, ctx.dtype, MemCategory::Workspace, ctx.exec.device);
+  ops::swiglu_forward(ctx.exec, gate_up, act);
+  out.x2 = w2.prepare(ctx, act, keep_act);
+  if (keep) out.gate_up = ctx.store->save(ctx.exec, gate_up, CacheKind::SwigluInput);
+  return out;
 }
 
 void SwigluFFN::backward(const StepContext& ctx, const State& state, const Tensor& dy, const Tensor& x,

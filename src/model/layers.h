@@ -40,6 +40,17 @@ class RMSNorm {
   double eps_ = 1e-6;
 };
 
+// The forward of a SwiGLU FFN between W1|W3 and W2: act = silu(gate)∘up from gate|up, prepared as W2's input
+// (kept for W2's backward with keep_act), and with keep, gate|up kept for the backward. Where the recipe lets a
+// producer hand W2 its operand (Linear::input_form) and the store keeps gate|up quantized, one fused op
+// (ops::quantize_swiglu_gate_up) writes both from gate|up: the same operands, without the BF16 act.
+struct SwigluForward {
+  LinearInput x2;       // W2's prepared input
+  SavedTensor gate_up;  // gate|up as kept (keep only)
+};
+SwigluForward swiglu_ffn_forward(const StepContext& ctx, const Tensor& gate_up, const Linear& w2, bool keep,
+                                 bool keep_act);
+
 // The backward of a SwiGLU FFN below its output: W2's input recomputed from the kept gate|up when x2 is undefined,
 // W2's backward from dy into dact, SwiGLU's backward, then W1|W3's backward into dx (x13 gives W1|W3's kept or
 // recomputed input when it is needed). Where gate|up is kept quantized and the recipe lets a producer hand the

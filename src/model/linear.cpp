@@ -282,6 +282,24 @@ LinearInput Linear::recomputed(const StepContext& ctx, const Tensor& x) const {
   return kept(ctx, quantize_input(ctx, x, true, false, /*wgrad_only=*/true));
 }
 
+std::optional<Linear::QuantForm> Linear::input_form(const StepContext& ctx) const {
+  const State& s = state(ctx);
+  const recipe::LinearRecipe& plan = s.plan;
+  if (!plan.quantized || ctx.health || ctx.recipe->per_tensor() || plan.dispatched_input) return std::nullopt;
+  return QuantForm{plan.fprop.a, ops::QuantizeOutputs::Rowwise, layout_for(ctx.exec)};
+}
+
+LinearInput Linear::prepared(const StepContext& ctx, const quant::QTensor& xq) const {
+  const std::optional<QuantForm> form = input_form(ctx);
+  FP8T_CHECK(form.has_value(), "linear {}: this recipe prepares its input from the plain tensor", site_);
+  FP8T_CHECK(xq.cols == in_features() && xq.rowwise.defined() && same_spec(xq.spec, form->spec) && xq.groups == 1,
+             "linear {}: a prepared input must be [tokens, {}] with its row-wise payload under the recipe's Fprop spec",
+             site_, in_features());
+  LinearInput in;
+  in.q = xq;
+  return in;
+}
+
 std::optional<Linear::QuantForm> Linear::recompute_form(const StepContext& ctx) const {
   const State& s = state(ctx);
   const recipe::LinearRecipe& plan = s.plan;

@@ -128,6 +128,12 @@ class Linear {
     ops::QuantizeOutputs outputs = ops::QuantizeOutputs::Both;
     quant::ScaleLayout layout = quant::ScaleLayout::RowMajor;
   };
+  // The form prepare(x, keep = false) quantizes x in, when a producer may hand over x already quantized
+  // (prepared(xq) below); nullopt where the recipe needs the plain x (plain recipes, delayed scaling, a dispatched
+  // input, a sampled step).
+  std::optional<QuantForm> input_form(const StepContext& ctx) const;
+  // prepare(x, false) for an x its producer quantized in input_form(ctx): the same Fprop operand.
+  LinearInput prepared(const StepContext& ctx, const quant::QTensor& xq) const;
   // The form recomputed(x) quantizes x in, when a producer may hand over x already quantized (recomputed(xq)
   // below); nullopt where the recipe needs the plain x (plain recipes, a stored input, re-tiling, a sampled step).
   std::optional<QuantForm> recompute_form(const StepContext& ctx) const;

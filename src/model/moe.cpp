@@ -132,10 +132,9 @@ Tensor MoE::forward(const StepContext& ctx, const Tensor& u, State* st, double* 
   // routed experts: FFN_i(x) = W2_i·(silu(W1_i·x) ∘ (W3_i·x)) on each expert's rows, one grouped GEMM each
   const Tensor gate_up = Tensor::empty({eplan.rows, 2 * F}, dt, MemCategory::Workspace, dev);
   w13_.forward(ctx, x13, gate_up, offsets_for(eplan));
-  const Tensor act = Tensor::empty({eplan.rows, F}, dt, MemCategory::Workspace, dev);
-  ops::swiglu_forward(ctx.exec, gate_up, act);
   const bool keep_act = keep && ctx.store->keeps(CacheKind::SwigluOutput);
-  const LinearInput x2 = w2_.prepare(ctx, act, keep_act);
+  SwigluForward sw = swiglu_ffn_forward(ctx, gate_up, w2_, keep, keep_act);
+  const LinearInput& x2 = sw.x2;
   const Tensor ye = Tensor::empty({eplan.rows, hidden_}, dt, MemCategory::Workspace, dev);
   w2_.forward(ctx, x2, ye, offsets_for(eplan));
   // the expert outputs back to their tokens' ranks in the compute dtype (EP), in the plan's order
@@ -160,7 +159,7 @@ Tensor MoE::forward(const StepContext& ctx, const Tensor& u, State* st, double* 
       st->ep = std::move(xc);
     }
     st->x13 = w13_.kept(ctx, x13);
-    st->gate_up = ctx.store->save(ctx.exec, gate_up, CacheKind::SwigluInput);
+    st->gate_up = std::move(sw.gate_up);
     if (keep_act) st->x2 = w2_.kept(ctx, x2);
     st->yp = ctx.store->save(ctx.exec, yp, CacheKind::ExpertIO);
   }

@@ -43,6 +43,7 @@ struct AmaxHistoryProblem;   // ops/quantize.h
 struct DequantizeProblem;    // ops/quantize.h
 struct ColwiseProblem;       // ops/quantize.h
 struct SwigluQuantizeProblem;  // ops/quantize.h
+struct SwigluGateUpProblem;    // ops/quantize.h
 struct ScaledGemmProblem;    // ops/scaled_gemm.h
 struct AdamWProblem;         // ops/adamw.h
 struct SumSquaresProblem;    // ops/sum_squares.h
@@ -105,6 +106,8 @@ using WithColwiseFn = void(const ExecCtx&, const ColwiseProblem&, const void* co
 // codes / scales: gate|up's 1x128 row-wise payload; dout: BF16 (backward only).
 using SwigluQuantizeFn = void(const ExecCtx&, const SwigluQuantizeProblem&, const void* codes, const float* scales,
                               const void* dout, const QuantizedOut& rowwise, const QuantizedOut& colwise);
+using SwigluGateUpFn = void(const ExecCtx&, const SwigluGateUpProblem&, const void* x, const QuantizedOut& cache,
+                            const QuantizedOut& act);
 // The operands' pointers travel in the problem (ScaledOperand); offsets: I32 [num_groups + 1] on the device.
 using ScaledGemmFn = void(const ExecCtx&, const ScaledGemmProblem&, void* d);
 using ScaledGemmGroupedFn = void(const ExecCtx&, const ScaledGemmProblem&, const int32_t* offsets, void* d);
@@ -152,6 +155,7 @@ struct OpTable {
   DequantizeFn* dequantize = nullptr;
   WithColwiseFn* with_colwise = nullptr;
   SwigluQuantizeFn* swiglu_quantize = nullptr;  // fused forms only (CUDA); the entry point composes otherwise
+  SwigluGateUpFn* swiglu_gate_up = nullptr;     // fused forms only (CUDA); the entry point composes otherwise
   ScaledGemmFn* scaled_gemm = nullptr;
   ScaledGemmGroupedFn* scaled_gemm_grouped = nullptr;    // over M (expert rows)
   ScaledGemmGroupedFn* scaled_gemm_grouped_k = nullptr;  // over K (expert Wgrad)

@@ -261,4 +261,48 @@ quant::QTensor quantize_swiglu_backward(const ExecCtx& ctx, const quant::QTensor
   return quantize_swiglu(ctx, in, &dout, dout.dtype(), spec, outputs, layout, category);
 }
 
+SwigluGateUpQuantized quantize_swiglu_gate_up(const ExecCtx& ctx, const Tensor& x, const quant::QuantSpec* cache_spec,
+                                              quant::ScaleLayout cache_layout, MemCategory cache_category,
+                                              const quant::QuantSpec& spec, quant::ScaleLayout layout) {
+  const char* op = "quantize_swiglu_gate_up";
+  check_input(op, ctx, x);
+  quant::check_spec(spec, op);
+  if (cache_spec) quant::check_spec(*cache_spec, op);
+  FP8T_CHECK(x.size(1) % 2 == 0, "{}: x must have 2F columns (gate | up), got {}", op, x.str());
+  const int64_t rows = x.size(0), F = x.size(1) / 2;
+  const auto one_tile = [](const quant::QuantSpec& q) {
+    return q.granularity == quant::Granularity::tile_1x128() && q.rounding == quant::Rounding::Nearest;
+  };
+  const bool fused = has_op_table(ctx.device.type) && op_table(ctx.device.type).swiglu_gate_up != nullptr &&
+                     x.dtype() == DType::BF16 && F % 128 == 0 && (rows <= 1 || ld_of(x) % 8 == 0) &&
+                     reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0 && one_tile(spec) &&
+                     (spec.format == quant::Format::E4M3 || spec.format == quant::Format::E5M2) &&
+                     (!cache_spec || (one_tile(*cache_spec) && cache_spec->format == quant::Format::E4M3));
+  SwigluGateUpQuantized out;
+  if (!fused) {  // the composition itself
+    if (cache_spec)
+      out.cache = quantize(ctx, x, *cache_spec, QuantizeOutputs::Rowwise, cache_layout, 1, cache_category);
+    const Tensor act = ctx.scratch({rows, F}, x.dtype());
+    swiglu_forward(ctx, x, act);
+    out.act = quantize(ctx, act, spec, QuantizeOutputs::Rowwise, layout);
+    return out;
+  }
+  SwigluGateUpProblem p;
+  p.rows = rows;
+  p.ffn_dim = F;
+  p.ld = rows <= 1 ? 2 * F : ld_of(x);
+  p.cache = cache_spec != nullptr;
+  if (cache_spec) p.cache_spec = *cache_spec;
+  p.cache_layout = cache_layout;
+  p.spec = spec;
+  p.layout = layout;
+  if (cache_spec)
+    out.cache =
+        quant::QTensor::empty(*cache_spec, rows, 2 * F, 1, true, false, cache_layout, ctx.device, cache_category);
+  out.act = quant::QTensor::empty(spec, rows, F, 1, true, false, layout, ctx.device, MemCategory::Workspace);
+  const std::string key = profile_key(ctx, op, rows, 2 * F, cache_spec ? "cache+act" : "act");
+  launcher(ctx, &OpTable::swiglu_gate_up, key)(ctx, p, x.raw(), out_of(out.cache.rowwise), out_of(out.act.rowwise));
+  return out;
+}
+
 }  // namespace fp8train::ops

@@ -137,4 +137,27 @@ quant::QTensor quantize_swiglu_backward(const ExecCtx& ctx, const quant::QTensor
                                         const quant::QuantSpec& spec, QuantizeOutputs outputs,
                                         quant::ScaleLayout layout, MemCategory category = MemCategory::Workspace);
 
+// SwiGLU's forward with its quantizations, from gate|up x [rows, 2F] in the compute dtype (the W1|W3 GEMM's
+// output); by definition
+//   cache = quantize(x, *cache_spec, Rowwise, cache_layout)          (the SwiGLU-input cache; when cache_spec is given)
+//   act   = quantize(swiglu_forward(x), spec, Rowwise, layout)      (W2's Fprop operand)
+// The CPU, and any form the CUDA kernel does not cover, runs exactly that; on CUDA one kernel reads x once and no
+// BF16 act exists. Fused forms: BF16 x with 16-byte-aligned rows, F % 128 == 0, both specs 1x128 with nearest
+// rounding, the cache E4M3, act E4M3 or E5M2.
+struct SwigluGateUpProblem {
+  int64_t rows = 0, ffn_dim = 0, ld = 0;
+  bool cache = false;
+  quant::QuantSpec cache_spec;
+  quant::ScaleLayout cache_layout = quant::ScaleLayout::RowMajor;
+  quant::QuantSpec spec;
+  quant::ScaleLayout layout = quant::ScaleLayout::RowMajor;
+};
+struct SwigluGateUpQuantized {
+  quant::QTensor cache;  // undefined without cache_spec
+  quant::QTensor act;
+};
+SwigluGateUpQuantized quantize_swiglu_gate_up(const ExecCtx& ctx, const Tensor& x, const quant::QuantSpec* cache_spec,
+                                              quant::ScaleLayout cache_layout, MemCategory cache_category,
+                                              const quant::QuantSpec& spec, quant::ScaleLayout layout);
+
 }  // namespace fp8train::ops

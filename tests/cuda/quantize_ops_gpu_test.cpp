@@ -151,6 +151,63 @@ TEST(QuantizeOpsGpu, FusedSwigluEqualsTheComposition) {
   }
 }
 
+// SwiGLU's forward fused with its row-wise quantizations against quantize(x) for the cache and quantize(swiglu(x))
+// for act on the same GPU: the same bits (with and without the cache, a partial row tile, both layouts, amax and
+// power-of-two scales, E5M2 act, moe_bench's width), and the fused kernel is what ran.
+TEST(QuantizeOpsGpu, FusedSwigluGateUpEqualsTheComposition) {
+  const Device gpu = Device::cuda(0);
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  using quant::Format;
+  struct Case {
+    int64_t rows, F;
+    bool cache, pow2;
+    Format act;
+    quant::ScaleLayout layout;
+  };
+  int k = 0;
+  for (const Case& c : {Case{200, 256, true, false, Format::E4M3, quant::ScaleLayout::GemmNative},
+                        Case{1024, 1408, true, true, Format::E4M3, quant::ScaleLayout::GemmNative},
+                        Case{128, 384, false, true, Format::E5M2, quant::ScaleLayout::RowMajor}}) {
+    const std::string what = fmt::format("rows {} F {} cache {} pow2 {} act {} {}", c.rows, c.F, c.cache, c.pow2,
+                                         quant::format_name(c.act), quant::scale_layout_name(c.layout));
+    const std::vector<uint16_t> bits = to_bf16(random_matrix(c.rows, 2 * c.F, seed + k++));
+    std::vector<bf16> v(bits.size());
+    for (size_t i = 0; i < bits.size(); ++i) v[i] = bf16::from_bits(bits[i]);
+    const Tensor x = Tensor::from_vector(v, {c.rows, 2 * c.F}, MemCategory::Workspace, Device::cpu()).to(gpu);
+    const quant::QuantSpec cache = spec(Format::E4M3, quant::Granularity::tile_1x128(), c.pow2);
+    const quant::QuantSpec act = spec(c.act, quant::Granularity::tile_1x128(), c.pow2);
+    OpProfile profile;
+    ExecCtx ctx = ExecCtx::on(gpu);
+    ctx.profile = &profile;
+    const ops::SwigluGateUpQuantized fused = ops::quantize_swiglu_gate_up(ctx, x, c.cache ? &cache : nullptr, c.layout,
+                                                                          MemCategory::ActivationCache, act, c.layout);
+    ctx.profile = nullptr;
+    EXPECT_EQ(profile.entries().size(), 1u) << what;
+    EXPECT_TRUE(profile.entries().count("quantize_swiglu_gate_up")) << what;
+    ASSERT_EQ(fused.cache.defined(), c.cache) << what;
+    const Tensor y = Tensor::empty({c.rows, c.F}, DType::BF16, MemCategory::Workspace, gpu);
+    ops::swiglu_forward(ctx, x, y);
+    std::vector<std::tuple<const quant::QTensor*, quant::QTensor, std::string>> pairs;
+    pairs.emplace_back(&fused.act, ops::quantize(ctx, y, act, ops::QuantizeOutputs::Rowwise, c.layout), "act");
+    if (c.cache) {
+      EXPECT_EQ(fused.cache.rowwise.codes.category(), MemCategory::ActivationCache) << what;
+      pairs.emplace_back(&fused.cache, ops::quantize(ctx, x, cache, ops::QuantizeOutputs::Rowwise, c.layout), "cache");
+    }
+    for (const auto& [f, w, name] : pairs) {
+      std::string first;
+      EXPECT_EQ(count_mismatches(f->rowwise.codes.to(Device::cpu()).to_vector<uint8_t>(),
+                                 w.rowwise.codes.to(Device::cpu()).to_vector<uint8_t>(), &first),
+                0)
+          << what << " " << name << " codes " << first;
+      EXPECT_EQ(count_float_mismatches(f->rowwise.scales.to(Device::cpu()).to_vector<float>(),
+                                       w.rowwise.scales.to(Device::cpu()).to_vector<float>(), &first),
+                0)
+          << what << " " << name << " scales " << first;
+    }
+  }
+}
+
 TEST(QuantizeOpsGpu, BadTensorsAreRefused) {
   const Device gpu = Device::cuda(0);
   const ExecCtx ctx = ExecCtx::on(gpu);

@@ -462,6 +462,44 @@ inline void add_swiglu_quantize_case(std::vector<BackendOpCase>& out, bool backw
   out.push_back(std::move(c));
 }
 
+// quantize_swiglu_gate_up: the cache (when asked) and act, compared as the other SwiGLU rows are.
+inline void add_swiglu_gate_up_case(std::vector<BackendOpCase>& out, bool cache, const quant::QuantSpec& spec,
+                                    quant::ScaleLayout layout, bool pow2_cache, int64_t rows, int64_t F) {
+  BackendOpCase c;
+  c.op = "quantize_swiglu_gate_up";
+  c.name = detail::spec_name(spec) + " " + std::string(quant::scale_layout_name(layout)) +
+           (cache ? (pow2_cache ? " pow2 cache " : " amax cache ") : " no cache ") +
+           detail::shape_name(rows, 2 * F, 1, DType::BF16);
+  c.cpu = Compare::bits();
+  c.cuda = Compare::normalized(1e-4);
+  const quant::QuantSpec cache_spec =
+      detail::make_spec(quant::Format::E4M3, quant::Granularity::tile_1x128(), pow2_cache);
+  const auto decoded = [](const quant::QTensor& q, const std::string& name) {
+    return floats_of(name, ops::dequantize(ExecCtx::on(q.device()), q));
+  };
+  const auto run = [=](const ExecCtx& ctx, uint64_t seed, bool composed) {
+    std::vector<float> g = random_values(rows, 2 * F, seed);
+    const Tensor x = input_on(ctx, g, rows, 2 * F, DType::BF16);
+    std::vector<OpResult> r;
+    if (!composed) {
+      const ops::SwigluGateUpQuantized q = ops::quantize_swiglu_gate_up(ctx, x, cache ? &cache_spec : nullptr, layout,
+                                                                        MemCategory::Workspace, spec, layout);
+      if (cache) r.push_back(decoded(q.cache, "cache values"));
+      r.push_back(decoded(q.act, "act values"));
+      return r;
+    }
+    if (cache)
+      r.push_back(decoded(ops::quantize(ctx, x, cache_spec, ops::QuantizeOutputs::Rowwise, layout), "cache values"));
+    const Tensor act = Tensor::empty({rows, F}, DType::BF16, MemCategory::Workspace, ctx.device);
+    ops::swiglu_forward(ctx, x, act);
+    r.push_back(decoded(ops::quantize(ctx, act, spec, ops::QuantizeOutputs::Rowwise, layout), "act values"));
+    return r;
+  };
+  c.run = [=](const ExecCtx& ctx, uint64_t seed) { return run(ctx, seed, false); };
+  c.reference = [=](uint64_t seed) { return run(ExecCtx::cpu(), seed, true); };
+  out.push_back(std::move(c));
+}
+
 inline void swiglu_quantize_cases(std::vector<BackendOpCase>& out) {
   using quant::Format;
   using quant::Granularity;
@@ -482,6 +520,14 @@ inline void swiglu_quantize_cases(std::vector<BackendOpCase>& out) {
     add_swiglu_quantize_case(out, backward, detail::make_spec(Format::E4M3, Granularity::block_128x128(), false), Both,
                              GN, false, 256, 128);
   }
+  // SwiGLU's forward with its quantizations: fused (with and without the cache, a partial last row tile, E5M2 act)
+  // and composed (F not a multiple of 128).
+  add_swiglu_gate_up_case(out, true, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), false), GN, true, 200,
+                          256);
+  add_swiglu_gate_up_case(out, false, detail::make_spec(Format::E5M2, Granularity::tile_1x128(), true), RM, false, 128,
+                          384);
+  add_swiglu_gate_up_case(out, true, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), true), RM, false, 64,
+                          96);
 }
 
 // ---- delayed scaling --------------------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ QuantizeDelayedFn quantize_delayed;
 DequantizeFn dequantize;
 WithColwiseFn with_colwise;
 SwigluQuantizeFn swiglu_quantize;
+SwigluGateUpFn swiglu_gate_up;
 ScaledGemmFn scaled_gemm;
 ScaledGemmGroupedFn scaled_gemm_grouped;
 ScaledGemmGroupedFn scaled_gemm_grouped_k;

@@ -36,6 +36,8 @@ struct FastParams {
   int64_t ld_dout = 0;
 };
 cudaError_t launch_quant_1x128(const FastParams& p, InType it, quant::Format f, Encoder e, cudaStream_t stream);
+// SwiGLU's forward with its row-wise quantizations (quantize_fast.cu; QuantSwigluGateUpArgs, checked).
+cudaError_t launch_swiglu_gate_up(const QuantSwigluGateUpArgs& a, cudaStream_t stream);
 cudaError_t launch_quant_128x128(const FastParams& p, InType it, quant::Format f, Encoder e, cudaStream_t stream);
 
 // quantize_misc.cu: the generic block quantizer, E5M6, dequantization, per-tensor and delayed scaling.

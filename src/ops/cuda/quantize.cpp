@@ -107,6 +107,21 @@ void quantize_1x128(const Quant1x128Args& a, cudaStream_t stream) {
                       a.swiglu != 0 ? "quant_1x128_kernel (SwiGLU)" : "quant_1x128_kernel", stream);
 }
 
+void quantize_swiglu_gate_up(const QuantSwigluGateUpArgs& a, cudaStream_t stream) {
+  const char* what = "quantize_swiglu_gate_up";
+  FP8T_CHECK(a.rows >= 0 && a.ffn > 0 && a.ffn % 128 == 0 && a.ld_x >= 2 * a.ffn && a.ld_x % 8 == 0,
+             "{}: gate|up must be [rows, 2F] with F % 128 == 0 and 16-byte rows (rows {}, F {}, ld {})", what, a.rows,
+             a.ffn, a.ld_x);
+  FP8T_CHECK(a.x != nullptr && aligned16(a.x) && a.act != nullptr && aligned16(a.act) && a.act_scales != nullptr &&
+                 (a.cache == nullptr || (aligned16(a.cache) && a.cache_scales != nullptr)),
+             "{}: the input, the act codes and their scales must be given, 16-byte aligned", what);
+  FP8T_CHECK(a.act_format == quant::Format::E4M3 || a.act_format == quant::Format::E5M2,
+             "{}: act in e4m3 or e5m2, not {}", what, quant::format_name(a.act_format));
+  FP8T_CHECK((a.rows + 127) / 128 <= 65535, "{}: rows = {} exceeds the CUDA grid limit", what, a.rows);
+  if (a.rows == 0) return;
+  check_launch_result(detail::launch_swiglu_gate_up(a, stream), "swiglu_gate_up_kernel", stream);
+}
+
 void quantize_128x128(const Quant128x128Args& a, cudaStream_t stream) {
   const detail::FastParams p = check_fast(a, "quantize_128x128");
   if (a.rows == 0 || a.cols == 0) return;

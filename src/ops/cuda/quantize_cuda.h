@@ -87,6 +87,26 @@ struct Quant1x128Args {
 };
 void quantize_1x128(const Quant1x128Args& a, cudaStream_t stream);
 
+// SwiGLU's forward fused with its row-wise 1x128 quantizations (ops::quantize_swiglu_gate_up): from gate|up x (BF16
+// [rows, 2F], row stride ld_x, F % 128 == 0), the E4M3 codes of x itself (the FP8 SwiGLU-input cache; skipped when
+// cache is null) and act = silu(gate)·up rounded to BF16, quantized in act_format; each the bits the 1x128 quantizer
+// and the SwiGLU kernel give separately. Scales at r * strides.row + block * strides.col; nearest rounding.
+struct QuantSwigluGateUpArgs {
+  const void* x = nullptr;
+  int64_t rows = 0, ffn = 0, ld_x = 0;
+  uint8_t* cache = nullptr;
+  float* cache_scales = nullptr;
+  ScaleStrides cache_strides;
+  bool cache_pow2 = false;
+  uint8_t* act = nullptr;
+  float* act_scales = nullptr;
+  ScaleStrides act_strides;
+  bool act_pow2 = false;
+  quant::Format act_format = quant::Format::E4M3;
+  Encoder encoder = Encoder::Hardware;
+};
+void quantize_swiglu_gate_up(const QuantSwigluGateUpArgs& a, cudaStream_t stream);
+
 // 128x128 blocks; q_scales: [ceil(rows/128), ceil(cols/128)] blocks; qt_scales: the transposed grid.
 struct Quant128x128Args {
   const void* x = nullptr;

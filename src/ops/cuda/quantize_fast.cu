@@ -186,6 +186,49 @@ __device__ __forceinline__ void load_block(Vec8<IT> (&in)[8], const FastParams& 
   }
 }
 
+// The row-wise 1x128 codes of the thread's 8x8 block -- rows row0..row0+7, columns col..col+7 of a [rows, cols]
+// output (row pitch cols) whose 128-column block `block` the CTA's tile is -- from the thread's row maxima (bits of
+// |x| over its 8 columns): the maxima reduce over the half-warp, lane c computes row c % 8's scale (one division
+// pair per thread, not eight), and the inverses are broadcast with shuffles.
+template <quant::Format F, Encoder E, bool kStoch, bool kFull, class In>
+__device__ __forceinline__ void encode_rows(const In (&in)[8], uint32_t (&rowmax)[8], uint8_t* q, float* q_scales,
+                                            ScaleStrides qs, int64_t rows, int64_t cols, int64_t row0, int64_t col,
+                                            int64_t block, bool pow2, uint64_t seed) {
+  const int c = threadIdx.x & 15, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int off = 8; off >= 1; off >>= 1) rowmax[i] = max(rowmax[i], __shfl_xor_sync(0xFFFFFFFFu, rowmax[i], off));
+  uint32_t mine = rowmax[0];
+#pragma unroll
+  for (int i = 1; i < 8; ++i)
+    if ((c & 7) == i) mine = rowmax[i];
+  const ScaleInverse s = block_scale_dev(__uint_as_float(mine), FormatTraits<F>::kMax, pow2);
+  if (c < 8 && (kFull || row0 + c < rows)) q_scales[(row0 + c) * qs.row + block * qs.col] = s.scale;
+  uint8_t* qrow = q + row0 * cols + col;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float inv = __shfl_sync(0xFFFFFFFFu, s.inverse, (lane & 16) | i);
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = in[i].get(j);
+    const uint2 w = encode8<F, E, kStoch>(v, inv, seed, (row0 + i) * cols + col, 1);
+    if (kFull || (col < cols && row0 + i < rows)) *reinterpret_cast<uint2*>(qrow + i * cols) = w;
+  }
+}
+
+// The thread's row maxima (bits of |x|) over its 8 columns.
+template <class In>
+__device__ __forceinline__ void row_maxima(const In (&in)[8], uint32_t (&rowmax)[8]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    uint32_t m = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) m = max(m, abs_bits(in[i].get(j)));
+    rowmax[i] = m;
+  }
+}
+
 template <InType IT, quant::Format F, Encoder E, bool kStoch, Src kSrc, bool kFull>
 __device__ __forceinline__ void quant_1x128_tile(const FastParams& p, int64_t ty, uint8_t* tile,
                                                  uint32_t (*colmax_part)[kTile], float* col_inverse) {
@@ -218,30 +261,9 @@ __device__ __forceinline__ void quant_1x128_tile(const FastParams& p, int64_t ty
     }
     rowmax[i] = m;
   }
-  if (p.q != nullptr) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-      for (int off = 8; off >= 1; off >>= 1) rowmax[i] = max(rowmax[i], __shfl_xor_sync(0xFFFFFFFFu, rowmax[i], off));
-    // Lane c of the half-warp computes the scale of row c % 8 (one division pair per thread, not eight);
-    // the inverses are then broadcast with shuffles.
-    uint32_t mine = rowmax[0];
-#pragma unroll
-    for (int i = 1; i < 8; ++i)
-      if ((c & 7) == i) mine = rowmax[i];
-    const ScaleInverse s = block_scale_dev(__uint_as_float(mine), fmax, p.pow2);
-    if (c < 8 && (kFull || row0 + c < p.rows)) p.q_scales[(row0 + c) * p.qs.row + blockIdx.x * p.qs.col] = s.scale;
-    uint8_t* qrow = p.q + row0 * p.cols + col;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const float inv = __shfl_sync(0xFFFFFFFFu, s.inverse, (lane & 16) | i);
-      float v[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = in[i].get(j);
-      const uint2 w = encode8<F, E, kStoch>(v, inv, p.seed, (row0 + i) * p.cols + col, 1);
-      if (kFull || (col < p.cols && row0 + i < p.rows)) *reinterpret_cast<uint2*>(qrow + i * p.cols) = w;
-    }
-  }
+  if (p.q != nullptr)
+    encode_rows<F, E, kStoch, kFull>(in, rowmax, p.q, p.q_scales, p.qs, p.rows, p.cols, row0, col, blockIdx.x, p.pow2,
+                                     p.seed);
   if (p.qt == nullptr) return;
 
   // 128x1: column maxima over lanes c, c+16 and the 8 warps.
@@ -378,6 +400,53 @@ __global__ void __launch_bounds__(kThreads, IT == InType::BF16 && F != quant::Fo
   else quant_128x128_tile<IT, F, E, kStoch, false>(p, ty, tile, warp_max);
 }
 
+// SwiGLU's forward with its two row-wise quantizations (ops::quantize_swiglu_gate_up): one CTA per 128x128 tile
+// of act [rows, F] reads the gate and up tiles of x (BF16 [rows, 2F]) once and writes their 1x128 codes into the
+// cache [rows, 2F] (when asked) and act = bf16(silu(g)·u) quantized 1x128 into act's codes [rows, F] -- the
+// arithmetic of quantize (encode_rows) and of the SwiGLU kernel (swiglu_device.cuh), so the same bits.
+template <quant::Format FA, Encoder E, bool kFull>
+__device__ __forceinline__ void swiglu_gate_up_tile(const QuantSwigluGateUpArgs& p) {
+  const int t = threadIdx.x, a = t >> 4, c = t & 15;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kTile, c0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int64_t col = c0 + 8 * c, row0 = r0 + 8 * a, F = p.ffn;
+  Vec8<InType::BF16> g[8], u[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    if (kFull || row0 + i < p.rows) {
+      g[i].load(p.x, (row0 + i) * p.ld_x + col);
+      u[i].load(p.x, (row0 + i) * p.ld_x + F + col);
+    } else {
+      g[i].zero();
+      u[i].zero();
+    }
+  }
+  uint32_t rowmax[8];
+  if (p.cache != nullptr) {
+    row_maxima(g, rowmax);
+    encode_rows<quant::Format::E4M3, E, false, kFull>(g, rowmax, p.cache, p.cache_scales, p.cache_strides, p.rows,
+                                                      2 * F, row0, col, blockIdx.x, p.cache_pow2, 0);
+    row_maxima(u, rowmax);
+    encode_rows<quant::Format::E4M3, E, false, kFull>(u, rowmax, p.cache, p.cache_scales, p.cache_strides, p.rows,
+                                                      2 * F, row0, F + col, F / kTile + blockIdx.x, p.cache_pow2, 0);
+  }
+  Codes8 v[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[i].f[j] = bf16r(swiglu_value(g[i].get(j), u[i].get(j)));
+  row_maxima(v, rowmax);
+  encode_rows<FA, E, false, kFull>(v, rowmax, p.act, p.act_scales, p.act_strides, p.rows, F, row0, col, blockIdx.x,
+                                   p.act_pow2, 0);
+}
+
+template <quant::Format FA, Encoder E>
+__global__ void __launch_bounds__(kThreads, 2) swiglu_gate_up_kernel(const QuantSwigluGateUpArgs p) {
+  if ((static_cast<int64_t>(blockIdx.y) + 1) * kTile <= p.rows)
+    swiglu_gate_up_tile<FA, E, true>(p);
+  else
+    swiglu_gate_up_tile<FA, E, false>(p);
+}
+
 template <template <InType, quant::Format, Encoder, bool> class Launch, InType IT>
 cudaError_t dispatch_format(quant::Format f, Encoder e, const FastParams& p, dim3 grid, cudaStream_t stream) {
   const bool hw = e == Encoder::Hardware;
@@ -444,6 +513,24 @@ cudaError_t launch_quant_1x128(const FastParams& p, InType it, quant::Format f, 
   if (p.swiglu == 2) return dispatch_codes<Src::SwigluBackward>(f, e, p, tile_grid(p), stream);
   if (p.x_scales != nullptr) return dispatch_codes<Src::Codes>(f, e, p, tile_grid(p), stream);  // re-tiling codes
   return dispatch<Launch1x128>(it, f, e, p, tile_grid(p), stream);
+}
+cudaError_t launch_swiglu_gate_up(const QuantSwigluGateUpArgs& p, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(p.ffn / kTile), static_cast<unsigned>((p.rows + kTile - 1) / kTile));
+  const bool hw = p.encoder == Encoder::Hardware;
+  if (p.act_format == quant::Format::E4M3) {
+    if (hw)
+      swiglu_gate_up_kernel<quant::Format::E4M3, Encoder::Hardware><<<grid, kThreads, 0, stream>>>(p);
+    else
+      swiglu_gate_up_kernel<quant::Format::E4M3, Encoder::Software><<<grid, kThreads, 0, stream>>>(p);
+  } else if (p.act_format == quant::Format::E5M2) {
+    if (hw)
+      swiglu_gate_up_kernel<quant::Format::E5M2, Encoder::Hardware><<<grid, kThreads, 0, stream>>>(p);
+    else
+      swiglu_gate_up_kernel<quant::Format::E5M2, Encoder::Software><<<grid, kThreads, 0, stream>>>(p);
+  } else {
+    return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
 }
 cudaError_t launch_quant_128x128(const FastParams& p, InType it, quant::Format f, Encoder e, cudaStream_t stream) {
   return dispatch<Launch128x128>(it, f, e, p, tile_grid(p), stream);

@@ -463,5 +463,28 @@ void swiglu_quantize(const ExecCtx& ctx, const SwigluQuantizeProblem& p, const v
   quantize_1x128(a, stream_of(ctx));
 }
 
+void swiglu_gate_up(const ExecCtx& ctx, const SwigluGateUpProblem& p, const void* x, const QuantizedOut& cache,
+                    const QuantizedOut& act) {
+  const quant::Granularity g = quant::Granularity::tile_1x128();
+  QuantSwigluGateUpArgs a;
+  a.x = x;
+  a.rows = p.rows;
+  a.ffn = p.ffn_dim;
+  a.ld_x = p.ld;
+  if (cache.codes != nullptr) {
+    a.cache = static_cast<uint8_t*>(cache.codes);
+    a.cache_scales = cache.scales;
+    a.cache_strides = kernel_strides(quant::ScaleGrid{g, p.rows, 2 * p.ffn_dim, 1, p.cache_layout});
+    a.cache_pow2 = p.cache_spec.scale_mode == quant::ScaleMode::PowerOfTwo;
+  }
+  a.act = static_cast<uint8_t*>(act.codes);
+  a.act_scales = act.scales;
+  a.act_strides = kernel_strides(quant::ScaleGrid{g, p.rows, p.ffn_dim, 1, p.layout});
+  a.act_pow2 = p.spec.scale_mode == quant::ScaleMode::PowerOfTwo;
+  a.act_format = p.spec.format;
+  a.encoder = options_of(p.spec).encoder;
+  quantize_swiglu_gate_up(a, stream_of(ctx));
+}
+
 }  // namespace kernels
 }  // namespace fp8train::ops::cuda

@@ -18,6 +18,7 @@ OpTable make_table() {
   t.dequantize = kernels::dequantize;
   t.with_colwise = kernels::with_colwise;
   t.swiglu_quantize = kernels::swiglu_quantize;
+  t.swiglu_gate_up = kernels::swiglu_gate_up;
   t.scaled_gemm = kernels::scaled_gemm;
   t.scaled_gemm_grouped = kernels::scaled_gemm_grouped;
   t.scaled_gemm_grouped_k = kernels::scaled_gemm_grouped_k;
