@@ -16,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "../common/error_of.h"
 #include "../common/random_data.h"
 #include "common/error.h"
 #include "linear_harness.h"
@@ -399,6 +400,62 @@ TEST(Linear, StridedViewsAndBadShapes) {
   EXPECT_THROW(h.lin.prepare(ctx, as(p.x, p.tokens, p.in, DType::BF16), false), Error);  // not the compute dtype
   EXPECT_THROW(h.lin.backward(ctx, as(p.dy, p.tokens, p.out), LinearInput(), Tensor(), false), Error);
   EXPECT_THROW(h.lin.forward(ctx, x, nullptr, Tensor::from_vector(std::vector<int32_t>{0, 32}, {2})), Error);
+}
+
+// Operands a producer quantized itself (a fused kernel): x quantized in input_form / recompute_form and dy in
+// dy_form give the same outputs and gradients as the plain tensors; where the recipe needs the plain tensor (bf16,
+// delayed scaling, a sampled step) there is no form and the quantized entry points refuse with a sentence.
+TEST(Linear, ProducerQuantizedOperandsEqualThePlainOnes) {
+  const Problem p = make_problem(128, 256, 128, 23);
+  Harness h("fp8-deepseek", p.in, p.out);
+  h.set_weight(p.w);
+  const StepContext ctx = h.ctx();
+  const Tensor x = as(p.x, p.tokens, p.in), dy = as(p.dy, p.tokens, p.out);
+  const auto in = h.lin.input_form(ctx), rec = h.lin.recompute_form(ctx), dyf = h.lin.dy_form(ctx);
+  ASSERT_TRUE(in && rec && dyf);
+  EXPECT_EQ(in->outputs, ops::QuantizeOutputs::Rowwise);
+  EXPECT_EQ(rec->outputs, ops::QuantizeOutputs::Colwise);
+  EXPECT_EQ(dyf->outputs, ops::QuantizeOutputs::Both);
+  const auto q = [&](const Tensor& t, const Linear::QuantForm& f) {
+    return ops::quantize(ctx.exec, t, f.spec, f.outputs, f.layout);
+  };
+  // Fprop
+  const Tensor y_plain = h.lin.new_output(ctx, p.tokens), y_q = h.lin.new_output(ctx, p.tokens);
+  h.lin.forward(ctx, h.lin.prepare(ctx, x, false), y_plain);
+  h.lin.forward(ctx, h.lin.prepared(ctx, q(x, *in)), y_q);
+  EXPECT_EQ(values(y_q), values(y_plain));
+  // Dgrad and Wgrad from a recomputed x
+  const auto grads = [&](bool quantized) {
+    h.zero_grad();
+    const Tensor dx = Tensor::empty({p.tokens, p.in}, DType::F32);
+    if (quantized) {
+      h.lin.backward(ctx, q(dy, *dyf), h.lin.recomputed(ctx, q(x, *rec)), dx, false);
+    } else {
+      h.lin.backward(ctx, dy, h.lin.recomputed(ctx, x), dx, false);
+    }
+    return std::make_pair(values(dx), values(h.lin.grad()));
+  };
+  const auto plain = grads(false), quantized = grads(true);
+  EXPECT_EQ(quantized.first, plain.first);
+  EXPECT_EQ(quantized.second, plain.second);
+  // Refusals: the wrong payloads, and recipes or steps that need the plain tensors.
+  const std::string e1 = test_util::error_of([&] { h.lin.prepared(ctx, q(x, *rec)); });
+  EXPECT_NE(e1.find("row-wise payload under the recipe's Fprop spec"), std::string::npos) << e1;
+  const std::string e2 = test_util::error_of([&] { h.lin.backward(ctx, q(dy, *in), LinearInput(), Tensor(), false); });
+  EXPECT_NE(e2.find("both payloads under the recipe's Dgrad spec"), std::string::npos) << e2;
+  const StepContext sampled = h.ctx(DType::F32, 0, true);
+  EXPECT_FALSE(h.lin.input_form(sampled) || h.lin.recompute_form(sampled) || h.lin.dy_form(sampled));
+  const std::string e3 = test_util::error_of([&] { h.lin.prepared(sampled, q(x, *in)); });
+  EXPECT_NE(e3.find("prepares its input from the plain tensor"), std::string::npos) << e3;
+  for (const char* recipe : {"bf16", "fp8-tensorwise"}) {
+    Harness other(recipe, p.in, p.out);
+    const StepContext c = other.ctx();
+    EXPECT_FALSE(other.lin.input_form(c).has_value()) << recipe;
+    EXPECT_FALSE(other.lin.dy_form(c).has_value()) << recipe;
+    const std::string e =
+        test_util::error_of([&] { other.lin.backward(c, q(dy, *dyf), LinearInput(), Tensor(), false); });
+    EXPECT_NE(e.find("quantizes dy itself"), std::string::npos) << recipe << ": " << e;
+  }
 }
 
 // MoE dispatch in FP8 (fp8-deepseek's dispatch_fp8): a routed expert's W1|W3 Fprop takes the dispatched tokens

@@ -175,6 +175,23 @@ TEST(ModelRecipe, StorageChoicesKeepWhatTheyClaim) {
               fp8_choices ? n + row_scales : 2 * n);
     const std::vector<float> back = model::testing::values(store.load(ctx.exec, sw));
     for (int64_t i = 0; i < n; i += 37) ASSERT_NEAR(back[i], v[i], 0.07 * std::fabs(v[i]) + 0.02);
+    // A producer that quantizes the SwiGLU input itself (a fused kernel) hands the store the same payload.
+    const auto form = store.quantized_form(ctx.exec, CacheKind::SwigluInput);
+    ASSERT_EQ(form.has_value(), fp8_choices);
+    EXPECT_FALSE(store.quantized_form(ctx.exec, CacheKind::NormInput).has_value());
+    if (form) {
+      SavedTensor pre;
+      EXPECT_EQ(booked([&] {
+                  pre = store.save_quantized(
+                      ops::quantize(ctx.exec, bf16_copy(), form->first, ops::QuantizeOutputs::Rowwise, form->second),
+                      DType::BF16, CacheKind::SwigluInput);
+                }),
+                n + row_scales);
+      EXPECT_EQ(model::testing::values(store.load(ctx.exec, pre)), back);
+      const quant::QTensor q =
+          ops::quantize(ctx.exec, bf16_copy(), form->first, ops::QuantizeOutputs::Rowwise, form->second);
+      EXPECT_THROW(store.save_quantized(q, DType::BF16, CacheKind::NormInput), Error);
+    }
     // Norm inputs (the residual stream) in the compute dtype, router state as computed (FP32).
     SavedTensor norm_in, router;
     EXPECT_EQ(booked([&] { norm_in = store.save(ctx.exec, bf16_copy(), CacheKind::NormInput); }), 2 * n);
