@@ -193,13 +193,18 @@ quant::QTensor with_colwise(const ExecCtx& ctx, const quant::QTensor& q, MemCate
 // ---- SwiGLU fused into quantization ----------------------------------------------------------------------------
 namespace {
 
+// A payload the fused SwiGLU kernels write: 1x128 E4M3 or E5M2 with nearest rounding.
+bool fused_swiglu_output(const quant::QuantSpec& spec) {
+  return spec.granularity == quant::Granularity::tile_1x128() &&
+         (spec.format == quant::Format::E4M3 || spec.format == quant::Format::E5M2) &&
+         spec.rounding == quant::Rounding::Nearest;
+}
+
 // Whether ctx's backend has the fused kernel for this form (ops/quantize.h lists them).
 bool swiglu_fusable(const ExecCtx& ctx, const quant::QTensor& in, DType dtype, const quant::QuantSpec& spec,
                     const Tensor* dout) {
   if (!has_op_table(ctx.device.type) || op_table(ctx.device.type).swiglu_quantize == nullptr) return false;
-  const bool out_ok = spec.granularity == quant::Granularity::tile_1x128() &&
-                      (spec.format == quant::Format::E4M3 || spec.format == quant::Format::E5M2) &&
-                      spec.rounding == quant::Rounding::Nearest;
+  const bool out_ok = fused_swiglu_output(spec);
   const bool in_ok = in.groups == 1 && in.format() == quant::Format::E4M3 &&
                      in.granularity() == quant::Granularity::tile_1x128() && in.cols % 256 == 0 && in.rows % 16 == 0;
   const bool dout_ok = dout == nullptr || ((dout->size(0) <= 1 || ld_of(*dout) % 8 == 0) &&
@@ -270,14 +275,10 @@ SwigluGateUpQuantized quantize_swiglu_gate_up(const ExecCtx& ctx, const Tensor& 
   if (cache_spec) quant::check_spec(*cache_spec, op);
   FP8T_CHECK(x.size(1) % 2 == 0, "{}: x must have 2F columns (gate | up), got {}", op, x.str());
   const int64_t rows = x.size(0), F = x.size(1) / 2;
-  const auto one_tile = [](const quant::QuantSpec& q) {
-    return q.granularity == quant::Granularity::tile_1x128() && q.rounding == quant::Rounding::Nearest;
-  };
   const bool fused = has_op_table(ctx.device.type) && op_table(ctx.device.type).swiglu_gate_up != nullptr &&
                      x.dtype() == DType::BF16 && F % 128 == 0 && (rows <= 1 || ld_of(x) % 8 == 0) &&
-                     reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0 && one_tile(spec) &&
-                     (spec.format == quant::Format::E4M3 || spec.format == quant::Format::E5M2) &&
-                     (!cache_spec || (one_tile(*cache_spec) && cache_spec->format == quant::Format::E4M3));
+                     reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0 && fused_swiglu_output(spec) &&
+                     (!cache_spec || (fused_swiglu_output(*cache_spec) && cache_spec->format == quant::Format::E4M3));
   SwigluGateUpQuantized out;
   if (!fused) {  // the composition itself
     if (cache_spec)
@@ -291,7 +292,6 @@ SwigluGateUpQuantized quantize_swiglu_gate_up(const ExecCtx& ctx, const Tensor& 
   p.rows = rows;
   p.ffn_dim = F;
   p.ld = rows <= 1 ? 2 * F : ld_of(x);
-  p.cache = cache_spec != nullptr;
   if (cache_spec) p.cache_spec = *cache_spec;
   p.cache_layout = cache_layout;
   p.spec = spec;

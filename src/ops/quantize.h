@@ -146,8 +146,7 @@ quant::QTensor quantize_swiglu_backward(const ExecCtx& ctx, const quant::QTensor
 // rounding, the cache E4M3, act E4M3 or E5M2.
 struct SwigluGateUpProblem {
   int64_t rows = 0, ffn_dim = 0, ld = 0;
-  bool cache = false;
-  quant::QuantSpec cache_spec;
+  quant::QuantSpec cache_spec;  // (the cache is written when its payload is given)
   quant::ScaleLayout cache_layout = quant::ScaleLayout::RowMajor;
   quant::QuantSpec spec;
   quant::ScaleLayout layout = quant::ScaleLayout::RowMajor;

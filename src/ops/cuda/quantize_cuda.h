@@ -76,7 +76,7 @@ struct Quant1x128Args {
   const float* x_scales = nullptr;
   ScaleStrides x_strides;
   int64_t x_scales_group = 0;
-  // SwiGLU fused into the load (ops/swiglu_quantize.h; groups == 1): x holds the E4M3 codes of gate|up
+  // SwiGLU fused into the load (ops/quantize.h; groups == 1): x holds the E4M3 codes of gate|up
   // [rows, x_cols = 2F] with 1x128 scales x_scales; swiglu = 1 quantizes swiglu_forward's output (cols = F),
   // swiglu = 2 swiglu_backward's d(gate|up) (cols = 2F) from dout (BF16 [rows, F], row stride ld_dout), each value
   // rounded to BF16 first as the unfused ops round it. F % 128 == 0.

@@ -12,7 +12,7 @@
 // The 1x128 kernel also re-tiles one-byte codes (ops::with_colwise): its input is then codes with 1x128 row
 // scales, decoded (exact into FP16) and multiplied by the scale in FP32 -- the values dequantize writes -- so
 // the 128x1 copy comes from one read of the codes instead of a dequantized scratch written and read back.
-// The 1x128 kernel also fuses SwiGLU into its load (ops/swiglu_quantize.h): from the E4M3 codes of the cached
+// The 1x128 kernel also fuses SwiGLU into its load (ops/quantize.h): from the E4M3 codes of the cached
 // gate|up (and dout) it computes the values swiglu_forward / swiglu_backward would write in BF16 -- the codes
 // decoded and scaled as dequantize does, rounded to BF16, the SwiGLU arithmetic of swiglu_device.cuh, the result
 // rounded to BF16 -- and quantizes them, so neither the BF16 gate|up nor the SwiGLU output exists in memory.
