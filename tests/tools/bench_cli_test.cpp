@@ -100,13 +100,21 @@ TEST_F(BenchCli, TrainReportsThroughputMemoryAndABreakdownThatAddsUp) {
 // --baseline: the baseline recipe's line, the recipe's line, then the comparison, whose numbers follow from the two
 // runs' own (the speed-up from their tokens/s; the ceiling from the Linear GEMM times by the formula).
 TEST_F(BenchCli, TrainAgainstABaselineReportsTheSpeedupAndItsCeiling) {
-  const CliRun r = run("train --config '" + tiny_config() +
-                       "' --device cpu --steps 1 --warmup 0 --recipe fp8-deepseek --baseline bf16");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The Linear GEMM times are wall times of a one-step profile on the CPU. The kept GEMMs (head, router) come from
+  // the fp8 run, and the baseline's Linear time is its plain GEMM time minus theirs. At this tiny size that is about
+  // 3 ms against 0.6 ms, so one descheduled call on a shared 2-core machine can make it non-positive (the tool then
+  // gives no ceiling). Up to three runs are tried for a positive one; every assertion below then holds.
   std::vector<nlohmann::json> lines;
-  std::istringstream in(r.out);
-  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
-  ASSERT_EQ(lines.size(), 3u) << r.out;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const CliRun r = run("train --config '" + tiny_config() +
+                         "' --device cpu --steps 1 --warmup 0 --recipe fp8-deepseek --baseline bf16");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    lines.clear();
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+    ASSERT_EQ(lines.size(), 3u) << r.out;
+    if (lines[2].at("linear_gemm_ms_baseline").get<double>() > 0) break;
+  }
   const nlohmann::json &base = lines[0], &run8 = lines[1], &c = lines[2];
   EXPECT_EQ(base.at("recipe"), "bf16");
   EXPECT_EQ(run8.at("recipe"), "fp8-deepseek");
