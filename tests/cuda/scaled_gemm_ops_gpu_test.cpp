@@ -157,6 +157,118 @@ TEST(ScaledGemmOpsGpu, GroupedOverMBitExactIntoBf16AndF32) {
   }
 }
 
+// int8-blockwise's GEMMs: INT8 x INT8 with 1x128 / 128x128 scales, exact integer sums per 128 block (the recipe's
+// exact accumulation), on fp8train's kernels through the integer tensor-core instruction -- every form the
+// training step runs (Fprop, Dgrad, Dgrad +=, their F32 health views, Wgrad +=; the experts' grouped form over M
+// into BF16 and F32 and over K into F32), bit for bit the CPU's, with both scale layouts. The gradients are
+// quantized with stochastic rounding as the recipe does (the same seed gives the same codes on both devices).
+TEST(ScaledGemmOpsGpu, Int8FormsBitExactOnTheOwnKernels) {
+  const Device gpu = Device::cuda(0);
+  const ExecCtx ctx = ExecCtx::on(gpu);
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  auto int8_spec = [](quant::Granularity g, bool stochastic) {
+    quant::QuantSpec s = spec(g);
+    s.format = quant::Format::INT8;
+    if (stochastic) {
+      s.rounding = quant::Rounding::Stochastic;
+      s.seed = 12345;
+    }
+    return s;
+  };
+  ops::ScaledGemmOptions exact;
+  exact.numerics.mode = quant::AccumMode::Exact;
+  ops::ScaledGemmOptions exact_acc = exact;
+  exact_acc.accumulate = true;
+  const auto host = [](const quant::QTensor& q) { return q.to(Device::cpu()); };
+  // A partial last K block in Fprop (k = 192) and in Dgrad (n = 576).
+  for (const auto [m, n, k] : {std::array<int64_t, 3>{256, 384, 640}, std::array<int64_t, 3>{384, 576, 192}}) {
+    SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k));
+    const Tensor x = bf16_matrix(random_matrix(m, k, seed), m, k, gpu);
+    const Tensor w = bf16_matrix(random_matrix(n, k, seed + 1), n, k, gpu);
+    const Tensor dy = bf16_matrix(random_matrix(m, n, seed + 2), m, n, gpu);
+    for (quant::ScaleLayout layout : {quant::ScaleLayout::RowMajor, quant::ScaleLayout::GemmNative}) {
+      SCOPED_TRACE(std::string(quant::scale_layout_name(layout)));
+      const auto xq =
+          ops::quantize(ctx, x, int8_spec(quant::Granularity::tile_1x128(), false), ops::QuantizeOutputs::Both, layout);
+      const auto wq = ops::quantize(ctx, w, int8_spec(quant::Granularity::block_128x128(), false),
+                                    ops::QuantizeOutputs::Both, layout);
+      const auto dyq =
+          ops::quantize(ctx, dy, int8_spec(quant::Granularity::tile_1x128(), true), ops::QuantizeOutputs::Both, layout);
+      const quant::QTensor wt = wq.transposed(), dyt = dyq.transposed(), xt = xq.transposed();
+      const std::vector<float> nan_y(static_cast<size_t>(m * n), std::numeric_limits<float>::quiet_NaN());
+      const std::vector<float> nan_dx(static_cast<size_t>(m * k), std::numeric_limits<float>::quiet_NaN());
+      const std::vector<float> dx0 = random_matrix(m, k, seed + 4), c0 = random_matrix(n, k, seed + 3);
+      struct Form {
+        const char* name;
+        const quant::QTensor &a, &b;
+        DType out;
+        const std::vector<float>& init;
+        const ops::ScaledGemmOptions& o;
+      };
+      const Form forms[] = {
+          {"fprop", xq, wq, DType::BF16, nan_y, exact},          {"dgrad", dyq, wt, DType::BF16, nan_dx, exact},
+          {"dgrad +=", dyq, wt, DType::BF16, dx0, exact_acc},    {"fprop f32", xq, wq, DType::F32, nan_y, exact},
+          {"dgrad f32 +=", dyq, wt, DType::F32, dx0, exact_acc}, {"wgrad +=", dyt, xt, DType::F32, c0, exact_acc}};
+      for (const Form& f : forms) {
+        SCOPED_TRACE(f.name);
+        const std::vector<float> want =
+            run(ExecCtx::cpu(), host(f.a).rowwise_only(), host(f.b).rowwise_only(), f.out, f.init, f.o);
+        const std::vector<float> got = run(ctx, f.a, f.b, f.out, f.init, f.o);
+        EXPECT_TRUE(same_bits_f32(got, want, f.b.rows));
+      }
+    }
+  }
+
+  // The experts: 3 of them, the middle one empty, 128 spare rows past the last offset.
+  const int64_t experts = 3, rows = 512, n = 256, k = 192;
+  const std::vector<int32_t> off = {0, 128, 128, 384};
+  std::vector<float> xa = random_matrix(rows, k, seed + 5);
+  std::fill(xa.begin() + 384 * k, xa.end(), 0.0f);
+  const Tensor x = bf16_matrix(xa, rows, k, gpu);
+  const Tensor w = bf16_matrix(random_matrix(experts * n, k, seed + 6), experts * n, k, gpu);
+  const Tensor offsets = Tensor::from_vector(off, {experts + 1}, MemCategory::Workspace, Device::cpu());
+  const auto xq = ops::quantize(ctx, x, int8_spec(quant::Granularity::tile_1x128(), false), ops::QuantizeOutputs::Both,
+                                quant::ScaleLayout::GemmNative);
+  const auto wq = ops::quantize(ctx, w, int8_spec(quant::Granularity::block_128x128(), false),
+                                ops::QuantizeOutputs::Rowwise, quant::ScaleLayout::GemmNative, experts);
+  for (DType out : {DType::BF16, DType::F32}) {
+    SCOPED_TRACE("grouped over M into " + std::string(dtype_name(out)));
+    auto product = [&](const ExecCtx& c, const quant::QTensor& a, const quant::QTensor& b, const Tensor& offs) {
+      Tensor d = out == DType::F32 ? Tensor::from_vector(std::vector<float>(rows * n, 0.25f), {rows, n},
+                                                         MemCategory::Workspace, Device::cpu())
+                                   : Tensor::from_vector(std::vector<bf16>(rows * n, bf16(0.5f)), {rows, n},
+                                                         MemCategory::Workspace, Device::cpu());
+      d = d.to(c.device);
+      ops::scaled_gemm_grouped(c, a, b, offs, d, exact);
+      const Tensor h = d.to(Device::cpu());
+      if (out == DType::F32) return h.to_vector<float>();
+      std::vector<float> f;
+      for (bf16 v : h.to_vector<bf16>()) f.push_back(static_cast<float>(v));
+      return f;
+    };
+    const std::vector<float> want = product(ExecCtx::cpu(), host(xq).rowwise_only(), host(wq), offsets);
+    EXPECT_TRUE(same_bits_f32(product(ctx, xq, wq, offsets.to(gpu)), want, n));
+  }
+  {
+    // Over K: each expert's token range of dyᵀ and xᵀ (1x128 along the tokens) into its own [n2, k] gradient.
+    SCOPED_TRACE("grouped over K");
+    const int64_t n2 = 128;
+    const Tensor dy = bf16_matrix(random_matrix(rows, n2, seed + 7), rows, n2, gpu);
+    const auto dyq = ops::quantize(ctx, dy, int8_spec(quant::Granularity::tile_1x128(), true),
+                                   ops::QuantizeOutputs::Both, quant::ScaleLayout::GemmNative);
+    const quant::QTensor a = dyq.transposed(), b = xq.transposed();  // [n2, rows], [k, rows]
+    const std::vector<float> init = random_matrix(experts * n2, k, seed + 8);
+    auto product = [&](const ExecCtx& c, const quant::QTensor& qa, const quant::QTensor& qb, const Tensor& offs) {
+      Tensor d = Tensor::from_vector(init, {experts, n2, k}, MemCategory::Workspace, Device::cpu()).to(c.device);
+      ops::scaled_gemm_grouped_k(c, qa, qb, offs, d, exact_acc);
+      return d.to(Device::cpu()).to_vector<float>();
+    };
+    const std::vector<float> want = product(ExecCtx::cpu(), host(a).rowwise_only(), host(b).rowwise_only(), offsets);
+    EXPECT_TRUE(same_bits_f32(product(ctx, a, b, offsets.to(gpu)), want, k));
+  }
+}
+
 TEST(ScaledGemmOpsGpu, BfSixteenGemmEntryOnCublasLt) {
   const Device gpu = Device::cuda(0);
   const ExecCtx ctx = ExecCtx::on(gpu);

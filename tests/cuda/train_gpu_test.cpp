@@ -182,20 +182,27 @@ TEST_F(TrainGpu, Fp8TensorwiseTwentyStepsMatchTheCpu) {
 // The FP8 recipes resume on the GPU bit for bit too: the FP8 weight copies are rebuilt from the masters, and
 // fp8-tensorwise's amax histories (device tensors) travel in the checkpoint, so the resumed run quantizes with the
 // scales the uninterrupted one had.
+// int8-blockwise: its GEMMs are bit for bit the CPU's exact INT8 arithmetic (ScaledGemmOpsGpu.Int8Forms...), its
+// gradients quantized with stochastic rounding from the same seeds on both devices; what differs is, as for
+// fp8-deepseek, the BF16 ops around the GEMMs. Bounds as fp8-deepseek's until measured.
+TEST_F(TrainGpu, Int8BlockwiseTwentyStepsMatchTheCpu) {
+  compare_devices("int8-blockwise", {5e-4, 1e-3}, {2e-2, 1.0}, std::string(kFp8Model) + " --health-every 10", 5e-2);
+}
+
 TEST_F(TrainGpu, Fp8RecipesResumeOnTheGpuBitForBit) {
-  for (const std::string recipe : {"fp8-deepseek", "fp8-tensorwise"}) {
+  for (const std::string recipe : {"fp8-deepseek", "fp8-tensorwise", "int8-blockwise"}) {
     SCOPED_TRACE(recipe);
     expect_resume_repeats_the_run(recipe, std::string(" --recipe ") + recipe + kFp8Model);
   }
 }
 
-// `--device auto` with a Hopper GPU: fp8-deepseek trains on it; int8-blockwise (no INT8 GEMM kernel) and an FP8
-// option the kernels do not compute stay on the CPU emulation, saying why; config.json records where each ran.
+// `--device auto` with a Hopper GPU: fp8-deepseek and int8-blockwise train on it; an FP8 option the kernels do not
+// compute stays on the CPU emulation, saying why; config.json records where each ran.
 TEST_F(TrainGpu, AutoTrainsTheFp8RecipesOnTheGpuAndSaysWhyNotForTheOthers) {
   struct Want {
     std::string recipe, device;
   };
-  const Want wants[] = {{"fp8-deepseek", "cuda"}, {"int8-blockwise", "cpu"}, {"fp8-deepseek:promote=256", "cpu"}};
+  const Want wants[] = {{"fp8-deepseek", "cuda"}, {"int8-blockwise", "cuda"}, {"fp8-deepseek:promote=256", "cpu"}};
   for (size_t i = 0; i < std::size(wants); ++i) {
     const Want& w = wants[i];
     SCOPED_TRACE(w.recipe);

@@ -727,11 +727,20 @@ inline void scaled_gemm_cases(std::vector<BackendOpCase>& out) {
                        Compare::normalized(1e-6), true);
   add_scaled_gemm_case(out, {t5, 128, RM}, {t4, 192, RM}, 256, DType::BF16, false,
                        numerics(AccumMode::Hopper, num::kNeverPromote), Compare::normalized(1e-5), true);
-  // CPU-only forms: INT8 (exact integer groups), other promotion intervals, exact and fp32 accumulation.
+  // INT8 x INT8 (int8-blockwise): exact integer sums per 128 block, then the FP32 promotion -- exact and hopper
+  // accumulation mean the same for INT8. CUDA: fp8train's kernels on the integer tensor-core instruction,
+  // bit-exact. Fprop into F32 and (accumulating, a partial last K block) into BF16; Wgrad += C.
   const auto i8a = make_spec(Format::INT8, Granularity::tile_1x128(), false);
   const auto i8w = make_spec(Format::INT8, Granularity::block_128x128(), false);
-  add_scaled_gemm_case(out, {i8a, 96, RM}, {i8w, 160, RM}, 384, DType::F32, false, numerics(AccumMode::Hopper), bits,
-                       false);
+  for (auto layout : {RM, GN}) {
+    add_scaled_gemm_case(out, {i8a, 96, layout}, {i8w, 160, layout}, 384, DType::F32, false,
+                         numerics(AccumMode::Hopper), bits, true);
+    add_scaled_gemm_case(out, {i8a, 192, layout}, {i8w, 272, layout}, 576, DType::BF16, true,
+                         numerics(AccumMode::Exact), bits, true);
+  }
+  add_scaled_gemm_case(out, {i8a, 256, GN}, {i8a, 384, GN}, 512, DType::F32, true, numerics(AccumMode::Exact), bits,
+                       true);
+  // CPU-only forms: other promotion intervals, exact and fp32 accumulation of FP8.
   add_scaled_gemm_case(out, {act, 64, RM}, {wgt, 128, RM}, 512, DType::BF16, false, numerics(AccumMode::Hopper, 64),
                        bits, false);
   add_scaled_gemm_case(out, {act, 64, RM}, {wgt, 128, RM}, 384, DType::F32, true, numerics(AccumMode::Exact), bits,
@@ -740,99 +749,107 @@ inline void scaled_gemm_cases(std::vector<BackendOpCase>& out) {
                        false);
 }
 
-// MoE experts over M: E = 3 experts of N = 160 rows each (padded 128x128 blocks per expert), one expert empty.
+// MoE experts over M, E4M3 and INT8: E = 3 experts of N = 160 rows each (padded 128x128 blocks per expert), one
+// expert empty.
 inline void grouped_cases(std::vector<BackendOpCase>& out) {
   using quant::AccumMode;
   using quant::Format;
   using quant::Granularity;
-  for (auto layout : {quant::ScaleLayout::RowMajor, quant::ScaleLayout::GemmNative})
-    for (DType dtype : {DType::BF16, DType::F32}) {
-      const int E = 3;
-      const int64_t n = 160, k = 384;
-      const std::vector<int32_t> offsets = {0, 128, 128, 384};
-      const int64_t m = offsets.back();
-      const detail::GemmSide a{detail::make_spec(Format::E4M3, Granularity::tile_1x128(), false), m, layout};
-      const detail::GemmSide b{detail::make_spec(Format::E4M3, Granularity::block_128x128(), false), E * n, layout, E};
-      const quant::GemmConfig g = detail::numerics(AccumMode::Hopper);
-      BackendOpCase c;
-      c.op = "scaled_gemm_grouped";
-      c.name = detail::gemm_name(a, b, k, dtype, false, g) + " experts 3 (rows 128, 0, 256)";
-      c.on_cuda = true;  // BF16: the grouped kernel; F32 (health samples): one F32 product per expert
-      c.run = [=](const ExecCtx& ctx, uint64_t seed) {
-        const quant::QTensor qa = detail::operand_on(ctx, a, k, seed), qb = detail::operand_on(ctx, b, k, seed + 1);
-        const Tensor off = Tensor::from_vector(offsets, {E + 1}, MemCategory::Workspace, Device::cpu()).to(ctx.device);
-        const Tensor d = detail::d_on(ctx, detail::initial_d(m * n, false, 0), {m, n}, dtype);
-        ops::ScaledGemmOptions o;
-        o.numerics = g;
-        ops::scaled_gemm_grouped(ctx, qa, qb, off, d, o);
-        return std::vector<OpResult>{detail::d_result(d)};
-      };
-      c.reference = [=](uint64_t seed) {
-        const quant::QTensor qa = detail::operand_ref(a, k, seed), qb = detail::operand_ref(b, k, seed + 1);
-        std::vector<float> d32(static_cast<size_t>(m * n));
-        std::vector<uint16_t> d16(static_cast<size_t>(m * n));
-        for (int e = 0; e < E; ++e) {
-          if (offsets[e + 1] == offsets[e]) continue;
-          quant::QTensor ae = qa;
-          ae.rows = offsets[e + 1] - offsets[e];
-          ae.rowwise.codes = qa.rowwise.codes.rows(offsets[e], offsets[e + 1]);
-          ae.rowwise.scales = qa.rowwise.scales.rows(offsets[e], offsets[e + 1]);
-          if (dtype == DType::F32) quant::ref_gemm(ae, qb.group(e), g, d32.data() + offsets[e] * n);
-          else quant::ref_gemm_bf16(ae, qb.group(e), g, d16.data() + offsets[e] * n);
-        }
-        if (dtype == DType::F32) return std::vector<OpResult>{{"d", {}, d32}};
-        return std::vector<OpResult>{{"d", {}, detail::bf16_values(d16.data(), d16.size())}};
-      };
-      out.push_back(std::move(c));
-    }
+  for (Format f : {Format::E4M3, Format::INT8})
+    for (auto layout : {quant::ScaleLayout::RowMajor, quant::ScaleLayout::GemmNative})
+      for (DType dtype : {DType::BF16, DType::F32}) {
+        const int E = 3;
+        const int64_t n = 160, k = 384;
+        const std::vector<int32_t> offsets = {0, 128, 128, 384};
+        const int64_t m = offsets.back();
+        const detail::GemmSide a{detail::make_spec(f, Granularity::tile_1x128(), false), m, layout};
+        const detail::GemmSide b{detail::make_spec(f, Granularity::block_128x128(), false), E * n, layout, E};
+        const quant::GemmConfig g = detail::numerics(f == Format::INT8 ? AccumMode::Exact : AccumMode::Hopper);
+        BackendOpCase c;
+        c.op = "scaled_gemm_grouped";
+        c.name = detail::gemm_name(a, b, k, dtype, false, g) + " experts 3 (rows 128, 0, 256)";
+        c.on_cuda = true;  // BF16: the grouped kernel; F32 (health samples): one F32 product per expert
+        c.run = [=](const ExecCtx& ctx, uint64_t seed) {
+          const quant::QTensor qa = detail::operand_on(ctx, a, k, seed), qb = detail::operand_on(ctx, b, k, seed + 1);
+          const Tensor off =
+              Tensor::from_vector(offsets, {E + 1}, MemCategory::Workspace, Device::cpu()).to(ctx.device);
+          const Tensor d = detail::d_on(ctx, detail::initial_d(m * n, false, 0), {m, n}, dtype);
+          ops::ScaledGemmOptions o;
+          o.numerics = g;
+          ops::scaled_gemm_grouped(ctx, qa, qb, off, d, o);
+          return std::vector<OpResult>{detail::d_result(d)};
+        };
+        c.reference = [=](uint64_t seed) {
+          const quant::QTensor qa = detail::operand_ref(a, k, seed), qb = detail::operand_ref(b, k, seed + 1);
+          std::vector<float> d32(static_cast<size_t>(m * n));
+          std::vector<uint16_t> d16(static_cast<size_t>(m * n));
+          for (int e = 0; e < E; ++e) {
+            if (offsets[e + 1] == offsets[e]) continue;
+            quant::QTensor ae = qa;
+            ae.rows = offsets[e + 1] - offsets[e];
+            ae.rowwise.codes = qa.rowwise.codes.rows(offsets[e], offsets[e + 1]);
+            ae.rowwise.scales = qa.rowwise.scales.rows(offsets[e], offsets[e + 1]);
+            if (dtype == DType::F32)
+              quant::ref_gemm(ae, qb.group(e), g, d32.data() + offsets[e] * n);
+            else
+              quant::ref_gemm_bf16(ae, qb.group(e), g, d16.data() + offsets[e] * n);
+          }
+          if (dtype == DType::F32) return std::vector<OpResult>{{"d", {}, d32}};
+          return std::vector<OpResult>{{"d", {}, detail::bf16_values(d16.data(), d16.size())}};
+        };
+        out.push_back(std::move(c));
+      }
 }
 
-// MoE expert Wgrad over K: E = 3, K ranges 256, 0, 256; += C.
+// MoE expert Wgrad over K, E4M3 and INT8: E = 3, K ranges 256, 0, 256; += C.
 inline void grouped_k_cases(std::vector<BackendOpCase>& out) {
   using quant::Format;
   using quant::Granularity;
-  for (auto layout : {quant::ScaleLayout::RowMajor, quant::ScaleLayout::GemmNative})
-    for (bool accumulate : {true, false}) {
-      const int E = 3;
-      const int64_t m = 128, n = 256;
-      const std::vector<int32_t> offsets = {0, 256, 256, 512};
-      const int64_t k = offsets.back();
-      const detail::GemmSide a{detail::make_spec(Format::E4M3, Granularity::tile_1x128(), true), m, layout};
-      const detail::GemmSide b{detail::make_spec(Format::E4M3, Granularity::tile_1x128(), true), n, layout};
-      const quant::GemmConfig g = detail::numerics(quant::AccumMode::Hopper);
-      BackendOpCase c;
-      c.op = "scaled_gemm_grouped_k";
-      c.name = detail::gemm_name(a, b, k, DType::F32, accumulate, g) + " experts 3 (K 256, 0, 256)";
-      c.run = [=](const ExecCtx& ctx, uint64_t seed) {
-        const quant::QTensor qa = detail::operand_on(ctx, a, k, seed), qb = detail::operand_on(ctx, b, k, seed + 1);
-        const Tensor off = Tensor::from_vector(offsets, {E + 1}, MemCategory::Workspace, Device::cpu()).to(ctx.device);
-        const std::vector<float> init = accumulate ? random_values(E * m, n, seed + 2)
-                                                   : detail::initial_d(E * m * n, false, 0);
-        const Tensor d = Tensor::from_vector(init, {E, m, n}, MemCategory::Workspace, Device::cpu()).to(ctx.device);
-        ops::ScaledGemmOptions o;
-        o.numerics = g;
-        o.accumulate = accumulate;
-        ops::scaled_gemm_grouped_k(ctx, qa, qb, off, d, o);
-        return std::vector<OpResult>{floats_of("d", d)};
-      };
-      c.reference = [=](uint64_t seed) {
-        const quant::QTensor qa = detail::operand_ref(a, k, seed), qb = detail::operand_ref(b, k, seed + 1);
-        std::vector<float> d = accumulate ? random_values(E * m, n, seed + 2)
-                                          : std::vector<float>(static_cast<size_t>(E * m * n), 0.0f);
-        quant::GemmConfig cfg = g;
-        cfg.accumulate = accumulate;
-        for (int e = 0; e < E; ++e) {
-          if (offsets[e + 1] == offsets[e]) continue;
-          float* de = d.data() + e * m * n;
-          const std::vector<float> c0(de, de + m * n);
-          quant::ref_gemm(quant::k_slice(qa, offsets[e] / 128, offsets[e + 1] / 128),
-                          quant::k_slice(qb, offsets[e] / 128, offsets[e + 1] / 128), cfg, de,
-                          accumulate ? c0.data() : nullptr);
-        }
-        return std::vector<OpResult>{{"d", {}, d}};
-      };
-      out.push_back(std::move(c));
-    }
+  for (Format f : {Format::E4M3, Format::INT8})
+    for (auto layout : {quant::ScaleLayout::RowMajor, quant::ScaleLayout::GemmNative})
+      for (bool accumulate : {true, false}) {
+        const int E = 3;
+        const int64_t m = 128, n = 256;
+        const std::vector<int32_t> offsets = {0, 256, 256, 512};
+        const int64_t k = offsets.back();
+        const detail::GemmSide a{detail::make_spec(f, Granularity::tile_1x128(), true), m, layout};
+        const detail::GemmSide b{detail::make_spec(f, Granularity::tile_1x128(), true), n, layout};
+        const quant::GemmConfig g =
+            detail::numerics(f == Format::INT8 ? quant::AccumMode::Exact : quant::AccumMode::Hopper);
+        BackendOpCase c;
+        c.op = "scaled_gemm_grouped_k";
+        c.name = detail::gemm_name(a, b, k, DType::F32, accumulate, g) + " experts 3 (K 256, 0, 256)";
+        c.run = [=](const ExecCtx& ctx, uint64_t seed) {
+          const quant::QTensor qa = detail::operand_on(ctx, a, k, seed), qb = detail::operand_on(ctx, b, k, seed + 1);
+          const Tensor off =
+              Tensor::from_vector(offsets, {E + 1}, MemCategory::Workspace, Device::cpu()).to(ctx.device);
+          const std::vector<float> init =
+              accumulate ? random_values(E * m, n, seed + 2) : detail::initial_d(E * m * n, false, 0);
+          const Tensor d = Tensor::from_vector(init, {E, m, n}, MemCategory::Workspace, Device::cpu()).to(ctx.device);
+          ops::ScaledGemmOptions o;
+          o.numerics = g;
+          o.accumulate = accumulate;
+          ops::scaled_gemm_grouped_k(ctx, qa, qb, off, d, o);
+          return std::vector<OpResult>{floats_of("d", d)};
+        };
+        c.reference = [=](uint64_t seed) {
+          const quant::QTensor qa = detail::operand_ref(a, k, seed), qb = detail::operand_ref(b, k, seed + 1);
+          std::vector<float> d =
+              accumulate ? random_values(E * m, n, seed + 2) : std::vector<float>(static_cast<size_t>(E * m * n), 0.0f);
+          quant::GemmConfig cfg = g;
+          cfg.accumulate = accumulate;
+          for (int e = 0; e < E; ++e) {
+            if (offsets[e + 1] == offsets[e]) continue;
+            float* de = d.data() + e * m * n;
+            const std::vector<float> c0(de, de + m * n);
+            quant::ref_gemm(quant::k_slice(qa, offsets[e] / 128, offsets[e + 1] / 128),
+                            quant::k_slice(qb, offsets[e] / 128, offsets[e + 1] / 128), cfg, de,
+                            accumulate ? c0.data() : nullptr);
+          }
+          return std::vector<OpResult>{{"d", {}, d}};
+        };
+        out.push_back(std::move(c));
+      }
 }
 
 // ---- BF16 GEMM (the non-quantized recipes' GEMMs and the FP32 references' form) ---------------------------

@@ -225,16 +225,16 @@ void run_train(const TrainArgs& args) {
   // The ranks of a distributed run (mpirun, srun or the torchrun-style environment; one rank otherwise). The world
   // is started on the device the run computes on: CPU ranks talk over MPI, GPU ranks over NCCL.
   set_threads(config.threads);
-  // The GPU runs fp32, bf16, fp8-deepseek and fp8-tensorwise end to end. int8-blockwise (no INT8 GEMM kernel on
-  // the GPU yet) and the options that change the FP8 GEMMs' arithmetic away from what the kernels compute (accum,
-  // promote, dgrad_block, grad) have no GPU path: `auto` keeps those on the CPU (exact emulation) and says why
-  // (printed below, by rank 0 only); an explicit --device cuda is left to try and names what is missing.
+  // The GPU runs every recipe end to end (int8-blockwise on the integer tensor cores). The options that change the
+  // FP8 GEMMs' arithmetic away from what the kernels compute (accum, promote, dgrad_block, grad) have no GPU path:
+  // `auto` keeps those on the CPU (exact emulation) and says why (printed below, by rank 0 only); an explicit
+  // --device cuda is left to try and names what is missing.
   const std::string recipe_base = config.recipe.substr(0, config.recipe.find(':'));
   std::string device_note;
   if (config.device == "auto" && hopper_gpu_visible()) {
     std::string cpu_only;
     if (recipe_base != "fp32" && recipe_base != "bf16" && recipe_base != "fp8-deepseek" &&
-        recipe_base != "fp8-tensorwise")
+        recipe_base != "fp8-tensorwise" && recipe_base != "int8-blockwise")
       cpu_only = "recipe " + recipe_base + " has no GPU path yet";
     for (const char* key : {"accum=", "promote=", "dgrad_block=", "grad="})
       if (cpu_only.empty() && config.recipe.find(key) != std::string::npos)

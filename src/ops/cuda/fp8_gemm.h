@@ -13,6 +13,11 @@
 // a fixed, documented sum of per-range chains, mirrored by the CPU model. (Tile shape -- 128 or 192 rows, any
 // block_n -- never changes the arithmetic: each output element's chain is the same.)
 //
+// INT8 (each problem's `int8`): the same kernels with INT8 operands (two's complement bytes) through the
+// integer tensor-core instruction: each 128-wide K block's products are summed exactly as 32-bit integers
+// (partial = that sum, exact in FP32 as well: |partial| < 2^21), then promoted as above -- the CPU model's INT8
+// arithmetic (quant/ref_gemm.h) bit for bit. Built for block_n 128, 128-row tiles, no multicast, no split-K.
+//
 // Layouts: A, B row-major with K contiguous ("TN"), FP8 E4M3 bytes, 16-byte aligned; K a multiple of 16 (a
 // partial last 128-block is zero-filled by TMA, and zero products leave the CPU model's chain unchanged);
 // N a multiple of 16; M any positive size. Scales are FP32, addressed through ScaleView so both the
@@ -81,6 +86,7 @@ struct Fp8GemmDenseProblem {
   ScaleView a_scales;          // 1x128: (row, kb)
   const uint8_t* b = nullptr;  // [n, k] E4M3
   ScaleView b_scales;          // 128x128: (n / 128, kb)
+  bool int8 = false;           // A and B hold INT8 codes instead of E4M3 (see the top of this file)
   uint16_t* d = nullptr;       // [m, n] BF16 bits, row-major
   // Optional BF16 addend [m, n] (may equal d): d = bf16_rn(float(c) + acc), one FP32 add -- a Dgrad adding into an
   // input gradient. Runs the direct epilogue without split-K or multicast (the CPU model's accumulate-into-C).
@@ -122,6 +128,7 @@ struct Fp8GemmGroupedProblem {
   const uint8_t* a = nullptr;            // [m_total, k] E4M3
   ScaleView a_scales;                    // 1x128: (row, kb)
   const uint8_t* b = nullptr;            // [num_groups, n, k] E4M3
+  bool int8 = false;                     // A and B hold INT8 codes instead of E4M3 (see the top of this file)
   ScaleView b_scales;                    // 128x128: (group, n / 128, kb)
   uint16_t* d = nullptr;                 // [m_total, n] BF16
   std::string describe() const;
@@ -144,6 +151,7 @@ struct Fp8GemmWgradProblem {
   ScaleView a_scales;          // 1x128: (row, kb)
   const uint8_t* b = nullptr;  // [n, k] E4M3
   ScaleView b_scales;          // 1x128: (row of B, kb)
+  bool int8 = false;           // A and B hold INT8 codes instead of E4M3 (see the top of this file)
   const float* c = nullptr;    // [num_groups, m, n] or null
   float* d = nullptr;          // [num_groups, m, n]
   std::string describe() const;

@@ -61,6 +61,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "ops/cuda/fp8_gemm_plan.h"
 #include "ops/cuda/fp8_gemm_ptx.cuh"
@@ -132,13 +133,16 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-template <int BN, ScaleB kScaleB, Schedule kSched, Output kOut, Multicast kMc, bool kBulkScales, int kWgs = 2>
+template <int BN, ScaleB kScaleB, Schedule kSched, Output kOut, Multicast kMc, bool kBulkScales, int kWgs = 2,
+          bool kInt8 = false>
 __global__ void __launch_bounds__(threads_of(kWgs), 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                     const __grid_constant__ CUtensorMap tmap_d, const KernelArgs args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using Plan = SmemPlan<BN, kScaleB, kOut, kWgs>;
-  using Mma = Fp8Wgmma<BN>;
+  // kInt8: the operands are INT8 codes; the WGMMAs sum each K block's products exactly into 32-bit integers,
+  // which the partial registers hold as raw bits until widen() converts them (exactly: |sum| < 2^21).
+  using Mma = std::conditional_t<kInt8, Int8Wgmma<BN>, Fp8Wgmma<BN>>;
   constexpr int kBM = block_m_of(kWgs);
   constexpr int kMathThr = 128 * kWgs;
   static_assert(kWgs == 2 || (kWgs == 3 && kSched != Schedule::GroupedM && kMc != Multicast::ShareA &&
@@ -335,10 +339,21 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBlockK / 32; ++kk) {
-          Mma::mma(P, smem_desc_k_major_sw128(a_addr + 32 * kk), smem_desc_k_major_sw128(b_addr + 32 * kk),
-                   kk > 0 ? 1u : 0u);
+          if constexpr (kInt8)
+            Mma::mma(reinterpret_cast<uint32_t(&)[kAcc]>(P), smem_desc_k_major_sw128(a_addr + 32 * kk),
+                     smem_desc_k_major_sw128(b_addr + 32 * kk), kk > 0 ? 1u : 0u);
+          else
+            Mma::mma(P, smem_desc_k_major_sw128(a_addr + 32 * kk), smem_desc_k_major_sw128(b_addr + 32 * kk),
+                     kk > 0 ? 1u : 0u);
         }
         wgmma_commit();
+      };
+      // INT8: the integer sums (raw bits in P after the wait) as FP32 values, exact; FP8: nothing to do.
+      auto widen = [&](float(&P)[kAcc]) {
+        if constexpr (kInt8) {
+#pragma unroll
+          for (int i = 0; i < kAcc; ++i) P[i] = __int2float_rn(__float_as_int(P[i]));
+        }
       };
       // A stage is released after this thread's last read of it (in a cluster both CTAs' producers write into
       // it, so both hear).
@@ -418,6 +433,7 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
       auto promote_release = [&](float (&P)[kAcc], uint32_t s) {
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) fence_register(P[i]);
+        widen(P);
         const uint32_t sfb = sfb_addr(s);
         const float2 sa = a_scales(s);
         if constexpr (kScaleB == ScaleB::PerChunk) {
@@ -451,6 +467,7 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
 #pragma unroll
           for (int i = 0; i < kAcc; ++i) fence_register(partial[i]);
           release(it % S);
+          widen(partial);
           fma_products(partial, q);
         }
       } else if constexpr (kScaleB == ScaleB::PerColumn && kWgs == 2) {
@@ -468,6 +485,7 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
 #pragma unroll
           for (int i = 0; i < kAcc; ++i) fence_register(partial[i]);
           release(it % S);
+          widen(partial);
 #pragma unroll
           for (int j = 0; j < kAcc / 4; ++j) fma_column_chunk(partial, j, sa, sb[j]);
         }

@@ -19,6 +19,7 @@ inline constexpr int kMathThreads = 256;
 inline constexpr int kThreads = 384;
 inline constexpr int kProducerRegs = 40;
 inline constexpr int kMathRegs = 232;
+inline constexpr int kInt8BlockN = 128;    // the one tile width of the INT8 kernels
 inline constexpr int kSmemLimit = 232448;  // sm_90 opt-in dynamic shared memory per block (227 KiB)
 
 // How the B scale varies across a tile's columns.
@@ -150,6 +151,9 @@ constexpr int atom_cols_for(int block_n) { return block_n % 64 == 0 ? 64 : (bloc
 // tensor maps describe A ([rows, K], boxes 128 x 128), B (boxes block_n x 128) and, for Output::Bf16Tma, D.
 // `max_ctas` caps the persistent grid (0 = as many CTAs, or pairs of CTAs, as can be resident at once).
 struct LaunchSpec {
+  // INT8 operands (wgmma .s32.s8.s8: each K block's products summed exactly as integers, then promoted as FP8's
+  // partials are): built for block_n kInt8BlockN, 128-row tiles, no multicast and no split-K only.
+  bool int8 = false;
   int block_n = 128;
   int warpgroups = 2;  // math warpgroups (2: tiles of 128 rows; 3: 192 rows, dense block_n 128 only)
   Output out = Output::Bf16Tma;

@@ -8,8 +8,11 @@
 //   grouped over M (a 1x128 · b_e 128x128 -> BF16) and over K (1x128 · 1x128 -> F32)  fp8train's grouped kernels
 //   grouped per-tensor FP8 (fp8-tensorwise's experts)    one cuBLASLt GEMM per expert, offsets read on the host
 //   grouped 1x128 · 128x128 -> F32 (health samples)      one F32 product per expert, offsets read on the host
-// Every other form throws "not implemented on cuda: <what>": INT8 GEMMs, E5M6 / BF16 scaled operands, exact or
-// fp32 accumulation, other promotion intervals, strided outputs of our kernels.
+//   the same block-scaled forms (dense, grouped over M and over K) with INT8 x INT8 operands, exact or hopper
+//   accumulation (both mean: each 128 block's integer sum, exact, then the same FP32 promotion): fp8train's kernels
+//   on the integer tensor-core instruction, bit for bit the CPU's
+// Every other form throws "not implemented on cuda: <what>": per-tensor INT8, E5M6 / BF16 scaled operands, exact
+// or fp32 accumulation of FP8, other promotion intervals, strided outputs of our kernels.
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -48,10 +51,26 @@ void check_own_numerics(const char* op, const ops::ScaledGemmProblem& p) {
                                   " elements (the kernels promote every 128)");
 }
 
+// Whether both operands are INT8 (the block-scaled INT8 form; one INT8 operand alone is refused).
+bool int8_pair(const ops::ScaledGemmProblem& p) {
+  return p.a.format == quant::Format::INT8 && p.b.format == quant::Format::INT8;
+}
+
 void check_fp8(const char* op, const ops::ScaledGemmProblem& p) {
+  if (int8_pair(p)) return;
   for (const ScaledOperand* o : {&p.a, &p.b})
     if (o->format != quant::Format::E4M3 && o->format != quant::Format::E5M2)
-      throw_not_implemented(op, std::string(quant::format_name(o->format)) + " operands (FP8 GEMMs take e4m3 / e5m2)");
+      throw_not_implemented(
+          op, std::string(quant::format_name(o->format)) + " operands (the GEMMs take e4m3 / e5m2, or int8 x int8)");
+}
+
+// INT8 x INT8 on fp8train's kernels: 1x128 x 128x128 (or 1x128 x 1x128), exact or hopper accumulation, no split-K.
+void check_int8(const char* op, const ops::ScaledGemmProblem& p) {
+  if (p.a.granularity.per_tensor || p.b.granularity.per_tensor)
+    throw_not_implemented(op, "per-tensor INT8 (the INT8 kernels are block-scaled)");
+  if (p.numerics.mode != quant::AccumMode::Exact && p.numerics.mode != quant::AccumMode::Hopper)
+    throw_not_implemented(op, std::string(quant::accum_mode_name(p.numerics.mode)) + " accumulation of INT8");
+  if (p.numerics.k_splits != 1) throw_not_implemented(op, "split-K of INT8 GEMMs");
 }
 
 OperandScaling lt_scaling(const ScaledOperand& o) {
@@ -130,7 +149,7 @@ void per_tensor_grouped(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, con
 // scale product and promotion per 128 -- without the BF16 rounding. The scales are expanded on the host (a copy
 // each way and a stream synchronization: sampled steps only). d: [m, n] F32 (+= when accumulate).
 void f32_block_product(const ExecCtx& ctx, int64_t m, int64_t n, int64_t k, const uint8_t* a, ScaleView sa,
-                       const uint8_t* b, ScaleView sb, bool accumulate, float* d) {
+                       const uint8_t* b, ScaleView sb, bool accumulate, float* d, bool int8) {
   const cudaStream_t stream = stream_of(ctx);
   const int64_t kb = (k + 127) / 128, nb = (n + 127) / 128;
   const int64_t span = (nb - 1) * sb.row_stride + (kb - 1) * sb.kblock_stride + 1;
@@ -149,6 +168,7 @@ void f32_block_product(const ExecCtx& ctx, int64_t m, int64_t n, int64_t k, cons
   q.a_scales = sa;
   q.b = b;
   q.b_scales = row_major_scale_view(row_scales.data<float>(), kb);
+  q.int8 = int8;
   q.c = accumulate ? d : nullptr;
   q.d = d;
   fp8_gemm_wgrad(q, Fp8GemmConfig{}, stream);
@@ -158,7 +178,8 @@ void f32_block_product(const ExecCtx& ctx, int64_t m, int64_t n, int64_t k, cons
 void f32_block_product(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, void* d) {
   if (p.numerics.k_splits > 1) throw_not_implemented("scaled_gemm", "split-K into F32");
   f32_block_product(ctx, p.m, p.n, p.k, static_cast<const uint8_t*>(p.a.codes), scale_view(p.a),
-                    static_cast<const uint8_t*>(p.b.codes), scale_view(p.b), p.accumulate, static_cast<float*>(d));
+                    static_cast<const uint8_t*>(p.b.codes), scale_view(p.b), p.accumulate, static_cast<float*>(d),
+                    int8_pair(p));
 }
 
 // The grouped form into F32 (health samples of the experts' Fprop / Dgrad): one F32 product per expert on its rows.
@@ -176,7 +197,8 @@ void f32_block_product_grouped(const ExecCtx& ctx, const ops::ScaledGemmProblem&
     const ScaleView ea{sa.data + begin * sa.row_stride, sa.row_stride, sa.kblock_stride, 0};
     const ScaleView eb{sb.data + e * sb.group_stride, sb.row_stride, sb.kblock_stride, 0};
     f32_block_product(ctx, len, p.n, p.k, static_cast<const uint8_t*>(p.a.codes) + begin * p.k, ea,
-                      static_cast<const uint8_t*>(p.b.codes) + e * p.n * p.k, eb, p.accumulate, out + begin * p.ldd);
+                      static_cast<const uint8_t*>(p.b.codes) + e * p.n * p.k, eb, p.accumulate, out + begin * p.ldd,
+                      int8_pair(p));
   }
 }
 
@@ -186,7 +208,9 @@ void scaled_gemm(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, void* d) {
   const char* op = "scaled_gemm";
   if (p.m == 0 || p.n == 0) return;
   check_fp8(op, p);
-  if (p.numerics.mode != quant::AccumMode::Hopper)
+  const bool int8 = int8_pair(p);
+  if (int8) check_int8(op, p);
+  if (!int8 && p.numerics.mode != quant::AccumMode::Hopper)
     throw_not_implemented(op, std::string(quant::accum_mode_name(p.numerics.mode)) + " accumulation");
   if (p.a.granularity.per_tensor && p.b.granularity.per_tensor) {
     if (p.numerics.promote_interval != 128 && p.numerics.promote_interval != num::kNeverPromote)
@@ -194,19 +218,21 @@ void scaled_gemm(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, void* d) {
                                     " elements (cuBLASLt promotes every 128, or never)");
     return run_cublaslt(ctx, p, d);
   }
-  check_own_numerics(op, p);
-  if (p.numerics.k_splits != 1 && fp8_gemm_backend() != Fp8GemmBackend::Own)
-    throw_not_implemented(op, "split-K through cuBLASLt");
-  if (fp8_gemm_backend() == Fp8GemmBackend::CublasLt) return run_cublaslt(ctx, p, d);
-  // fp8train's own kernels.
+  if (!int8) {
+    check_own_numerics(op, p);
+    if (p.numerics.k_splits != 1 && fp8_gemm_backend() != Fp8GemmBackend::Own)
+      throw_not_implemented(op, "split-K through cuBLASLt");
+    if (fp8_gemm_backend() == Fp8GemmBackend::CublasLt) return run_cublaslt(ctx, p, d);
+  }
+  // fp8train's own kernels (INT8 always: cuBLASLt has no block-scaled INT8 GEMM).
   const bool e4m3 = p.a.format == quant::Format::E4M3 && p.b.format == quant::Format::E4M3;
   const bool a_tile = p.a.granularity == quant::Granularity::tile_1x128();
   const bool fprop = a_tile && p.b.granularity == quant::Granularity::block_128x128();
   const bool wgrad = a_tile && p.b.granularity == quant::Granularity::tile_1x128();
-  if (!e4m3 || !(fprop || wgrad))
+  if (!(e4m3 || int8) || !(fprop || wgrad))
     throw_not_implemented(op, operand_name(p.a) + " x " + operand_name(p.b) +
-                                  " on fp8train's kernels (e4m3 1x128 x e4m3 128x128 or 1x128; FP8TRAIN_FP8_GEMM="
-                                  "cublaslt selects cuBLASLt)");
+                                  " on fp8train's kernels (e4m3 or int8, 1x128 x 128x128 or 1x128; "
+                                  "FP8TRAIN_FP8_GEMM=cublaslt selects cuBLASLt for e4m3)");
   if (p.ldd != p.n) throw_not_implemented(op, "a strided output (row stride " + std::to_string(p.ldd) + ")");
   if (!aligned16(p.a.codes) || !aligned16(p.b.codes) || !aligned16(d))
     throw_not_implemented(op, "operands or output not 16-byte aligned");
@@ -220,6 +246,7 @@ void scaled_gemm(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, void* d) {
     q.a_scales = scale_view(p.a);
     q.b = static_cast<const uint8_t*>(p.b.codes);
     q.b_scales = scale_view(p.b);
+    q.int8 = int8;
     q.d = static_cast<uint16_t*>(d);
     if (p.accumulate) q.c = static_cast<const uint16_t*>(d);  // d = bf16(d + a·bᵀ), the CPU's one FP32 add
     Fp8GemmConfig cfg;
@@ -237,6 +264,7 @@ void scaled_gemm(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, void* d) {
   q.a_scales = scale_view(p.a);
   q.b = static_cast<const uint8_t*>(p.b.codes);
   q.b_scales = scale_view(p.b);
+  q.int8 = int8;
   q.c = p.accumulate ? static_cast<const float*>(d) : nullptr;
   q.d = static_cast<float*>(d);
   fp8_gemm_wgrad(q, Fp8GemmConfig{}, stream_of(ctx));
@@ -246,12 +274,15 @@ void scaled_gemm_grouped(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, co
   const char* op = "scaled_gemm_grouped";
   if (p.m == 0 || p.n == 0) return;
   check_fp8(op, p);
-  if (p.a.granularity.per_tensor && p.b.granularity.per_tensor && p.numerics.mode == quant::AccumMode::Hopper)
+  const bool int8 = int8_pair(p);
+  if (int8) check_int8(op, p);
+  if (!int8 && p.a.granularity.per_tensor && p.b.granularity.per_tensor && p.numerics.mode == quant::AccumMode::Hopper)
     return per_tensor_grouped(ctx, p, offsets, d, false);
-  check_own_numerics(op, p);
-  if (p.a.format != quant::Format::E4M3 || p.b.format != quant::Format::E4M3 ||
-      p.a.granularity != quant::Granularity::tile_1x128() || p.b.granularity != quant::Granularity::block_128x128())
-    throw_not_implemented(op, operand_name(p.a) + " x " + operand_name(p.b) + " (e4m3 1x128 x e4m3 128x128 only)");
+  if (!int8) check_own_numerics(op, p);
+  const bool e4m3 = p.a.format == quant::Format::E4M3 && p.b.format == quant::Format::E4M3;
+  if (!(e4m3 || int8) || p.a.granularity != quant::Granularity::tile_1x128() ||
+      p.b.granularity != quant::Granularity::block_128x128())
+    throw_not_implemented(op, operand_name(p.a) + " x " + operand_name(p.b) + " (e4m3 or int8, 1x128 x 128x128 only)");
   if (p.ldd != p.n) throw_not_implemented(op, "strided outputs");
   if (p.out_dtype == DType::F32) {
     if (p.numerics.k_splits != 1) throw_not_implemented(op, "split-K of the grouped form");
@@ -269,6 +300,7 @@ void scaled_gemm_grouped(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, co
   q.a_scales = scale_view(p.a);
   q.b = static_cast<const uint8_t*>(p.b.codes);
   q.b_scales = scale_view(p.b);
+  q.int8 = int8;
   q.d = static_cast<uint16_t*>(d);
   fp8_gemm_grouped(q, Fp8GemmConfig{}, stream_of(ctx));
 }
@@ -277,12 +309,14 @@ void scaled_gemm_grouped_k(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, 
   const char* op = "scaled_gemm_grouped_k";
   if (p.m == 0 || p.n == 0) return;
   check_fp8(op, p);
-  if (p.a.granularity.per_tensor && p.b.granularity.per_tensor && p.numerics.mode == quant::AccumMode::Hopper)
+  const bool int8 = int8_pair(p);
+  if (int8) check_int8(op, p);
+  if (!int8 && p.a.granularity.per_tensor && p.b.granularity.per_tensor && p.numerics.mode == quant::AccumMode::Hopper)
     return per_tensor_grouped(ctx, p, k_offsets, d, true);
-  check_own_numerics(op, p);
-  if (p.a.format != quant::Format::E4M3 || p.b.format != quant::Format::E4M3 ||
-      p.a.granularity != quant::Granularity::tile_1x128())
-    throw_not_implemented(op, operand_name(p.a) + " x " + operand_name(p.b) + " (e4m3 1x128 x e4m3 1x128 only)");
+  if (!int8) check_own_numerics(op, p);
+  const bool e4m3 = p.a.format == quant::Format::E4M3 && p.b.format == quant::Format::E4M3;
+  if (!(e4m3 || int8) || p.a.granularity != quant::Granularity::tile_1x128())
+    throw_not_implemented(op, operand_name(p.a) + " x " + operand_name(p.b) + " (e4m3 or int8, 1x128 x 1x128 only)");
   if (p.numerics.k_splits != 1) throw_not_implemented(op, "split-K of the K-grouped form");
   Fp8GemmWgradProblem q;
   q.m = p.m;
@@ -294,6 +328,7 @@ void scaled_gemm_grouped_k(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, 
   q.a_scales = scale_view(p.a);
   q.b = static_cast<const uint8_t*>(p.b.codes);
   q.b_scales = scale_view(p.b);
+  q.int8 = int8;
   q.c = p.accumulate ? static_cast<const float*>(d) : nullptr;
   q.d = static_cast<float*>(d);
   fp8_gemm_wgrad(q, Fp8GemmConfig{}, stream_of(ctx));
