@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""The loss-parity study's scripts (scripts/parity/): make_corpus.py applies its documented rule and is
+deterministic; summarize.py computes the per-seed gaps, the baseline's seed range and the seed-averaged gap from
+compare.json files, and refuses a malformed one naming the field. Standard library only."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MAKE = os.path.join(ROOT, "scripts", "parity", "make_corpus.py")
+SUMMARIZE = os.path.join(ROOT, "scripts", "parity", "summarize.py")
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def run(*args):
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True)
+
+
+def corpus_rule(tmp):
+    src = os.path.join(tmp, "src")
+    os.makedirs(os.path.join(src, "pkg", "sub"))
+    files = {"a.py": b"print('a')\n", "pkg/b.py": b"x = 1\n", "pkg/sub/c.py": "s = '\u00e9'\n".encode(),
+             "pkg/latin1.py": b"s = '\xe9'\n", "pkg/nul.py": b"a\0b\n", "pkg/big.py": b"#" * 5000 + b"\n",
+             "pkg/notes.txt": b"not python\n"}
+    for rel, data in files.items():
+        with open(os.path.join(src, rel), "wb") as f:
+            f.write(data)
+    os.symlink(os.path.join(src, "a.py"), os.path.join(src, "pkg", "link.py"))
+    outs = []
+    for i in range(2):
+        out = os.path.join(tmp, f"corpus{i}.txt")
+        r = run(MAKE, "--root", src, "--out", out, "--max-file-bytes", "4096")
+        check(r.returncode == 0, f"make_corpus exits 0 ({r.stderr})")
+        outs.append(out)
+    with open(outs[0], "rb") as f:
+        data = f.read()
+    with open(outs[1], "rb") as f:
+        check(f.read() == data, "make_corpus is deterministic")
+    info = json.load(open(outs[0] + ".json"))
+    kept = ["a.py", "pkg/b.py", "pkg/sub/c.py"]  # not: latin-1, NUL, > max bytes, .txt, the symbolic link
+    order = sorted(kept, key=lambda rel: hashlib.sha256(rel.encode()).hexdigest())
+    want = b"".join(files[rel] + b"\n" for rel in order)
+    check(data == want, "the corpus is the kept files in sha256(path) order, each followed by a newline")
+    check(info["files"] == 3 and info["bytes"] == len(want), f"file and byte counts ({info})")
+    check(info["sha256"] == hashlib.sha256(want).hexdigest(), "the recorded SHA-256 is the corpus's")
+    check(info["skipped"] == {"not_utf8": 1, "nul": 1}, f"skipped counts ({info['skipped']})")
+    check(not os.path.exists(outs[0] + ".partial"), "no partial file is left")
+    r = run(MAKE, "--root", os.path.join(tmp, "missing"), "--out", os.path.join(tmp, "x.txt"))
+    check(r.returncode != 0 and "is not a directory" in (r.stderr + r.stdout), "a missing root is refused by name")
+
+
+def compare_json(base_loss, other_loss, other_train_err, tenth):
+    def entry(name, loss, err):
+        return {"recipe": name, "steps": 100, "final_eval_loss": loss, "relative_loss_error_vs_baseline": err,
+                "tokens_per_s": 1000.0, "relative_loss_error_by_tenth": tenth if name != "bf16" else [0.0] * 10,
+                "gemm_relative_error": None if name == "bf16" else
+                {"fprop": {"pooled": 0.02}, "dgrad": {"pooled": 0.03}, "wgrad": {"pooled": 0.04}}}
+    return {"baseline": "bf16", "recipes": [entry("bf16", base_loss, 0.0),
+                                            entry("fp8-deepseek", other_loss, other_train_err)]}
+
+
+def summary(tmp):
+    d = os.path.join(tmp, "study")
+    seeds = {1: (2.00, 2.01, 0.004), 2: (2.02, 2.02, 0.002), 3: (1.98, 1.97, 0.003)}
+    for s, (b, o, e) in seeds.items():
+        os.makedirs(os.path.join(d, f"seed-{s}"))
+        with open(os.path.join(d, f"seed-{s}", "compare.json"), "w") as f:
+            json.dump(compare_json(b, o, e, [0.001] * 10), f)
+    r = run(SUMMARIZE, d)
+    check(r.returncode == 0, f"summarize exits 0 ({r.stderr})")
+    s = json.load(open(os.path.join(d, "summary.json")))
+    gaps = [(2.01 - 2.00) / 2.00, 0.0, (1.97 - 1.98) / 1.98]
+    fp8 = s["recipes"]["fp8-deepseek"]
+    check(abs(fp8["held_out_gap_mean"] - sum(gaps) / 3) < 1e-12, f"seed-averaged gap ({fp8['held_out_gap_mean']})")
+    check(abs(fp8["held_out_gap_abs_max"] - max(abs(g) for g in gaps)) < 1e-12, "largest per-seed gap")
+    check(abs(s["baseline_seed_range_rel"] - 0.04 / 2.00) < 1e-12, f"bf16 seed range ({s['baseline_seed_range_rel']})")
+    check(fp8["inside_baseline_seed_range"] is True, "a gap smaller than the range is inside it")
+    check(abs(fp8["train_loss_rel_error_last_10pct_mean"] - 0.003) < 1e-12, "mean training-loss error")
+    check(abs(fp8["gemm_pooled_rel_error_mean"]["wgrad"] - 0.04) < 1e-12, "GEMM errors averaged over seeds")
+    check(os.path.exists(os.path.join(d, "summary.md")), "summary.md is written")
+    # A compare.json without a field the summary needs: refused, naming it.
+    bad = compare_json(2.0, 2.0, 0.0, [0.0] * 10)
+    del bad["recipes"][1]["final_eval_loss"]
+    with open(os.path.join(d, "seed-2", "compare.json"), "w") as f:
+        json.dump(bad, f)
+    r = run(SUMMARIZE, d)
+    check(r.returncode != 0 and "final_eval_loss" in r.stderr + r.stdout, "a missing field is named")
+    r = run(SUMMARIZE, os.path.join(tmp, "empty"))
+    check(r.returncode != 0 and "compare.json" in r.stderr + r.stdout, "a directory without seeds is refused")
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    corpus_rule(tmp)
+    summary(tmp)
+if failures:
+    sys.exit(f"{len(failures)} check(s) failed")
+print("parity scripts: all checks passed")
