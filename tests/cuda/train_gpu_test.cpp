@@ -184,7 +184,9 @@ TEST_F(TrainGpu, Fp8TensorwiseTwentyStepsMatchTheCpu) {
 // scales the uninterrupted one had.
 // int8-blockwise: its GEMMs are bit for bit the CPU's exact INT8 arithmetic (ScaledGemmOpsGpu.Int8Forms...), its
 // gradients quantized with stochastic rounding from the same seeds on both devices; what differs is, as for
-// fp8-deepseek, the BF16 ops around the GEMMs. Bounds as fp8-deepseek's until measured.
+// fp8-deepseek, the BF16 ops around the GEMMs. Measured on an H100: step 1 loss 1.1e-5, gradient norm 1.4e-4
+// relative; over 20 steps loss at most 4.7e-3, gradient norms a median of 2.3e-3 with this tiny model's spikes at
+// 0.21 and 0.28 (steps 14, 15, as for the FP8 recipes). The bounds are fp8-deepseek's.
 TEST_F(TrainGpu, Int8BlockwiseTwentyStepsMatchTheCpu) {
   compare_devices("int8-blockwise", {5e-4, 1e-3}, {2e-2, 1.0}, std::string(kFp8Model) + " --health-every 10", 5e-2);
 }
