@@ -175,6 +175,8 @@ TEST_F(BenchCli, BadGemmOptionsFailClearlyBeforeTouchingTheDevice) {
       {"--grouped-shapes '0,0:4096x7168'", "'0,0:4096x7168' has no tokens"},
       {"--kgrouped-shapes '8x2048:4096'", "must end in two dimensions"},
       {"--check -1", "--check -1 must be >= 0"},
+      {"--int8 --sweep", "--int8 times the INT8 build"},
+      {"--int8 --config 'block=128x192'", "--int8 times the INT8 build"},
   };
   for (const auto& [args, message] : cases) {
     SCOPED_TRACE(args);

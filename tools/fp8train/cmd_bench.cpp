@@ -14,7 +14,9 @@
 //                (cuBLASLt's native ones take the bulk-copy path, QTensor's row-major ones the cp.async
 //                path). Every configuration of ours is first checked bit for bit on sampled outputs against the
 //                CPU Hopper model (num::hopper_dot_scaled_split, --check), so a fast wrong variant cannot pass:
-//                a mismatch or a failed case of ours makes the command fail after the table.
+//                a mismatch or a failed case of ours makes the command fail after the table. --int8 times the
+//                INT8 build of ours instead (ours_int8_*: the same random bytes read as INT8, checked against the
+//                exact INT8 arithmetic; cuBLASLt has no block-scaled INT8 GEMM to interleave with).
 //   bench quant  every CUDA quantization kernel on a >= 256 MiB input, GB/s (bytes read + written) and the
 //                ratio to the device-to-device copy bandwidth measured in the same run.
 // Timing: warm-up launches, L2 flushed before every timed launch, CUDA events, median of the repeats. Our own
@@ -32,6 +34,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <random>
 #include <sstream>
@@ -76,6 +79,7 @@ struct BenchOptions {
   int check = 64;
   std::string grouped_shapes = "8x4096:4096x7168;3900,4300,0,4100,5000,3000,4600,4700:4096x7168";
   std::string kgrouped_shapes = "8x2048:4096x7168";
+  bool int8 = false;  // our kernels' INT8 build instead of the FP8 one
   // quant
   double mib = 256.0;
 };
@@ -373,11 +377,26 @@ struct CheckResult {
 struct CheckSpec {
   int64_t rows = 0, cols = 0, k = 0;
   int k_splits = 1;
+  bool int8 = false;  // the operands' bytes are INT8 codes: exact integer sums per 128 block (K a multiple of 128)
   std::function<const uint8_t*(int64_t)> a_row, b_row;
   std::function<float(int64_t, int64_t)> scale_a, scale_b;
   std::function<uint32_t(int64_t, int64_t)> got;
   std::function<uint32_t(int64_t, int64_t, float)> want;
 };
+
+// The INT8 kernels' arithmetic (quant::ref_gemm's for INT8 x INT8): per 128 block the exact integer sum of the
+// products, then acc = fma(sa * sb, float(sum), acc) with the scale product rounded first.
+float int8_dot_scaled(const uint8_t* a, const float* sa, const uint8_t* b, const float* sb, int64_t k) {
+  float acc = 0.0f;
+  for (int64_t g = 0; g < k / 128; ++g) {
+    int32_t sum = 0;
+    for (int64_t i = 128 * g; i < 128 * (g + 1); ++i)
+      sum += static_cast<int32_t>(static_cast<int8_t>(a[i])) * static_cast<int32_t>(static_cast<int8_t>(b[i]));
+    const float scale = sa[g] * sb[g];
+    acc = std::fma(scale, static_cast<float>(sum), acc);
+  }
+  return acc;
+}
 
 void check_outputs(const CheckSpec& s, int samples, uint64_t seed, CheckResult& r) {
   if (s.rows == 0 || s.cols == 0) return;
@@ -392,9 +411,10 @@ void check_outputs(const CheckSpec& s, int samples, uint64_t seed, CheckResult& 
       sa[g] = s.scale_a(i, g);
       sb[g] = s.scale_b(j, g);
     }
-    const float acc = num::hopper_dot_scaled_split(s.a_row(i), num::Fp8Format::E4M3, sa.data(), s.b_row(j),
-                                                   num::Fp8Format::E4M3, sb.data(), static_cast<int>(s.k), 128,
-                                                   s.k_splits);
+    const float acc =
+        s.int8 ? int8_dot_scaled(s.a_row(i), sa.data(), s.b_row(j), sb.data(), s.k)
+               : num::hopper_dot_scaled_split(s.a_row(i), num::Fp8Format::E4M3, sa.data(), s.b_row(j),
+                                              num::Fp8Format::E4M3, sb.data(), static_cast<int>(s.k), 128, s.k_splits);
     const uint32_t want = s.want(i, j, acc), got = s.got(i, j);
     ++r.checked;
     if (want != got) {
@@ -520,9 +540,10 @@ struct DenseOperands {
   }
 };
 
-OwnProblem dense_problem(DenseOperands& x, quant::ScaleLayout layout, cudaStream_t stream) {
+OwnProblem dense_problem(DenseOperands& x, quant::ScaleLayout layout, bool int8, cudaStream_t stream) {
   const bool native = layout == quant::ScaleLayout::GemmNative;
   oc::Fp8GemmDenseProblem dp;
+  dp.int8 = int8;
   dp.m = x.m;
   dp.n = x.n;
   dp.k = x.k;
@@ -534,13 +555,14 @@ OwnProblem dense_problem(DenseOperands& x, quant::ScaleLayout layout, cudaStream
                        : oc::row_major_scale_view(x.sb_blk_rm.as<float>(), x.kb);
   dp.d = x.d16.as<uint16_t>();
   OwnProblem p;
-  p.case_name = "ours_fp8_1x128_128x128";
+  p.case_name = int8 ? "ours_int8_1x128_128x128" : "ours_fp8_1x128_128x128";
   p.family = Family::Dense;
   p.dims = {{"m", x.m}, {"n", x.n}, {"k", x.k}};
   p.label = fmt::format("{:>5}x{:>5}x{:>5}", x.m, x.n, x.k);
   p.flops = 2.0 * x.m * x.n * x.k;
   p.bytes = 1.0 * (x.m * x.k + x.n * x.k) + 2.0 * x.m * x.n;
-  p.heuristic = oc::fp8_gemm_dense_heuristic(x.m, x.n, x.k, oc::fp8_gemm_num_sms());
+  // INT8: the family's one INT8 build (the empty config; fp8_gemm.h).
+  p.heuristic = int8 ? oc::Fp8GemmConfig{} : oc::fp8_gemm_dense_heuristic(x.m, x.n, x.k, oc::fp8_gemm_num_sms());
   p.m = x.m;
   p.k = x.k;
   p.run = [dp](const oc::Fp8GemmConfig& c, cudaStream_t s) { oc::fp8_gemm_dense(dp, c, s); };
@@ -555,6 +577,7 @@ OwnProblem dense_problem(DenseOperands& x, quant::ScaleLayout layout, cudaStream
     s.cols = x.n;
     s.k = x.k;
     s.k_splits = splits;
+    s.int8 = dp.int8;
     s.a_row = [&](int64_t i) { return x.ha.data() + i * x.k; };
     s.b_row = [&](int64_t j) { return x.hb.data() + j * x.k; };
     s.scale_a = [&](int64_t i, int64_t g) { return x.hsa[g * x.m + i]; };
@@ -568,10 +591,11 @@ OwnProblem dense_problem(DenseOperands& x, quant::ScaleLayout layout, cudaStream
   return p;
 }
 
-OwnProblem wgrad_problem(DenseOperands& x, quant::ScaleLayout layout, DeviceBuffer& c0, DeviceBuffer& dcheck,
+OwnProblem wgrad_problem(DenseOperands& x, quant::ScaleLayout layout, bool int8, DeviceBuffer& c0, DeviceBuffer& dcheck,
                          std::vector<float>& hc, cudaStream_t stream) {
   const bool native = layout == quant::ScaleLayout::GemmNative;
   oc::Fp8GemmWgradProblem wp;
+  wp.int8 = int8;
   wp.m = x.m;
   wp.n = x.n;
   wp.k = x.k;
@@ -584,13 +608,13 @@ OwnProblem wgrad_problem(DenseOperands& x, quant::ScaleLayout layout, DeviceBuff
   wp.c = x.d32.as<float>();  // timed in place, as gradient accumulation runs
   wp.d = x.d32.as<float>();
   OwnProblem p;
-  p.case_name = "ours_fp8_1x128_1x128_f32_acc";
+  p.case_name = int8 ? "ours_int8_1x128_1x128_f32_acc" : "ours_fp8_1x128_1x128_f32_acc";
   p.family = Family::Wgrad;
   p.dims = {{"m", x.m}, {"n", x.n}, {"k", x.k}};
   p.label = fmt::format("{:>5}x{:>5}x{:>5}", x.m, x.n, x.k);
   p.flops = 2.0 * x.m * x.n * x.k;
   p.bytes = 1.0 * (x.m * x.k + x.n * x.k) + 8.0 * x.m * x.n;
-  p.heuristic = oc::fp8_gemm_wgrad_heuristic(x.m, x.n, x.k, 1, oc::fp8_gemm_num_sms());
+  p.heuristic = int8 ? oc::Fp8GemmConfig{} : oc::fp8_gemm_wgrad_heuristic(x.m, x.n, x.k, 1, oc::fp8_gemm_num_sms());
   p.m = x.m;
   p.k = x.k;
   p.run = [wp](const oc::Fp8GemmConfig& c, cudaStream_t s) { oc::fp8_gemm_wgrad(wp, c, s); };
@@ -612,6 +636,7 @@ OwnProblem wgrad_problem(DenseOperands& x, quant::ScaleLayout layout, DeviceBuff
     s.rows = x.m;
     s.cols = x.n;
     s.k = x.k;
+    s.int8 = wp.int8;
     s.a_row = [&](int64_t i) { return x.ha.data() + i * x.k; };
     s.b_row = [&](int64_t j) { return x.hb.data() + j * x.k; };
     s.scale_a = [&](int64_t i, int64_t g) { return x.hsa[g * x.m + i]; };
@@ -759,17 +784,17 @@ void bench_dense_shape(const Context& ctx, const BenchOptions& o, const Families
     // cuBLASLt reads the native layouts: the interleaved comparison is made on those only.
     const bool native = layout == quant::ScaleLayout::GemmNative;
     if (fam.dense) {
-      OwnProblem p = dense_problem(x, layout, ctx.stream);
+      OwnProblem p = dense_problem(x, layout, o.int8, ctx.stream);
       p.bf16_ms = bf16_ms;
       p.block_ms = block_ms;
-      if (native) p.ref = lt_block;
+      if (native && !o.int8) p.ref = lt_block;  // (cuBLASLt has no INT8 form of the same GEMM)
       bench_own(ctx, o, p, layout, configs, rows, failures);
     }
     if (fam.wgrad) {
-      OwnProblem p = wgrad_problem(x, layout, c0, dcheck, hc, ctx.stream);
+      OwnProblem p = wgrad_problem(x, layout, o.int8, c0, dcheck, hc, ctx.stream);
       p.bf16_ms = bf16_ms;
       p.block_ms = block_ms;
-      if (native) p.ref = lt_wgrad;
+      if (native && !o.int8) p.ref = lt_wgrad;
       bench_own(ctx, o, p, layout, configs, rows, failures);
     }
   }
@@ -840,14 +865,15 @@ void bench_grouped_shape(const Context& ctx, const BenchOptions& o, const MoeSha
     gp.b_scales = layout == quant::ScaleLayout::GemmNative ? oc::ScaleView{sb.as<float>(), kb4, 1, nb * kb4}
                                                 : oc::row_major_scale_view(sb_rm.as<float>(), kb, nb * kb);
     gp.d = d.as<uint16_t>();
+    gp.int8 = o.int8;
     OwnProblem p;
-    p.case_name = "ours_fp8_grouped_1x128_128x128";
+    p.case_name = o.int8 ? "ours_int8_grouped_1x128_128x128" : "ours_fp8_grouped_1x128_128x128";
     p.family = Family::Grouped;
     p.dims = {{"m", tokens}, {"m_padded", m}, {"n", n}, {"k", k}, {"groups", groups}, {"tokens", shape.tokens}};
     p.label = fmt::format("{} n{} k{}", tokens_label(shape.tokens), n, k);
     p.flops = 2.0 * tokens * n * k;  // the real tokens' (padding rows are overhead the kernel pays)
     p.bytes = 1.0 * (m * k + groups * n * k) + 2.0 * m * n;
-    p.heuristic = oc::fp8_gemm_grouped_heuristic(m, n, k, oc::fp8_gemm_num_sms());
+    p.heuristic = o.int8 ? oc::Fp8GemmConfig{} : oc::fp8_gemm_grouped_heuristic(m, n, k, oc::fp8_gemm_num_sms());
     p.m = m;
     p.k = k;
     p.run = [gp](const oc::Fp8GemmConfig& c, cudaStream_t s) { oc::fp8_gemm_grouped(gp, c, s); };
@@ -861,6 +887,7 @@ void bench_grouped_shape(const Context& ctx, const BenchOptions& o, const MoeSha
         s.rows = off[e + 1] - off[e];
         s.cols = n;
         s.k = k;
+        s.int8 = gp.int8;
         s.a_row = [&](int64_t i) { return ha.data() + (off[e] + i) * k; };
         s.b_row = [&](int64_t j) { return hb.data() + (e * n + j) * k; };
         s.scale_a = [&](int64_t i, int64_t g) { return hsa[g * m + off[e] + i]; };
@@ -922,14 +949,15 @@ void bench_kgrouped_shape(const Context& ctx, const BenchOptions& o, const MoeSh
                                                 : oc::row_major_scale_view(sb_rm.as<float>(), kb);
     wp.c = d.as<float>();  // timed in place: d = d + A.B^T per expert
     wp.d = d.as<float>();
+    wp.int8 = o.int8;
     OwnProblem p;
-    p.case_name = "ours_fp8_kgrouped_1x128_1x128_f32_acc";
+    p.case_name = o.int8 ? "ours_int8_kgrouped_1x128_1x128_f32_acc" : "ours_fp8_kgrouped_1x128_1x128_f32_acc";
     p.family = Family::KGroupedWgrad;
     p.dims = {{"m", m}, {"n", n}, {"k", tokens}, {"k_padded", k}, {"groups", groups}, {"tokens", shape.tokens}};
     p.label = fmt::format("{} {}x{}", tokens_label(shape.tokens), m, n);
     p.flops = 2.0 * m * n * tokens;
     p.bytes = 1.0 * (m * k + n * k) + 8.0 * groups * m * n;
-    p.heuristic = oc::fp8_gemm_wgrad_heuristic(m, n, k, groups, oc::fp8_gemm_num_sms());
+    p.heuristic = o.int8 ? oc::Fp8GemmConfig{} : oc::fp8_gemm_wgrad_heuristic(m, n, k, groups, oc::fp8_gemm_num_sms());
     p.m = m;
     p.k = k;
     p.run = [wp](const oc::Fp8GemmConfig& cfg, cudaStream_t s) { oc::fp8_gemm_wgrad(wp, cfg, s); };
@@ -947,6 +975,7 @@ void bench_kgrouped_shape(const Context& ctx, const BenchOptions& o, const MoeSh
         s.rows = m;
         s.cols = n;
         s.k = ke;
+        s.int8 = wp.int8;
         s.a_row = [&](int64_t i) { return ha.data() + i * k + off[e]; };
         s.b_row = [&](int64_t j) { return hb.data() + j * k + off[e]; };
         s.scale_a = [&](int64_t i, int64_t g) { return hsa[(off[e] / 128 + g) * m + i]; };
@@ -981,6 +1010,9 @@ void bench_gemm(const BenchOptions& o) {
   const std::vector<quant::ScaleLayout> layouts = parse_scale_layouts(o.scales);
   const std::vector<ConfigChoice> configs = parse_configs(o.configs);
   FP8T_CHECK(o.check >= 0, "bench gemm: --check {} must be >= 0", o.check);
+  FP8T_CHECK(!o.int8 || (!o.sweep && !o.split_sweep && configs.size() == 1 && configs[0].heuristic),
+             "bench gemm: --int8 times the INT8 build (block_n 128, no multicast, no split-K) only: no --sweep, "
+             "--split-sweep or --config");
 
   Context ctx = start(o);
   std::vector<Row> rows;
@@ -1205,6 +1237,9 @@ void add_bench(CLI::App& root) {
                 "sampled outputs per configuration of ours checked bit for bit against the CPU Hopper model "
                 "(0: no check)")
       ->capture_default_str();
+  g->add_flag("--int8", gemm_opts.int8,
+              "time our kernels' INT8 build instead of the FP8 one (the operands' random bytes read as INT8; "
+              "checked against the exact INT8 arithmetic; cuBLASLt's rows stay BF16 / FP8)");
   g->add_option("--grouped-shapes", gemm_opts.grouped_shapes,
                 "MoE M-grouped shapes, ';'-separated: EXPERTSxTOKENS:NxK or T1,T2,...:NxK (tokens per expert)")
       ->capture_default_str();
