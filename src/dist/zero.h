@@ -13,6 +13,11 @@
 //   5. gather_parameters: every rank's updated shard of the master weights all-gathered into every rank's arena.
 // Gradients outside a rank's shard are left as they were accumulated (not the global sum): after step 2 only the
 // shard's gradients mean anything.
+// Sharded experts (expert parallelism with each rank holding only its experts, optim::ParamArenas::experts): the
+// arena's expert prefix differs between EP ranks, so it is a section of its own, reduced, sharded and gathered over
+// the ranks holding the same experts (the DP group), while the rest is over the whole gradient group as above. A
+// rank then has two shards (the experts', then the replicated parameters'), and the gradient norm adds both
+// sections' squares over the whole group: every element of the model once.
 // Not done yet: overlapping the reduce-scatter with backward (it runs after the last micro-batch).
 #pragma once
 #include <cstdint>
@@ -39,12 +44,17 @@ class Zero1 {
   // 4 Mi elements (16 MiB of FP32) per rank and bucket unless told otherwise.
   static constexpr int64_t kDefaultBucketElements = int64_t{1} << 22;
 
-  Zero1(Communicator& dp, const optim::ParamArenas& params, int64_t bucket_elements = kDefaultBucketElements);
+  // experts: the ranks holding the same experts as this one, when params.experts is not empty (else unused).
+  Zero1(Communicator& dp, const optim::ParamArenas& params, Communicator* experts = nullptr,
+        int64_t bucket_elements = kDefaultBucketElements);
 
   Communicator& comm() const { return dp_; }
-  const ShardPlan& plan() const { return plan_; }
-  // This rank's shard.
-  ArenaRange shard() const { return plan_.range(dp_.rank()); }
+  // The replicated parameters' shard plan (element offsets of the arena).
+  const ShardPlan& plan() const { return sections_.back().plan; }
+  // This rank's shard: one range (throws with sharded experts: see shards()).
+  ArenaRange shard() const;
+  // This rank's shards in arena order: the experts' (with sharded experts), then the replicated parameters'.
+  std::vector<ArenaRange> shards() const;
 
   void reduce_gradients(const ExecCtx& ctx);
   // The global gradient norm (every rank the same); scales the shard's gradients when it exceeds max_norm > 0.
@@ -52,9 +62,18 @@ class Zero1 {
   void gather_parameters(const ExecCtx& ctx);
 
  private:
+  // A range of the arena reduced, sharded and gathered over one group (plan offsets are the arena's).
+  struct Section {
+    Communicator* comm;
+    ArenaRange range;
+    ShardPlan plan;
+    ArenaRange mine() const { return plan.range(comm->rank()); }
+  };
+  void reduce_section(const ExecCtx& ctx, const Section& s);
+
   Communicator& dp_;
   const optim::ParamArenas& params_;
-  ShardPlan plan_;
+  std::vector<Section> sections_;  // [experts,] replicated
   int64_t bucket_;
   Tensor bounds_;  // I64 [segments, 2]: the parameters' slices inside this shard, for the norm
   int64_t segments_ = 0;

@@ -5,13 +5,14 @@
 
 namespace fp8train::model {
 
-Block::Block(ParameterSet& params, const std::string& prefix, const ModelConfig& c, DType dtype, int layer, bool moe)
+Block::Block(ParameterSet& params, const std::string& prefix, const ModelConfig& c, DType dtype, int layer, bool moe,
+             int ep, int ep_rank)
     : prefix_(prefix) {
   attn_norm_ = RMSNorm(params, prefix + ".attn_norm", c.hidden_size, c.rms_norm_eps, dtype);
   attn_ = MLA(params, prefix + ".attn", c, dtype, layer);
   ffn_norm_ = RMSNorm(params, prefix + ".ffn_norm", c.hidden_size, c.rms_norm_eps, dtype);
   if (moe) {
-    moe_ = std::make_unique<MoE>(params, prefix + ".moe", c, dtype, layer);
+    moe_ = std::make_unique<MoE>(params, prefix + ".moe", c, dtype, layer, ep, ep_rank);
   } else {
     ffn_ = SwigluFFN(params, prefix + ".ffn", c.hidden_size, c.intermediate_size, dtype, layer,
                      recipe::LinearRole::DenseUp, recipe::LinearRole::DenseDown);

@@ -19,7 +19,9 @@ class Block {
     MoE::State moe;
   };
 
-  Block(ParameterSet& params, const std::string& prefix, const ModelConfig& config, DType dtype, int layer, bool moe);
+  // ep / ep_rank: the MoE holds only that shard of its routed experts (MoE's constructor).
+  Block(ParameterSet& params, const std::string& prefix, const ModelConfig& config, DType dtype, int layer, bool moe,
+        int ep = 1, int ep_rank = 0);
 
   // x: [tokens, d] → y: [tokens, d]; adds this block's balance loss to *balance_loss.
   Tensor forward(const StepContext& ctx, const Tensor& x, State* state, double* balance_loss);

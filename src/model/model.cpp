@@ -52,7 +52,7 @@ DeepSeekV3Model::DeepSeekV3Model(const ModelConfig& config, const ModelOptions& 
   embed_grad_ = emb.grad;
   for (int64_t i = 0; i < c.n_layers; ++i)
     layers_.push_back(std::make_unique<Block>(params_, "layers." + std::to_string(i), c, dtype_, static_cast<int>(i),
-                                              c.is_moe_layer(i)));
+                                              c.is_moe_layer(i), options.ep, options.ep_rank));
   norm_ = RMSNorm(params_, "norm", d, c.rms_norm_eps, dtype_);
   if (c.tie_embeddings) {
     head_ = embed_;
@@ -70,7 +70,8 @@ DeepSeekV3Model::DeepSeekV3Model(const ModelConfig& config, const ModelOptions& 
     m->enorm = RMSNorm(params_, m->prefix + ".enorm", d, c.rms_norm_eps, dtype_);
     m->hnorm = RMSNorm(params_, m->prefix + ".hnorm", d, c.rms_norm_eps, dtype_);
     m->eh_proj = Linear(params_, m->prefix + ".eh_proj", 2 * d, d, recipe::LinearRole::MtpProj, dtype_, layer);
-    m->block = std::make_unique<Block>(params_, m->prefix + ".block", c, dtype_, layer, mtp_moe);
+    m->block =
+        std::make_unique<Block>(params_, m->prefix + ".block", c, dtype_, layer, mtp_moe, options.ep, options.ep_rank);
     m->norm = RMSNorm(params_, m->prefix + ".norm", d, c.rms_norm_eps, dtype_);
     mtp_.push_back(std::move(m));
   }

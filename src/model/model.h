@@ -44,6 +44,9 @@ struct ModelOptions {
   DType dtype = DType::F32;     // master weights: F32, or F64 (gradient checks: the fp32 recipe, F64 throughout)
   uint64_t seed = 1;            // weight initialization
   std::string recipe = "fp32";  // the precision recipe (recipe::parse_recipe spec)
+  // Expert parallelism with the experts sharded in memory: this model holds only shard `ep_rank` of `ep` of every
+  // MoE layer's routed experts (E/ep of them; model/moe.h). 1: every expert.
+  int ep = 1, ep_rank = 0;
 };
 
 struct LossBreakdown {

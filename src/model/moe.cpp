@@ -15,7 +15,8 @@ namespace {
 Tensor offsets_for(const ops::MoePlan& plan) { return plan.n_experts > 1 ? plan.expert_offsets : Tensor{}; }
 }  // namespace
 
-MoE::MoE(ParameterSet& params, const std::string& name, const ModelConfig& c, DType dtype, int layer)
+MoE::MoE(ParameterSet& params, const std::string& name, const ModelConfig& c, DType dtype, int layer, int ep,
+         int ep_rank)
     : name_(name),
       n_experts_(c.n_routed_experts),
       ffn_(c.moe_intermediate_size),
@@ -34,16 +35,21 @@ MoE::MoE(ParameterSet& params, const std::string& name, const ModelConfig& c, DT
     shared_ = SwigluFFN(params, name + ".shared_experts", d, c.n_shared_experts * F, dtype, layer,
                         recipe::LinearRole::SharedExpertUp, recipe::LinearRole::SharedExpertDown);
   }
-  const Tensor w13 = Tensor::zeros({E * 2 * F, d}, dtype, MemCategory::Weights);
-  const Tensor g13 = Tensor::zeros({E * 2 * F, d}, dtype, MemCategory::Gradients);
-  const Tensor w2 = Tensor::zeros({E * d, F}, dtype, MemCategory::Weights);
-  const Tensor g2 = Tensor::zeros({E * d, F}, dtype, MemCategory::Gradients);
-  for (int64_t e = 0; e < E; ++e) {
-    const std::string en = name + ".experts." + std::to_string(e);
-    const int64_t r = e * 2 * F;
-    params.add_view(en + ".w1.weight", w13.rows(r, r + F), g13.rows(r, r + F), Init::Normal);
-    params.add_view(en + ".w2.weight", w2.rows(e * d, (e + 1) * d), g2.rows(e * d, (e + 1) * d), Init::Normal);
-    params.add_view(en + ".w3.weight", w13.rows(r + F, r + 2 * F), g13.rows(r + F, r + 2 * F), Init::Normal);
+  // The experts held: all of them, or this shard's (their names keep the global expert index, so a shard's
+  // parameters are initialized as the whole model's and checkpoints hold every expert under one name).
+  held_ = dist::expert_shard(E, ep, ep_rank, name);
+  const int64_t H = held_.local(), first = held_.first();
+  const bool sharded = held_.ep > 1;
+  const Tensor w13 = Tensor::zeros({H * 2 * F, d}, dtype, MemCategory::Weights);
+  const Tensor g13 = Tensor::zeros({H * 2 * F, d}, dtype, MemCategory::Gradients);
+  const Tensor w2 = Tensor::zeros({H * d, F}, dtype, MemCategory::Weights);
+  const Tensor g2 = Tensor::zeros({H * d, F}, dtype, MemCategory::Gradients);
+  for (int64_t h = 0; h < H; ++h) {
+    const std::string en = name + ".experts." + std::to_string(first + h);
+    const int64_t r = h * 2 * F;
+    params.add_view(en + ".w1.weight", w13.rows(r, r + F), g13.rows(r, r + F), Init::Normal, sharded);
+    params.add_view(en + ".w2.weight", w2.rows(h * d, (h + 1) * d), g2.rows(h * d, (h + 1) * d), Init::Normal, sharded);
+    params.add_view(en + ".w3.weight", w13.rows(r + F, r + 2 * F), g13.rows(r + F, r + 2 * F), Init::Normal, sharded);
   }
   params_ = &params;
   layer_ = layer;
@@ -51,12 +57,12 @@ MoE::MoE(ParameterSet& params, const std::string& name, const ModelConfig& c, DT
   g13_all_ = g13;
   w2_all_ = w2;
   g2_all_ = g2;
-  shard_ = dist::ExpertShard{E, 1, 0};
+  shard_ = held_;  // computes what it holds until set_expert_parallel says otherwise
   build_expert_linears();
 }
 
 void MoE::build_expert_linears() {
-  const int64_t F = ffn_, d = hidden_, first = shard_.first(), L = shard_.local();
+  const int64_t F = ffn_, d = hidden_, first = shard_.first() - held_.first(), L = shard_.local();
   const int64_t r13 = first * 2 * F, r2 = first * d;
   w13_ = Linear(*params_, w13_all_.rows(r13, r13 + L * 2 * F), g13_all_.rows(r13, r13 + L * 2 * F),
                 name_ + ".experts.w13", recipe::LinearRole::ExpertUp, layer_, L);
@@ -66,7 +72,12 @@ void MoE::build_expert_linears() {
 
 void MoE::set_expert_parallel(dist::Communicator* ep) {
   const int size = ep ? ep->size() : 1;
-  shard_ = dist::expert_shard(n_experts_, size, ep ? ep->rank() : 0, name_);
+  const dist::ExpertShard shard = dist::expert_shard(n_experts_, size, ep ? ep->rank() : 0, name_);
+  FP8T_CHECK(held_.ep == 1 || (shard.ep == held_.ep && shard.rank == held_.rank),
+             "{}: built with expert shard {} of {}, but set to expert parallelism as rank {} of {} (the experts it "
+             "holds are not the ones it would compute)",
+             name_, held_.rank, held_.ep, shard.rank, shard.ep);
+  shard_ = shard;
   ep_ = size > 1 ? ep : nullptr;
   build_expert_linears();
 }
@@ -78,6 +89,9 @@ void MoE::collect_linears(std::vector<const Linear*>& out) const {
 }
 
 Tensor MoE::forward(const StepContext& ctx, const Tensor& u, State* st, double* balance_loss, bool keep_input) {
+  FP8T_CHECK(held_.ep == 1 || ep_ != nullptr,
+             "{}: holds expert shard {} of {} but runs without expert parallelism (set_expert_parallel first)", name_,
+             held_.rank, held_.ep);
   const int64_t n = u.size(0), F = ffn_;
   const DType dt = ctx.dtype;
   const Device dev = ctx.exec.device;

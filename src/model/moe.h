@@ -16,8 +16,10 @@
 // of E/ep experts; the tokens of every (token, choice) pair go to the EP rank owning the expert and the expert
 // outputs come back (FP8 codes + power-of-two 1×128 scales where the recipe dispatches in FP8, else the compute
 // dtype; the outputs and dx always in the compute dtype), and the combine is the same gate-weighted sum.
-// The parameter set still holds every expert (the non-owned experts' gradients stay zero here); the loads are
-// the EP group's totals, so every EP rank moves its bias alike.
+// Memory: built with ep > 1 the layer holds only its shard's experts (E/ep of them, registered as local experts:
+// model/parameter.h), so their weights, gradients and optimizer state are divided by ep; built with every expert
+// and then set to expert parallelism, it keeps every expert (the non-owned experts' gradients stay zero). The loads
+// are the EP group's totals either way, so every EP rank moves its bias alike.
 // Auxiliary-loss-free balancing: the bias "<name>.gate.bias" (non-trainable, F32) moves after each optimizer
 // step by b_i += γ·sign(mean_load − load_i) (update_bias). Complementary sequence-wise balance loss:
 // α·Σ_i f_i·P_i per sequence, averaged over sequences (ops::seq_balance_loss).
@@ -47,7 +49,10 @@ class MoE {
   };
 
   MoE() = default;
-  MoE(ParameterSet& params, const std::string& name, const ModelConfig& config, DType dtype, int layer);
+  // ep / ep_rank: hold only shard ep_rank of ep of the routed experts (E a multiple of ep, checked); such a layer
+  // must then be set to expert parallelism over a group of that size and rank before it runs.
+  MoE(ParameterSet& params, const std::string& name, const ModelConfig& config, DType dtype, int layer, int ep = 1,
+      int ep_rank = 0);
 
   // Returns h'; adds α·L_bal of this layer to *balance_loss. Training forwards add the expert loads to the
   // pending loads used by update_bias(). keep_input: the caller keeps u (the shared experts keep their input).
@@ -59,7 +64,8 @@ class MoE {
   void collect_linears(std::vector<const Linear*>& out) const;
 
   // Expert parallelism over `ep` (nullptr or a group of one: every expert here, no exchange). Collective use
-  // only: every EP rank runs the same forwards and backwards. Throws Error unless E is a multiple of ep.size().
+  // only: every EP rank runs the same forwards and backwards. Throws Error unless E is a multiple of ep.size(), and
+  // for a layer built with a shard of the experts, unless the group's size and this rank match that shard.
   void set_expert_parallel(dist::Communicator* ep);
   // The experts this rank computes: [first, first + count).
   int64_t first_local_expert() const { return shard_.first(); }
@@ -89,7 +95,8 @@ class MoE {
   Linear w13_, w2_;  // the local routed experts, grouped: [E_local·2F, d] and [E_local·d, F]
   const ParameterSet* params_ = nullptr;
   int layer_ = 0;
-  Tensor w13_all_, g13_all_, w2_all_, g2_all_;  // every routed expert: [N_r·2F, d] and [N_r·d, F]
+  Tensor w13_all_, g13_all_, w2_all_, g2_all_;  // the experts held: [H·2F, d] and [H·d, F] from expert held_first_
+  dist::ExpertShard held_;                      // the experts held (all of them unless built with a shard)
   dist::Communicator* ep_ = nullptr;            // set with more than one EP rank
   dist::ExpertShard shard_;
   bool has_shared_ = false;

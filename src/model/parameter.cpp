@@ -38,7 +38,8 @@ Parameter& ParameterSet::add(const std::string& name, const Shape& shape, DType 
   return insert(std::move(p));
 }
 
-Parameter& ParameterSet::add_view(const std::string& name, const Tensor& value, const Tensor& grad, Init init) {
+Parameter& ParameterSet::add_view(const std::string& name, const Tensor& value, const Tensor& grad, Init init,
+                                  bool local_experts) {
   FP8T_CHECK(value.is_contiguous() && grad.is_contiguous() && value.shape() == grad.shape(),
              "parameter '{}': value {} and grad {} must be contiguous views of one shape", name, value.str(),
              grad.str());
@@ -48,6 +49,8 @@ Parameter& ParameterSet::add_view(const std::string& name, const Tensor& value, 
   p.grad = grad;
   p.weight_decay = value.dim() >= 2;
   p.init = init;
+  p.local_experts = local_experts;
+  FP8T_CHECK(!local_experts || p.weight_decay, "parameter '{}': a local expert's matrix must be at least 2-D", name);
   return insert(std::move(p));
 }
 
@@ -160,6 +163,7 @@ void ParameterSet::finalize() {
     std::shared_ptr<Storage> value, grad;
     int index = 0;
     bool weight_decay = true;
+    bool local_experts = false;
   };
   std::vector<Region> regions;
   std::map<const Storage*, size_t> region_of;
@@ -181,18 +185,21 @@ void ParameterSet::finalize() {
       r.value = p->value.storage_ptr();
       r.grad = p->grad.storage_ptr();
       r.weight_decay = p->weight_decay;
+      r.local_experts = p->local_experts;
       FP8T_CHECK(r.value->bytes() % dtype_size(dtype) == 0 && r.grad->bytes() == r.value->bytes(),
                  "finalize: the gradient buffer of '{}' ({} bytes) does not mirror its value buffer ({} bytes)",
                  p->name, r.grad->bytes(), r.value->bytes());
       FP8T_CHECK(r.value != r.grad && grad_storages.insert(r.grad.get()).second && !region_of.count(r.grad.get()),
                  "finalize: the gradient buffer of '{}' is shared with another parameter buffer", p->name);
-      const int group = p->weight_decay ? kDecayGroup : kNoDecayGroup;
+      const int group = p->local_experts ? kExpertGroup : p->weight_decay ? kDecayGroup : kNoDecayGroup;
       r.index = layout->add_region(static_cast<int64_t>(r.value->bytes() / dtype_size(dtype)), group);
       regions.push_back(r);
     }
     const Region& r = regions[it->second];
     FP8T_CHECK(p->weight_decay == r.weight_decay,
                "finalize: parameter '{}' shares a buffer with parameters of the other weight-decay kind", p->name);
+    FP8T_CHECK(p->local_experts == r.local_experts,
+               "finalize: parameter '{}' shares a buffer with parameters that are not local experts (or are)", p->name);
     FP8T_CHECK(p->grad.storage_ptr() == r.grad && offset_in_storage(p->grad) == offset_in_storage(p->value),
                "finalize: the gradient of '{}' does not sit beside its value in a mirrored buffer", p->name);
     layout->add_view(p->name, p->value.shape(), r.index, offset_in_storage(p->value));
@@ -215,6 +222,13 @@ void ParameterSet::finalize() {
   }
   values_ = std::move(values);
   grads_ = std::move(grads);
+}
+
+ArenaRange ParameterSet::decay_range() const {
+  const ArenaLayout& l = value_arena().layout();
+  const ArenaRange experts = l.group_range(kExpertGroup), decay = l.group_range(kDecayGroup);
+  if (experts.empty()) return decay;
+  return {experts.begin, decay.empty() ? experts.end : decay.end};  // the groups are placed back to back
 }
 
 const Arena& ParameterSet::value_arena() const {

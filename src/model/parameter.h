@@ -14,6 +14,11 @@
 // registration order. The layers' Tensors keep pointing at the same Storage objects, which now live in the arenas.
 // Buffers (router biases) stay outside: they are not trained, not reduced across ranks, and are updated by the
 // model itself between steps.
+// Expert parallelism with the experts sharded in memory (MoE built with an ExpertShard): this rank's routed
+// experts are registered as `local_experts` parameters and their regions form their own group, placed first
+// (kExpertGroup), so that the arena is [this rank's experts | the other parameters with weight decay | those
+// without]: the experts' elements are one prefix (reduced over the ranks holding the same experts only), the
+// replicated ones the rest, and the weight-decay elements still one contiguous range.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -34,18 +39,23 @@ struct Parameter {
   bool trainable = true;
   bool weight_decay = true;  // false for RMSNorm gains and other 1-D parameters
   Init init = Init::Normal;
+  bool local_experts = false;  // a shard of the routed experts that only some ranks hold (see the top)
 };
 
 class ParameterSet {
  public:
-  // The arena groups of finalize(): weight decay applies to the first, not to the second.
-  static constexpr int kDecayGroup = 0;
-  static constexpr int kNoDecayGroup = 1;
+  // The arena groups of finalize(), in the order they are placed: the local experts' (weight decay, empty unless
+  // the experts are sharded), the other parameters with weight decay, those without.
+  static constexpr int kExpertGroup = 0;
+  static constexpr int kDecayGroup = 1;
+  static constexpr int kNoDecayGroup = 2;
 
   // A parameter with its own storage; grad zero-filled.
   Parameter& add(const std::string& name, const Shape& shape, DType dtype, Init init);
-  // A parameter whose value and grad are views into buffers owned by a layer (must be contiguous).
-  Parameter& add_view(const std::string& name, const Tensor& value, const Tensor& grad, Init init);
+  // A parameter whose value and grad are views into buffers owned by a layer (must be contiguous); local_experts:
+  // a shard of the routed experts (Parameter::local_experts).
+  Parameter& add_view(const std::string& name, const Tensor& value, const Tensor& grad, Init init,
+                      bool local_experts = false);
   // Non-trainable state (no gradient, never decayed), e.g. a router bias; `value` is kept as given.
   Parameter& add_buffer(const std::string& name, const Tensor& value);
 
@@ -73,9 +83,11 @@ class ParameterSet {
   // The arenas (finalize() first): views named and shaped like the parameters, in registration order.
   const Arena& value_arena() const;
   const Arena& grad_arena() const;
-  // The arena elements of the parameters with / without weight decay (contiguous, padding included).
-  ArenaRange decay_range() const { return value_arena().layout().group_range(kDecayGroup); }
+  // The arena elements of the parameters with / without weight decay (contiguous, padding included; the local
+  // experts' are among those with), and of the local experts (empty unless sharded; a prefix of the arena).
+  ArenaRange decay_range() const;
   ArenaRange no_decay_range() const { return value_arena().layout().group_range(kNoDecayGroup); }
+  ArenaRange expert_range() const { return value_arena().layout().group_range(kExpertGroup); }
 
  private:
   Parameter& insert(Parameter p);

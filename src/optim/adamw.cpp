@@ -35,20 +35,35 @@ AdamW::AdamW(const AdamWConfig& config, const ParamArenas& params) : config_(con
   const DType dt = moment_storage_dtype(config_.moment_dtype);
   m_ = Arena(params.values.layout_ptr(), dt, MemCategory::OptimizerState, params.values.device());
   v_ = Arena(params.values.layout_ptr(), dt, MemCategory::OptimizerState, params.values.device());
-  shard_ = {0, params.layout().elements()};
+  shards_ = {{0, params.layout().elements()}};
   m_shard_ = m_.flat();
   v_shard_ = v_.flat();
 }
 
-AdamW::AdamW(const AdamWConfig& config, const ParamArenas& params, ArenaRange shard) : config_(config), shard_(shard) {
+AdamW::AdamW(const AdamWConfig& config, const ParamArenas& params, ArenaRange shard)
+    : AdamW(config, params, std::vector<ArenaRange>{shard}) {}
+
+AdamW::AdamW(const AdamWConfig& config, const ParamArenas& params, std::vector<ArenaRange> shards)
+    : config_(config), shards_(std::move(shards)) {
   check_config(config_);
   params.validate();
-  FP8T_CHECK(shard.begin >= 0 && shard.begin <= shard.end && shard.end <= params.layout().elements(),
-             "AdamW: shard [{}, {}) is not a range of the {}-element parameter arena", shard.begin, shard.end,
-             params.layout().elements());
+  FP8T_CHECK(!shards_.empty(), "AdamW: a sharded optimizer needs at least one range");
+  int64_t total = 0, last_end = 0;
+  for (const ArenaRange& s : shards_) {
+    FP8T_CHECK(s.begin >= last_end && s.begin <= s.end && s.end <= params.layout().elements(),
+               "AdamW: shard [{}, {}) is not a range of the {}-element parameter arena after the ranges before it",
+               s.begin, s.end, params.layout().elements());
+    last_end = s.end;
+    total += s.size();
+  }
   const DType dt = moment_storage_dtype(config_.moment_dtype);
-  m_shard_ = Tensor::zeros({shard.size()}, dt, MemCategory::OptimizerState, params.values.device());
-  v_shard_ = Tensor::zeros({shard.size()}, dt, MemCategory::OptimizerState, params.values.device());
+  m_shard_ = Tensor::zeros({total}, dt, MemCategory::OptimizerState, params.values.device());
+  v_shard_ = Tensor::zeros({total}, dt, MemCategory::OptimizerState, params.values.device());
+}
+
+const ArenaRange& AdamW::shard() const {
+  FP8T_CHECK(shards_.size() == 1, "AdamW: this optimizer covers {} ranges (use shards())", shards_.size());
+  return shards_.front();
 }
 
 const Arena& AdamW::exp_avg() const {
@@ -63,7 +78,8 @@ const Arena& AdamW::exp_avg_sq() const {
 
 void AdamW::step(const ExecCtx& ctx, const ParamArenas& params, double lr) {
   FP8T_CHECK(params.grads.layout_ptr() == params.values.layout_ptr() &&
-                 (sharded() ? shard_.end <= params.layout().elements() : params.values.layout_ptr() == m_.layout_ptr()),
+                 (sharded() ? shards_.back().end <= params.layout().elements()
+                            : params.values.layout_ptr() == m_.layout_ptr()),
              "AdamW: these parameter arenas are not the ones the optimizer was built for");
   FP8T_CHECK(std::isfinite(lr) && lr >= 0.0, "AdamW: learning rate must be finite and non-negative, got {}", lr);
   ++step_count_;
@@ -73,16 +89,21 @@ void AdamW::step(const ExecCtx& ctx, const ParamArenas& params, double lr) {
                     .eps = config_.eps,
                     .weight_decay = config_.weight_decay,
                     .step = step_count_};
-  const auto update = [&](const ArenaRange& range) {
-    const ArenaRange r{std::max(range.begin, shard_.begin), std::min(range.end, shard_.end)};
-    if (r.empty()) return;
-    const int64_t at = r.begin - shard_.begin;
-    ops::adamw_update(ctx, params.values.range(r), params.grads.range(r), m_shard_.narrow(0, at, r.size()),
-                      v_shard_.narrow(0, at, r.size()), h);
-  };
-  update(params.decay);
-  h.weight_decay = 0.0;
-  update(params.no_decay);
+  // Per range of the shards: its weight-decay part, then the rest (one op call each).
+  int64_t base = 0;  // where the range's moments start
+  for (const ArenaRange& shard : shards_) {
+    const auto update = [&](const ArenaRange& range, double weight_decay) {
+      const ArenaRange r{std::max(range.begin, shard.begin), std::min(range.end, shard.end)};
+      if (r.empty()) return;
+      const int64_t at = base + r.begin - shard.begin;
+      h.weight_decay = weight_decay;
+      ops::adamw_update(ctx, params.values.range(r), params.grads.range(r), m_shard_.narrow(0, at, r.size()),
+                        v_shard_.narrow(0, at, r.size()), h);
+    };
+    update(params.decay, config_.weight_decay);
+    update(params.no_decay, 0.0);
+    base += shard.size();
+  }
 }
 
 void AdamW::set_step_count(int64_t step_count) {

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "optim/param.h"
 #include "tensor/exec_ctx.h"
@@ -35,6 +36,9 @@ class AdamW {
   AdamW(const AdamWConfig& config, const ParamArenas& params);
   // Moments for, and updates of, the elements `shard` of the arenas only (a range inside the arena).
   AdamW(const AdamWConfig& config, const ParamArenas& params, ArenaRange shard);
+  // The same for several disjoint ranges in increasing order (ZeRO-1 with sharded experts: the experts' shard and
+  // the replicated parameters' shard); their moments are stored back to back in that order.
+  AdamW(const AdamWConfig& config, const ParamArenas& params, std::vector<ArenaRange> shards);
 
   // One update of every parameter with learning rate `lr`: advances the step count t by one, then updates the decay
   // range with config().weight_decay and the no-decay range without. `params` must be the arenas the optimizer was
@@ -49,9 +53,11 @@ class AdamW {
   // The moments, one view per parameter under the parameter's name (unsharded optimizers only).
   const Arena& exp_avg() const;
   const Arena& exp_avg_sq() const;
-  // The elements this optimizer updates ([0, elements) unless sharded) and their moments, 1-D [shard().size()].
+  // The elements this optimizer updates ([0, elements) unless sharded) and their moments, 1-D [shard().size()]
+  // (shard(): the one range; a multi-range optimizer has shards(), its moments the ranges' back to back).
   bool sharded() const { return !m_.defined(); }
-  const ArenaRange& shard() const { return shard_; }
+  const ArenaRange& shard() const;
+  const std::vector<ArenaRange>& shards() const { return shards_; }
   const Tensor& exp_avg_shard() const { return m_shard_; }
   const Tensor& exp_avg_sq_shard() const { return v_shard_; }
   // Bytes of both moment arenas (what the optimizer state costs, padding included).
@@ -62,7 +68,7 @@ class AdamW {
  private:
   AdamWConfig config_;
   Arena m_, v_;  // unsharded only
-  ArenaRange shard_;
+  std::vector<ArenaRange> shards_;
   Tensor m_shard_, v_shard_;
   int64_t step_count_ = 0;
 };

@@ -3,6 +3,13 @@
 
 namespace fp8train::optim {
 
+int64_t ParamArenas::local_expert_elements() const {
+  int64_t n = 0;
+  for (const ArenaLayout::View& v : layout().views())
+    if (v.offset < experts.end) n += v.numel;
+  return n;
+}
+
 void ParamArenas::validate() const {
   FP8T_CHECK(values.defined() && grads.defined(), "parameter arenas: values and gradients are required");
   FP8T_CHECK(values.layout_ptr() == grads.layout_ptr(),
@@ -25,6 +32,9 @@ void ParamArenas::validate() const {
   for (const ArenaLayout::View& v : layout().views())
     FP8T_CHECK(v.numel == 0 || within(decay, v) || within(no_decay, v),
                "parameter arenas: parameter '{}' lies in neither the decay nor the no-decay range", v.name);
+  FP8T_CHECK(experts.empty() || (experts.begin == 0 && decay.begin == 0 && experts.end <= decay.end),
+             "parameter arenas: the local experts' range [{}, {}) must be a prefix of the decay range [{}, {})",
+             experts.begin, experts.end, decay.begin, decay.end);
 }
 
 }  // namespace fp8train::optim

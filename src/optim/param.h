@@ -15,10 +15,17 @@ struct ParamArenas {
   Arena grads;          // F32 gradients (MemCategory::Gradients), same layout
   ArenaRange decay;     // elements of the parameters with weight decay
   ArenaRange no_decay;  // elements of the parameters without
+  // Expert parallelism with the experts sharded in memory: this rank's routed experts, a prefix [0, e) of the
+  // arena inside `decay` (model/parameter.h); empty otherwise. Its gradients are summed over the ranks holding the
+  // same experts only (dist::Zero1).
+  ArenaRange experts;
 
   const ArenaLayout& layout() const { return values.layout(); }
+  // Elements of the parameters in `experts` (padding excluded): what one shard of the experts holds.
+  int64_t local_expert_elements() const;
   // Throws naming the problem unless: both arenas are defined, F32, on one device, share one layout; the two
-  // ranges lie inside the arena without overlapping, and each view lies inside one of them.
+  // ranges lie inside the arena without overlapping, and each view lies inside one of them; `experts` is empty or a
+  // prefix of the arena inside `decay`.
   void validate() const;
 };
 

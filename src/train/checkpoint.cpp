@@ -112,43 +112,127 @@ constexpr const char* kRecipeStateFile = "recipe_state.safetensors";  // only wh
 constexpr const char* kEmaFile = "ema.safetensors";                   // only when the run keeps a weight EMA
 constexpr const char* kTokenizerFile = "tokenizer.model";             // only with a SentencePiece tokenizer
 
-// The optimizer's moments over the whole arena ([elements] each, host) on DP rank 0: its own shard plus every other
-// rank's, received in rank order (each rank sends its shard's exp_avg, then exp_avg_sq); undefined on other ranks.
-std::pair<Tensor, Tensor> gather_moments(const optim::AdamW& opt, dist::Communicator* comm, int64_t elements) {
-  const bool many = comm != nullptr && comm->size() > 1;
-  if (!many) {
-    FP8T_CHECK(opt.shard().begin == 0 && opt.shard().end == elements,
+// What rank 0 writes, gathered from the ranks of the gradient group (host tensors, rank 0 only):
+//   m, v: the optimizer's moments over the whole arena (the local-expert prefix left zero with sharded experts);
+//   with sharded experts, per EP index e: that shard's expert-prefix master values and moments.
+struct Gathered {
+  Tensor m, v;
+  std::vector<Tensor> expert_values, expert_m, expert_v;
+};
+
+// Each rank sends, in this order, to rank 0: its replicated shard's exp_avg and exp_avg_sq; with sharded experts, its
+// expert shard's exp_avg and exp_avg_sq, and (the first rank holding those experts) the experts' master values.
+// Rank 0 receives them rank by rank in the same order. The shards are dist::Zero1's (dist::shard_arena per section).
+Gathered gather_state(const CheckpointWrite& what, const optim::ParamArenas& params) {
+  const optim::AdamW& opt = *what.optimizer;
+  dist::Communicator* comm = what.comm;
+  const int64_t elements = params.layout().elements();
+  const ArenaRange experts = params.experts;
+  if (comm == nullptr || comm->size() == 1) {
+    FP8T_CHECK(experts.empty(), "save_checkpoint: sharded experts need the gradient group to gather them");
+    FP8T_CHECK(opt.shards().size() == 1 && opt.shards().front().begin == 0 && opt.shards().front().end == elements,
                "save_checkpoint: a sharded optimizer needs its DP group to gather the moments");
-    return {on_host(opt.exp_avg_shard()), on_host(opt.exp_avg_sq_shard())};
+    return {on_host(opt.exp_avg_shard()), on_host(opt.exp_avg_sq_shard()), {}, {}, {}};
   }
-  const ExecCtx ctx = ExecCtx::on(opt.exp_avg_shard().device());
-  if (comm->rank() != 0) {
-    if (opt.shard().size() > 0) {
-      comm->send(opt.exp_avg_shard(), 0, ctx);
-      comm->send(opt.exp_avg_sq_shard(), 0, ctx);
-      ctx.synchronize();
+  const std::vector<ArenaRange>& shards = opt.shards();
+  FP8T_CHECK(shards.size() == (experts.empty() ? 1u : 2u),
+             "save_checkpoint: the optimizer covers {} ranges, the gradient sections are {}", shards.size(),
+             experts.empty() ? 1 : 2);
+  const ArenaRange rep = shards.back(), xs = experts.empty() ? ArenaRange{} : shards.front();
+  const Tensor& m_all = opt.exp_avg_shard();
+  const Tensor& v_all = opt.exp_avg_sq_shard();
+  const int64_t rep_at = m_all.numel() - rep.size();  // the replicated shard's moments follow the experts'
+  const ExecCtx ctx = ExecCtx::on(m_all.device());
+  const DType dt = m_all.dtype();
+  const int n = comm->size(), me = comm->rank();
+  // Who holds which experts: (EP index, rank among the ranks holding them) of every rank, in rank order.
+  std::vector<int64_t> holders;
+  if (!experts.empty()) {
+    FP8T_CHECK(what.expert_dp != nullptr, "save_checkpoint: sharded experts need the group of ranks holding them");
+    const Tensor mine = Tensor::from_vector(std::vector<int64_t>{what.ep_rank, what.expert_dp->rank()}, {2},
+                                            MemCategory::Workspace, Device::cpu())
+                            .to(ctx.device);
+    const Tensor all = Tensor::empty({2 * n}, DType::I64, MemCategory::Workspace, ctx.device);
+    comm->all_gather(mine, all, ctx);
+    holders = all.to(Device::cpu()).to_vector<int64_t>();
+  }
+  if (me != 0) {
+    const auto send = [&](const Tensor& t) {
+      if (t.numel() > 0) comm->send(t, 0, ctx);
+    };
+    send(m_all.narrow(0, rep_at, rep.size()));
+    send(v_all.narrow(0, rep_at, rep.size()));
+    if (!experts.empty()) {
+      send(m_all.narrow(0, 0, xs.size()));
+      send(v_all.narrow(0, 0, xs.size()));
+      if (what.expert_dp->rank() == 0) send(params.values.range(experts));
     }
+    ctx.synchronize();
     return {};
   }
-  const DType dt = opt.exp_avg_shard().dtype();
-  Tensor m = Tensor::zeros({elements}, dt, MemCategory::Workspace, Device::cpu());
-  Tensor v = Tensor::zeros({elements}, dt, MemCategory::Workspace, Device::cpu());
-  m.narrow(0, opt.shard().begin, opt.shard().size()).copy_from(opt.exp_avg_shard());
-  v.narrow(0, opt.shard().begin, opt.shard().size()).copy_from(opt.exp_avg_sq_shard());
-  // The shards are dist::shard_arena's (what each rank's optimizer covers: dist/zero.h).
-  const dist::ShardPlan plan = dist::shard_arena(elements, comm->size());
-  for (int r = 1; r < comm->size(); ++r) {
-    const ArenaRange s = plan.range(r);
-    if (s.empty()) continue;
-    const Tensor buffer = Tensor::empty({s.size()}, dt, MemCategory::Workspace, opt.exp_avg_shard().device());
-    comm->recv(buffer, r, ctx);
-    ctx.synchronize();  // a GPU communicator only enqueued the receive
-    m.narrow(0, s.begin, s.size()).copy_from(buffer);
+  Gathered g;
+  g.m = Tensor::zeros({elements}, dt, MemCategory::Workspace, Device::cpu());
+  g.v = Tensor::zeros({elements}, dt, MemCategory::Workspace, Device::cpu());
+  // A receive from rank r into the host tensor `dst` (a GPU communicator only enqueues it: synchronize first).
+  const auto receive = [&](int r, Tensor dst, DType type) {
+    if (dst.numel() == 0) return;
+    const Tensor buffer = Tensor::empty({dst.numel()}, type, MemCategory::Workspace, ctx.device);
     comm->recv(buffer, r, ctx);
     ctx.synchronize();
-    v.narrow(0, s.begin, s.size()).copy_from(buffer);
+    dst.copy_from(buffer);
+  };
+  const dist::ShardPlan rep_plan = dist::shard_arena(elements - experts.end, n);
+  g.m.narrow(0, rep.begin, rep.size()).copy_from(m_all.narrow(0, rep_at, rep.size()));
+  g.v.narrow(0, rep.begin, rep.size()).copy_from(v_all.narrow(0, rep_at, rep.size()));
+  int ep = 1, holders_per_shard = 1;
+  dist::ShardPlan x_plan;
+  if (!experts.empty()) {
+    for (int r = 0; r < n; ++r) ep = std::max(ep, static_cast<int>(holders[2 * r]) + 1);
+    holders_per_shard = what.expert_dp->size();
+    FP8T_CHECK(ep * holders_per_shard == n && holders[0] == 0 && holders[1] == 0,
+               "save_checkpoint: {} ranks do not hold {} expert shards {} times each, with rank 0 first", n, ep,
+               holders_per_shard);
+    x_plan = dist::shard_arena(experts.size(), holders_per_shard);
+    for (int e = 0; e < ep; ++e) {
+      g.expert_values.push_back(Tensor::zeros({experts.size()}, DType::F32, MemCategory::Workspace, Device::cpu()));
+      g.expert_m.push_back(Tensor::zeros({experts.size()}, dt, MemCategory::Workspace, Device::cpu()));
+      g.expert_v.push_back(Tensor::zeros({experts.size()}, dt, MemCategory::Workspace, Device::cpu()));
+    }
+    g.expert_values[0].copy_from(params.values.range(experts));
+    g.expert_m[0].narrow(0, 0, xs.size()).copy_from(m_all.narrow(0, 0, xs.size()));
+    g.expert_v[0].narrow(0, 0, xs.size()).copy_from(v_all.narrow(0, 0, xs.size()));
   }
-  return {m, v};
+  for (int r = 1; r < n; ++r) {
+    const ArenaRange s{experts.end + rep_plan.begins[static_cast<size_t>(r)],
+                       experts.end + rep_plan.begins[static_cast<size_t>(r)] + rep_plan.counts[static_cast<size_t>(r)]};
+    receive(r, g.m.narrow(0, s.begin, s.size()), dt);
+    receive(r, g.v.narrow(0, s.begin, s.size()), dt);
+    if (experts.empty()) continue;
+    const int e = static_cast<int>(holders[2 * r]), d = static_cast<int>(holders[2 * r + 1]);
+    const int64_t at = x_plan.begins[static_cast<size_t>(d)], count = x_plan.counts[static_cast<size_t>(d)];
+    receive(r, g.expert_m[static_cast<size_t>(e)].narrow(0, at, count), dt);
+    receive(r, g.expert_v[static_cast<size_t>(e)].narrow(0, at, count), dt);
+    if (d == 0) receive(r, g.expert_values[static_cast<size_t>(e)], DType::F32);
+  }
+  return g;
+}
+
+// "<layer>.experts.<k>.<weight>" with <k> + delta (the same parameter of another EP shard's expert).
+std::string shift_expert(const std::string& name, int64_t delta) {
+  const std::string key = ".experts.";
+  const size_t at = name.find(key);
+  FP8T_CHECK(at != std::string::npos, "save_checkpoint: local-expert parameter '{}' is not named as an expert", name);
+  const size_t begin = at + key.size(), end = name.find('.', begin);
+  FP8T_CHECK(end != std::string::npos && end > begin, "save_checkpoint: cannot read the expert index of '{}'", name);
+  const int64_t k = std::stoll(name.substr(begin, end - begin));
+  return name.substr(0, begin) + std::to_string(k + delta) + name.substr(end);
+}
+
+// The expert index in a local-expert parameter's name.
+int64_t expert_index(const std::string& name) {
+  const std::string shifted = shift_expert(name, 0);
+  const size_t begin = shifted.find(".experts.") + 9;
+  return std::stoll(shifted.substr(begin, shifted.find('.', begin) - begin));
 }
 
 }  // namespace
@@ -166,11 +250,14 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointWrite& w
   FP8T_CHECK(what.config && what.model && what.optimizer, "save_checkpoint: config, model and optimizer are required");
   const optim::AdamW& opt = *what.optimizer;
   const int64_t elements = what.model->parameters().layout().elements();
-  FP8T_CHECK(opt.sharded() ? opt.shard().end <= elements
+  FP8T_CHECK(opt.sharded() ? opt.shards().back().end <= elements
                            : opt.exp_avg().layout_ptr() == what.model->parameters().values.layout_ptr(),
              "save_checkpoint: the optimizer was built for other parameters than the model's");
-  // The whole moments on the host of rank 0 (gathered from the DP ranks' shards); other ranks only send theirs.
-  const std::pair<Tensor, Tensor> moments = gather_moments(opt, what.comm, elements);
+  FP8T_CHECK(what.ema == nullptr || what.model->parameters().experts.empty(),
+             "save_checkpoint: a weight EMA of sharded experts is not saved yet");
+  // The whole moments (and with sharded experts every shard's experts) on the host of rank 0, gathered from the
+  // ranks' shards; the other ranks only send theirs.
+  const Gathered gathered = gather_state(what, what.model->parameters());
   if (what.comm && what.comm->rank() != 0) return {};
   const fs::path checkpoints = fs::path(run_dir) / "checkpoints";
   fs::create_directories(checkpoints);
@@ -192,24 +279,42 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointWrite& w
   const std::string step_text = std::to_string(what.state.step);
   weights.metadata = {{"format", "pt"}, {"fp8train_step", step_text}, {"fp8train_config", what.config->dump()}};
   master.metadata = {{"format", "pt"}, {"fp8train_step", step_text}};
-  for (size_t i = 0; i < layout.views().size(); ++i) {
+  optimizer.metadata = {{"step_count", std::to_string(opt.step_count())},
+                        {"moment_dtype", optim::moment_dtype_name(opt.config().moment_dtype)}};
+  const auto put_tensors = [&](const std::string& name, const Shape& shape, const Tensor& value, const Tensor& m,
+                               const Tensor& v) {
+    const Tensor shaped = value.view(shape);
+    master.tensors.push_back(st_from_tensor(name, shaped));
+    weights.tensors.push_back(what.bf16_weights ? st_bf16_from_f32(name, shaped) : st_from_tensor(name, shaped));
+    optimizer.tensors.push_back(st_from_tensor("exp_avg." + name, m.view(shape)));
+    optimizer.tensors.push_back(st_from_tensor("exp_avg_sq." + name, v.view(shape)));
+  };
+  const ArenaRange experts = params.experts;
+  for (size_t i = 0; i < layout.views().size();) {
     const ArenaLayout::View& v = layout.view(i);
-    const Tensor value = on_host(params.values.view(i));
-    master.tensors.push_back(st_from_tensor(v.name, value));
-    weights.tensors.push_back(what.bf16_weights ? st_bf16_from_f32(v.name, value) : st_from_tensor(v.name, value));
+    const auto of = [&](const Tensor& all, const ArenaLayout::View& w) { return all.narrow(0, w.offset, w.numel); };
+    if (experts.empty() || v.offset >= experts.end) {
+      put_tensors(v.name, v.shape, on_host(params.values.view(i)), of(gathered.m, v), of(gathered.v, v));
+      ++i;
+      continue;
+    }
+    // A layer's run of local experts: every EP shard's, in expert order (shard e holds the experts e·L + [0, L)).
+    size_t j = i;
+    int64_t per_shard = 0;
+    while (j < layout.views().size() && layout.view(j).offset < experts.end)
+      per_shard = std::max(per_shard, expert_index(layout.view(j++).name) + 1);
+    for (size_t e = 0; e < gathered.expert_values.size(); ++e)
+      for (size_t k = i; k < j; ++k) {
+        const ArenaLayout::View& w = layout.view(k);
+        put_tensors(shift_expert(w.name, static_cast<int64_t>(e) * per_shard), w.shape,
+                    of(gathered.expert_values[e], w), of(gathered.expert_m[e], w), of(gathered.expert_v[e], w));
+      }
+    i = j;
   }
   for (const NamedTensor& b : buffers) {
     const Tensor value = on_host(b.value);
     weights.tensors.push_back(st_from_tensor(b.name, value));
     master.tensors.push_back(st_from_tensor(b.name, value));
-  }
-  optimizer.metadata = {{"step_count", std::to_string(opt.step_count())},
-                        {"moment_dtype", optim::moment_dtype_name(opt.config().moment_dtype)}};
-  for (size_t i = 0; i < layout.views().size(); ++i) {
-    const ArenaLayout::View& v = layout.view(i);
-    const auto view_of = [&](const Tensor& all) { return all.narrow(0, v.offset, v.numel).view(v.shape); };
-    optimizer.tensors.push_back(st_from_tensor("exp_avg." + v.name, view_of(moments.first)));
-    optimizer.tensors.push_back(st_from_tensor("exp_avg_sq." + v.name, view_of(moments.second)));
   }
 
   nlohmann::json files = nlohmann::json::object();
@@ -388,9 +493,13 @@ bool load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::A
                where, t.name, fmt::join(t.shape, ", "), fmt::join(dst.shape(), ", "));
     copies.emplace_back(dst, host_tensor(t));
   };
-  FP8T_CHECK(master.tensors.size() == layout.views().size() + buffers.size(),
-             "{}: master.safetensors holds {} tensors, the model has {} parameters and {} state buffers", where,
-             master.tensors.size(), layout.views().size(), buffers.size());
+  // (A model holding a shard of the experts reads its own experts out of the whole model's.)
+  const bool expert_shard = !params.experts.empty();
+  FP8T_CHECK(expert_shard ? master.tensors.size() > layout.views().size() + buffers.size()
+                          : master.tensors.size() == layout.views().size() + buffers.size(),
+             "{}: master.safetensors holds {} tensors, the model has {} parameters{} and {} state buffers", where,
+             master.tensors.size(), layout.views().size(), expert_shard ? " (a shard of the experts)" : "",
+             buffers.size());
   for (size_t i = 0; i < layout.views().size(); ++i)
     stage(master.get(layout.view(i).name, where + " master.safetensors"), params.values.view(i));
   for (const NamedTensor& b : buffers) stage(master.get(b.name, where + " master.safetensors"), b.value);
@@ -428,7 +537,7 @@ bool load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::A
   FP8T_CHECK(dtype_name == optim::moment_dtype_name(optimizer->config().moment_dtype),
              "{}: optimizer moments are '{}', the config asks for '{}'", where, dtype_name,
              optim::moment_dtype_name(optimizer->config().moment_dtype));
-  FP8T_CHECK(optimizer->sharded() ? optimizer->shard().end <= layout.elements()
+  FP8T_CHECK(optimizer->sharded() ? optimizer->shards().back().end <= layout.elements()
                                   : optimizer->exp_avg().layout_ptr() == params.values.layout_ptr(),
              "load_checkpoint: the optimizer was built for other parameters than the model's");
   int64_t step_count = 0;
@@ -452,17 +561,21 @@ bool load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::A
                st_dtype_name(expected));
     moments.emplace_back(host_tensor(m), host_tensor(v));
   }
-  // Each parameter's slice inside the optimizer's shard (every parameter whole when it is not sharded).
-  const ArenaRange shard = optimizer->shard();
-  for (size_t i = 0; i < moments.size(); ++i) {
-    const ArenaLayout::View& view = layout.view(i);
-    const int64_t lo = std::max(view.offset, shard.begin), hi = std::min(view.offset + view.numel, shard.end);
-    if (lo >= hi) continue;
-    const auto slice = [&](const Tensor& whole) {
-      return whole.view({view.numel}).narrow(0, lo - view.offset, hi - lo);
-    };
-    optimizer->exp_avg_shard().narrow(0, lo - shard.begin, hi - lo).copy_from(slice(moments[i].first));
-    optimizer->exp_avg_sq_shard().narrow(0, lo - shard.begin, hi - lo).copy_from(slice(moments[i].second));
+  // Each parameter's slice inside the optimizer's shards (every parameter whole when it is not sharded); the
+  // shards' moments lie back to back.
+  int64_t base = 0;
+  for (const ArenaRange& shard : optimizer->shards()) {
+    for (size_t i = 0; i < moments.size(); ++i) {
+      const ArenaLayout::View& view = layout.view(i);
+      const int64_t lo = std::max(view.offset, shard.begin), hi = std::min(view.offset + view.numel, shard.end);
+      if (lo >= hi) continue;
+      const auto slice = [&](const Tensor& whole) {
+        return whole.view({view.numel}).narrow(0, lo - view.offset, hi - lo);
+      };
+      optimizer->exp_avg_shard().narrow(0, base + lo - shard.begin, hi - lo).copy_from(slice(moments[i].first));
+      optimizer->exp_avg_sq_shard().narrow(0, base + lo - shard.begin, hi - lo).copy_from(slice(moments[i].second));
+    }
+    base += shard.size();
   }
   optimizer->set_step_count(step_count);
   return recipe_state_restored;

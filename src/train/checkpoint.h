@@ -30,6 +30,11 @@
 // records "dp_ranks"), and the others write nothing. load_checkpoint on a sharded optimizer copies the slices of
 // its shard: a checkpoint resumes on any number of ranks (the shards are re-cut), and one rank's checkpoints load on
 // many. The run directory must be visible to every rank (one machine, or a shared file system).
+// Sharded experts (each EP rank's arenas hold only its experts: optim::ParamArenas::experts): rank 0 also receives
+// every other EP shard's expert master weights (from the first rank holding them) and their moments (sharded over
+// the ranks holding them), and writes every expert under its global name, in the whole model's order, so the
+// checkpoint is the one a single rank would write and loads on any layout; loading keeps the experts this model
+// holds.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -64,6 +69,9 @@ struct CheckpointWrite {
   WeightEma* ema = nullptr;  // the weight EMA of the model's parameter arena, when the run keeps one
   TrainerState state;
   dist::Communicator* comm = nullptr;  // the DP group when the optimizer is sharded (null: one rank)
+  // Sharded experts: the ranks holding this rank's experts (dist::Zero1's expert section) and this rank's EP index.
+  dist::Communicator* expert_dp = nullptr;
+  int ep_rank = 0;
   std::string tokenizer_model;         // SentencePiece model bytes saved as tokenizer.model (empty: byte tokenizer)
 };
 

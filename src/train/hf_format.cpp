@@ -454,8 +454,10 @@ std::vector<std::string> load_hf_weights(const HfCheckpoint& hf, TrainableModel&
     used.insert(fmt::format("model.layers.{}.embed_tokens.weight", c.n_layers + k));
     used.insert(fmt::format("model.layers.{}.shared_head.head.weight", c.n_layers + k));
   }
+  // A model holding a shard of the routed experts (expert parallelism) takes only its own experts.
+  const bool expert_shard = !params.experts.empty();
   for (const StTensor& t : hf.tensors)
-    FP8T_CHECK(used.count(t.name),
+    FP8T_CHECK(used.count(t.name) || (expert_shard && t.name.find(".mlp.experts.") != std::string::npos),
                "{}: tensor '{}' has no place in fp8train's model (another architecture, or "
                "more MTP layers than model.mtp_depth?)",
                where, t.name);

@@ -20,7 +20,10 @@ namespace fp8train::train {
 
 class DeepSeekTrainable : public TrainableModel {
  public:
-  DeepSeekTrainable(const model::ModelConfig& config, uint64_t seed, const std::string& recipe);
+  // ep / ep_rank: hold only that shard of the routed experts (model::ModelOptions); the trainer then sets expert
+  // parallelism over a group of that size (set_expert_parallel).
+  DeepSeekTrainable(const model::ModelConfig& config, uint64_t seed, const std::string& recipe, int ep = 1,
+                    int ep_rank = 0);
   ~DeepSeekTrainable() override;
 
   const optim::ParamArenas& parameters() override { return params_; }
@@ -49,11 +52,13 @@ class DeepSeekTrainable : public TrainableModel {
   int64_t compute_weight_bytes() override;
 
   model::DeepSeekV3Model& model() { return *model_; }
+  // The whole model's trainable parameters (a model holding a shard of the experts counts every shard).
   int64_t parameter_count() const;
 
  private:
   std::unique_ptr<model::DeepSeekV3Model> model_;
   optim::ParamArenas params_;
+  int ep_ = 1;                     // the experts are held as shards of this many (1: every expert)
   model::DistillTargets distill_;  // the targets set_distill_targets put on the model's device
 };
 

@@ -380,9 +380,13 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
     replicas = stage_group->size();
     replica = stage_group->rank();
   }
-  dist::Zero1 zero(dp, params);
+  FP8T_CHECK(params.experts.empty() ||
+                 (ep_size > 1 && options.expert_dp != nullptr && options.expert_dp->size() * ep_size == dp.size()),
+             "a model holding a shard of the experts trains with expert parallelism and the group of ranks holding "
+             "the same experts (TrainOptions::expert_dp)");
+  dist::Zero1 zero(dp, params, options.expert_dp);
   optim::AdamW optimizer =
-      dp.size() == 1 ? optim::AdamW(config.adamw(), params) : optim::AdamW(config.adamw(), params, zero.shard());
+      dp.size() == 1 ? optim::AdamW(config.adamw(), params) : optim::AdamW(config.adamw(), params, zero.shards());
   const optim::LrSchedule lr_schedule = config.lr_schedule();
   const optim::BatchSizeSchedule batch_schedule = config.batch_schedule();
   const optim::PiecewiseSchedule mtp_lambda_schedule = config.mtp_lambda_by_step();
@@ -430,6 +434,9 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
   // The weight EMA starts from the weights the run starts from (the checkpoint's on a resume), or continues the
   // checkpoint's own EMA when it has one.
   std::unique_ptr<WeightEma> ema;
+  FP8T_CHECK(config.ema_decay <= 0.0 || params.experts.empty(),
+             "the weight EMA (train.ema_decay = {}) does not run with the experts sharded over --ep {} yet",
+             config.ema_decay, ep_size);
   if (config.ema_decay > 0.0) {
     ema = std::make_unique<WeightEma>(params.values.flat(), config.ema_decay);
     if (options.resume && !load_ema(*options.resume, params.layout(), *ema))
@@ -491,6 +498,8 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       w.ema = ema.get();
       w.state = state;
       w.comm = &dp;
+      w.expert_dp = options.expert_dp;
+      w.ep_rank = options.ep ? options.ep->rank() : 0;
       if (save_tokenizer) w.tokenizer_model = options.tokenizer->model_bytes();
       const std::string dir = save_checkpoint(options.run_dir, w);
       if (!lead) return;  // the lead saved the files
@@ -768,7 +777,9 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         finite_or_null(result.final_eval_bits);
     summary["wall time (s)"] = std::round(result.seconds * 100) / 100;
     summary["wall time this session (s)"] = std::round(result.session_seconds * 100) / 100;
-    summary["parameters"] = params.layout().view_elements();
+    // The whole model's; with sharded experts this rank holds its shard of them (the shards are the same size).
+    summary["parameters"] = params.layout().view_elements() + (ep_size - 1) * params.local_expert_elements();
+    if (!params.experts.empty()) summary["parameters on this rank"] = params.layout().view_elements();
     summary["memory (bytes, max over steps)"] = result.memory;
     if (ema) {  // this session's cost of the weight EMA: the host thread's work, and what the steps waited for it
       summary["weight EMA decay"] = ema->decay();

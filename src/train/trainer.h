@@ -65,7 +65,11 @@ struct TrainOptions {
   // optimizer state sharded over it; the expert loads are the EP group's totals already, so they count once per
   // DP replica. Every EP rank must run as many micro-batches as its peers: the step's micro-batches must divide
   // evenly.
+  // A model built with only its shard of the experts (DeepSeekTrainable's ep / ep_rank: the parameter arenas hold
+  // E/ep experts) needs `expert_dp` too: the ranks holding the same experts (the DP group), over which the experts'
+  // gradients are reduced and their optimizer state sharded (dist::Zero1), the rest going over `dp` as above.
   dist::Communicator* ep = nullptr;
+  dist::Communicator* expert_dp = nullptr;
   // Pipeline parallelism (DualPipeV, dist/dualpipe.h): the PP group, the ranks of one pipeline; null or one rank:
   // none. With PP, `dp` must be the group of every rank (DP x PP): each pipeline (the DP replicas, rank r of each
   // pipeline holding stages r and 2P-1-r of 2P) runs its contiguous block of the step's micro-batches through the

@@ -34,6 +34,53 @@ bool inside(const Tensor& t, const Arena& arena) {
   return p >= begin && p + t.nbytes() <= begin + arena.nbytes();
 }
 
+// A model built with a shard of the experts (expert parallelism, ModelOptions::ep): it registers only its experts,
+// under their global indices and with the values the whole model gives them; their regions come first in the
+// arena (the local-expert group), inside the weight-decay range, and everything else keeps the whole model's values.
+TEST(ParameterArena, AShardOfTheExpertsIsAPrefixOfTheArena) {
+  const ModelConfig c = tiny_test_config();
+  ASSERT_EQ(c.n_routed_experts % 2, 0);
+  DeepSeekV3Model whole(c, {.seed = 7});
+  DeepSeekV3Model shard(c, {.seed = 7, .ep = 2, .ep_rank = 1});
+  ParameterSet& ws = whole.parameters();
+  ParameterSet& ss = shard.parameters();
+  ws.finalize();
+  ss.finalize();
+  EXPECT_TRUE(ws.expert_range().empty());
+  const ArenaRange x = ss.expert_range();
+  ASSERT_FALSE(x.empty());
+  EXPECT_EQ(x.begin, 0);
+  EXPECT_EQ(ss.decay_range().begin, 0);
+  EXPECT_GE(ss.decay_range().end, x.end);
+  EXPECT_LE(ss.decay_range().end, ss.no_decay_range().begin);
+  int64_t held = 0, dropped = 0;
+  const int64_t E = c.n_routed_experts;
+  for (Parameter* p : ws.trainable()) {
+    const Parameter* q = ss.find(p->name);
+    const size_t at = p->name.find(".experts.");
+    if (at == std::string::npos) {
+      ASSERT_NE(q, nullptr) << p->name;
+      EXPECT_FALSE(q->local_experts);
+      EXPECT_EQ(q->value.to_vector<float>(), p->value.to_vector<float>()) << p->name;
+      continue;
+    }
+    const int64_t e = std::stoll(p->name.substr(at + 9));
+    if (e < E / 2) {  // shard 0's
+      EXPECT_EQ(q, nullptr) << p->name;
+      ++dropped;
+      continue;
+    }
+    ASSERT_NE(q, nullptr) << p->name;
+    EXPECT_TRUE(q->local_experts);
+    const ArenaLayout::View& v = ss.value_arena().layout().view(p->name);
+    EXPECT_LE(v.offset + v.numel, x.end) << p->name;
+    EXPECT_EQ(q->value.to_vector<float>(), p->value.to_vector<float>()) << p->name;
+    ++held;
+  }
+  EXPECT_GT(held, 0);
+  EXPECT_EQ(held, dropped);
+}
+
 TEST(ParameterArena, FinalizeMovesEveryParameterAndKeepsValues) {
   DeepSeekV3Model m(tiny_test_config(), {.seed = 7});
   ParameterSet& ps = m.parameters();

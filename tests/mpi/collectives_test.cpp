@@ -262,7 +262,7 @@ TEST(MpiZero1, ShardedStepEqualsOneRankOnTheSummedGradients) {
   optim::AdamW ref_opt(cfg, ref);
 
   // Small buckets, so the reduction runs in several rounds.
-  Zero1 zero(w, mine, 256);
+  Zero1 zero(w, mine, nullptr, 256);
   optim::AdamW opt(cfg, mine, zero.shard());
   EXPECT_EQ(opt.exp_avg_shard().numel(), zero.shard().size());
   for (int step = 0; step < 2; ++step) {

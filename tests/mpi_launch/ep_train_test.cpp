@@ -47,6 +47,7 @@ TEST_F(EpTrain, ExpertParallelRanksTrainLikeOneRank) {
   ASSERT_EQ(one.exit_code, 0) << one.err;
   const std::vector<double> want = losses("one");
   ASSERT_EQ(want.size(), 4u);
+  int64_t expert_total = 0;
   for (const auto& [dp, ep] : {std::pair{1, 2}, std::pair{2, 2}, std::pair{1, 4}}) {
     const int ranks = dp * ep;
     const std::string dir = fmt::format("dp{}ep{}", dp, ep), flags = fmt::format("--dp {} --ep {}", dp, ep);
@@ -72,6 +73,21 @@ TEST_F(EpTrain, ExpertParallelRanksTrainLikeOneRank) {
     const nlohmann::json s = nlohmann::json::parse(slurp(work_ / dir / "summary.json"));
     const double e1 = s1.at("final held-out loss").get<double>();
     EXPECT_NEAR(s.at("final held-out loss").get<double>(), e1, 1e-6 * e1);
+    // Each rank holds only its 1/ep of the routed experts: the whole model's count is reported, this rank's is
+    // smaller by (ep - 1)/ep of the experts, the same expert total at every ep, and the master weights shrink alike.
+    const int64_t total = s1.at("parameters").get<int64_t>();
+    EXPECT_EQ(s.at("parameters").get<int64_t>(), total);
+    const int64_t mine = s.at("parameters on this rank").get<int64_t>();
+    ASSERT_LT(mine, total);
+    ASSERT_EQ((total - mine) * ep % (ep - 1), 0);
+    const int64_t experts = (total - mine) * ep / (ep - 1);
+    if (expert_total == 0) expert_total = experts;
+    EXPECT_EQ(experts, expert_total) << "ep " << ep;
+    const auto master = [](const nlohmann::json& j) {
+      return j.at("memory (bytes, max over steps)").at("master_weights_bytes").get<int64_t>();
+    };
+    EXPECT_LT(master(s), master(s1) - 4 * (total - mine) + 4 * 128 * 64)  // (arena padding: at most a row a region)
+        << "ep " << ep;
   }
 }
 

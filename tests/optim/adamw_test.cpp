@@ -18,6 +18,7 @@ using namespace fp8train;
 using namespace fp8train::optim;
 using fp8train::optim::testing::make_arenas;
 using fp8train::optim::testing::set_grad;
+using fp8train::optim::testing::TestParam;
 using fp8train::optim::testing::values_of;
 
 namespace {
@@ -87,6 +88,35 @@ TEST(AdamW, DecaysOnlyTheDecayRange) {
   EXPECT_FLOAT_EQ(values_of(a, "w1")[0], 3.0f * (1.0f - 0.05f));
   EXPECT_FLOAT_EQ(values_of(a, "w1")[1], -2.0f * (1.0f - 0.05f));
   EXPECT_FLOAT_EQ(values_of(a, "w2")[0], 1.0f * (1.0f - 0.05f));
+}
+
+// ZeRO-1 with sharded experts gives a rank two ranges (the experts' shard, then the replicated shard): the
+// optimizer holding their moments back to back updates exactly what the whole-arena optimizer does there, weight
+// decay included, and leaves the rest alone.
+TEST(AdamW, SeveralShardsUpdateTheirElementsLikeTheWholeArena) {
+  AdamWConfig cfg;
+  cfg.weight_decay = 0.1;
+  const std::vector<TestParam> ps = {{"w1", std::vector<float>(300, 1.5f), std::vector<float>(300, 0.25f), true},
+                                     {"w2", std::vector<float>(200, -2.0f), std::vector<float>(200, 0.5f), true},
+                                     {"norm", std::vector<float>(130, 1.0f), std::vector<float>(130, -1.0f), false}};
+  const ParamArenas whole = make_arenas(ps), parts = make_arenas(ps);
+  AdamW all(cfg, whole);
+  // [0, 128) of w1 and everything from w2's second row on (past the decay/no-decay boundary).
+  const std::vector<ArenaRange> shards = {{0, 128}, {512, whole.layout().elements()}};
+  AdamW some(cfg, parts, shards);
+  EXPECT_EQ(some.exp_avg_shard().numel(), 128 + whole.layout().elements() - 512);
+  for (int step = 0; step < 3; ++step) {
+    all.step(cpu(), whole, 0.01);
+    some.step(cpu(), parts, 0.01);
+  }
+  const std::vector<float> a = whole.values.flat().to_vector<float>(), b = parts.values.flat().to_vector<float>();
+  const std::vector<float> start = make_arenas(ps).values.flat().to_vector<float>();
+  for (int64_t i = 0; i < whole.layout().elements(); ++i) {
+    const bool mine = i < 128 || i >= 512;
+    EXPECT_EQ(b[static_cast<size_t>(i)], mine ? a[static_cast<size_t>(i)] : start[static_cast<size_t>(i)]) << i;
+  }
+  EXPECT_THROW((AdamW(cfg, parts, {{256, 512}, {0, 128}})), Error);  // out of order
+  EXPECT_THROW(some.shard(), Error);                                 // two ranges: shards()
 }
 
 TEST(AdamW, PaddingStaysZero) {

@@ -294,7 +294,10 @@ void run_train(const TrainArgs& args) {
   // Data first: a bad data file fails before anything is created.
   const TokenData data = load_data(config, *tokenizer);
 
-  DeepSeekTrainable model(config.model, derive_seed(static_cast<uint64_t>(config.seed), 0), config.recipe);
+  // With expert parallelism each rank builds only its shard of the routed experts (their weights, gradients and
+  // optimizer state divided by --ep); checkpoints still hold every expert.
+  DeepSeekTrainable model(config.model, derive_seed(static_cast<uint64_t>(config.seed), 0), config.recipe,
+                          static_cast<int>(config.ep), config.ep > 1 ? groups.ep_index : 0);
   if (init) {
     for (const std::string& note : load_hf_weights(*init, model, config.model)) std::printf("note: %s\n", note.c_str());
     std::printf("initial weights: %s (%zu tensors)\n", args.init_from.c_str(), init->tensors.size());
@@ -337,6 +340,7 @@ void run_train(const TrainArgs& args) {
     dp_ep = world->split(groups.pp_index, world->rank(), "dp x ep");
     options.dp = dp_ep.get();
     options.ep = groups.ep.get();
+    options.expert_dp = groups.dp.get();  // the ranks holding this rank's experts
   }
   if (config.pp > 1) {  // pipeline parallelism: the gradients go over DP x PP (every rank), the activations over PP
     options.dp = world.get();
