@@ -572,6 +572,7 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       const int64_t batch = batch_schedule.at(step);
       optim::zero_grads(params);
       dp.reset_stats();  // this step's traffic (metrics.jsonl: dp_bytes_sent / dp_bytes_received)
+      if (options.expert_dp) options.expert_dp->reset_stats();  // (the sharded experts' part of it)
       if (ep_size > 1) options.ep->reset_stats();  // (ep_bytes_sent / ep_bytes_received)
       if (pp_size > 1) options.pp->reset_stats();  // (pp_bytes_sent / pp_bytes_received)
       LossBreakdown loss;
@@ -684,9 +685,14 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         row["loss_distill"] = finite_or_null(loss.distill);
         row["distill_kl"] = finite_or_null(loss.distill_kl);
       }
-      if (dp.size() > 1) {  // this rank's (the lead's) traffic in the step, by the communicator's own counters
-        row["dp_bytes_sent"] = dp.stats().bytes_sent;
-        row["dp_bytes_received"] = dp.stats().bytes_received;
+      if (dp.size() > 1) {  // this rank's (the lead's) traffic in the step, by the communicators' own counters
+        // (with sharded experts the gradient traffic is the replicated part's over dp plus the experts' over the
+        // ranks holding them)
+        const int64_t xs = options.expert_dp ? options.expert_dp->stats().bytes_sent : 0;
+        const int64_t xr = options.expert_dp ? options.expert_dp->stats().bytes_received : 0;
+        row["dp_bytes_sent"] = dp.stats().bytes_sent + xs;
+        row["dp_bytes_received"] = dp.stats().bytes_received + xr;
+        if (options.expert_dp) row["expert_dp_bytes_sent"] = xs;
       }
       if (ep_size > 1) {  // the expert all-to-alls of the step's forwards and backwards
         row["ep_bytes_sent"] = options.ep->stats().bytes_sent;
