@@ -33,40 +33,32 @@ namespace fp8train::ops::cuda::fp8gemm {
 template <int N>
 struct Fp8Wgmma;
 """)
-for n in NS:
+def wrapper(struct, n, d_type, constraint, types, scale_args):
+    """One specialization: `types` is the instruction's dtype.atype.btype, `scale_args` what follows the
+    scale-d predicate (the FP8 form's imm-scale-a / imm-scale-b; the integer form has none)."""
     regs = n // 2
     regnames = ", ".join(f"%{i}" for i in range(regs))
-    operands = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    out.append(f"""template <>
-struct Fp8Wgmma<{n}> {{
+    operands = ", ".join(f'"+{constraint}"(d[{i}])' for i in range(regs))
+    return f"""template <>
+struct {struct}<{n}> {{
   static constexpr int kAccum = {regs};
-  static __device__ __forceinline__ void mma(float (&d)[{regs}], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {{
+  static __device__ __forceinline__ void mma({d_type} (&d)[{regs}], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {{
     asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 {{{regnames}}}, %{regs}, %{regs + 1}, p, 1, 1;\\n}}\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k32.{types} {{{regnames}}}, %{regs}, %{regs + 1}, p{scale_args};\\n}}\\n"
         : {operands}
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
   }}
 }};
-""")
+"""
+
+
+for n in NS:
+    out.append(wrapper("Fp8Wgmma", n, "float", "f", "f32.e4m3.e4m3", ", 1, 1"))
 out.append("""template <int N>
 struct Int8Wgmma;
 """)
 for n in INT8_NS:
-    regs = n // 2
-    regnames = ", ".join(f"%{i}" for i in range(regs))
-    operands = ", ".join(f'"+r"(d[{i}])' for i in range(regs))
-    out.append(f"""template <>
-struct Int8Wgmma<{n}> {{
-  static constexpr int kAccum = {regs};
-  static __device__ __forceinline__ void mma(uint32_t (&d)[{regs}], uint64_t desc_a, uint64_t desc_b, uint32_t accumulate) {{
-    asm volatile(
-        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k32.s32.s8.s8 {{{regnames}}}, %{regs}, %{regs + 1}, p;\\n}}\\n"
-        : {operands}
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-  }}
-}};
-""")
+    out.append(wrapper("Int8Wgmma", n, "uint32_t", "r", "s32.s8.s8", ""))
 out.append("}  // namespace fp8train::ops::cuda::fp8gemm\n")
 sys.stdout.write("\n".join(out))
