@@ -117,11 +117,12 @@ constexpr const char* kTokenizerFile = "tokenizer.model";             // only wi
 //   with sharded experts, per EP index e: that shard's expert-prefix master values and moments.
 struct Gathered {
   Tensor m, v;
-  std::vector<Tensor> expert_values, expert_m, expert_v;
+  std::vector<Tensor> expert_values, expert_m, expert_v, expert_ema;  // expert_ema: with a weight EMA
 };
 
 // Each rank sends, in this order, to rank 0: its replicated shard's exp_avg and exp_avg_sq; with sharded experts, its
-// expert shard's exp_avg and exp_avg_sq, and (the first rank holding those experts) the experts' master values.
+// expert shard's exp_avg and exp_avg_sq, and (the first rank holding those experts) the experts' master values and,
+// with a weight EMA, their EMA.
 // Rank 0 receives them rank by rank in the same order. The shards are dist::Zero1's (dist::shard_arena per section).
 Gathered gather_state(const CheckpointWrite& what, const optim::ParamArenas& params) {
   const optim::AdamW& opt = *what.optimizer;
@@ -132,7 +133,7 @@ Gathered gather_state(const CheckpointWrite& what, const optim::ParamArenas& par
     FP8T_CHECK(experts.empty(), "save_checkpoint: sharded experts need the gradient group to gather them");
     FP8T_CHECK(opt.shards().size() == 1 && opt.shards().front().begin == 0 && opt.shards().front().end == elements,
                "save_checkpoint: a sharded optimizer needs its DP group to gather the moments");
-    return {on_host(opt.exp_avg_shard()), on_host(opt.exp_avg_sq_shard()), {}, {}, {}};
+    return {on_host(opt.exp_avg_shard()), on_host(opt.exp_avg_sq_shard()), {}, {}, {}, {}};
   }
   const std::vector<ArenaRange>& shards = opt.shards();
   FP8T_CHECK(shards.size() == (experts.empty() ? 1u : 2u),
@@ -156,6 +157,13 @@ Gathered gather_state(const CheckpointWrite& what, const optim::ParamArenas& par
     comm->all_gather(mine, all, ctx);
     holders = all.to(Device::cpu()).to_vector<int64_t>();
   }
+  // The experts' EMA (host floats) as a tensor the communicator can move.
+  const auto expert_ema = [&] {
+    const std::vector<float>& ema = what.ema->values();  // waits for the queued updates
+    return Tensor::from_vector(std::vector<float>(ema.begin() + experts.begin, ema.begin() + experts.end),
+                               {experts.size()}, MemCategory::Workspace, Device::cpu())
+        .to(ctx.device);
+  };
   if (me != 0) {
     const auto send = [&](const Tensor& t) {
       if (t.numel() > 0) comm->send(t, 0, ctx);
@@ -165,7 +173,14 @@ Gathered gather_state(const CheckpointWrite& what, const optim::ParamArenas& par
     if (!experts.empty()) {
       send(m_all.narrow(0, 0, xs.size()));
       send(v_all.narrow(0, 0, xs.size()));
-      if (what.expert_dp->rank() == 0) send(params.values.range(experts));
+      if (what.expert_dp->rank() == 0) {
+        send(params.values.range(experts));
+        if (what.ema) {
+          const Tensor e = expert_ema();
+          send(e);
+          ctx.synchronize();  // e is freed on return
+        }
+      }
     }
     ctx.synchronize();
     return {};
@@ -199,6 +214,11 @@ Gathered gather_state(const CheckpointWrite& what, const optim::ParamArenas& par
       g.expert_v.push_back(Tensor::zeros({experts.size()}, dt, MemCategory::Workspace, Device::cpu()));
     }
     g.expert_values[0].copy_from(params.values.range(experts));
+    if (what.ema) {
+      for (int e = 0; e < ep; ++e)
+        g.expert_ema.push_back(Tensor::zeros({experts.size()}, DType::F32, MemCategory::Workspace, Device::cpu()));
+      g.expert_ema[0].copy_from(expert_ema());
+    }
     g.expert_m[0].narrow(0, 0, xs.size()).copy_from(m_all.narrow(0, 0, xs.size()));
     g.expert_v[0].narrow(0, 0, xs.size()).copy_from(v_all.narrow(0, 0, xs.size()));
   }
@@ -212,7 +232,9 @@ Gathered gather_state(const CheckpointWrite& what, const optim::ParamArenas& par
     const int64_t at = x_plan.begins[static_cast<size_t>(d)], count = x_plan.counts[static_cast<size_t>(d)];
     receive(r, g.expert_m[static_cast<size_t>(e)].narrow(0, at, count), dt);
     receive(r, g.expert_v[static_cast<size_t>(e)].narrow(0, at, count), dt);
-    if (d == 0) receive(r, g.expert_values[static_cast<size_t>(e)], DType::F32);
+    if (d != 0) continue;
+    receive(r, g.expert_values[static_cast<size_t>(e)], DType::F32);
+    if (what.ema) receive(r, g.expert_ema[static_cast<size_t>(e)], DType::F32);
   }
   return g;
 }
@@ -235,6 +257,30 @@ int64_t expert_index(const std::string& name) {
   return std::stoll(shifted.substr(begin, shifted.find('.', begin) - begin));
 }
 
+// Every parameter of the whole model, in its registration order: fn(name, view, e) with e = -1 for this rank's
+// views outside the local experts, and for a layer's run of local experts every EP shard's (shards of them), e the
+// shard, the view the matching one of this rank (shard e holds the experts e·L + [0, L), rank 0 the first L).
+template <class Fn>
+void for_each_model_view(const optim::ParamArenas& params, size_t shards, Fn&& fn) {
+  const ArenaLayout& layout = params.layout();
+  for (size_t i = 0; i < layout.views().size();) {
+    const ArenaLayout::View& v = layout.view(i);
+    if (params.experts.empty() || v.offset >= params.experts.end) {
+      fn(v.name, v, -1);
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    int64_t per_shard = 0;
+    while (j < layout.views().size() && layout.view(j).offset < params.experts.end)
+      per_shard = std::max(per_shard, expert_index(layout.view(j++).name) + 1);
+    for (size_t e = 0; e < shards; ++e)
+      for (size_t k = i; k < j; ++k)
+        fn(shift_expert(layout.view(k).name, static_cast<int64_t>(e) * per_shard), layout.view(k), static_cast<int>(e));
+    i = j;
+  }
+}
+
 }  // namespace
 
 std::string fnv1a64_hex(std::string_view bytes) {
@@ -253,8 +299,6 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointWrite& w
   FP8T_CHECK(opt.sharded() ? opt.shards().back().end <= elements
                            : opt.exp_avg().layout_ptr() == what.model->parameters().values.layout_ptr(),
              "save_checkpoint: the optimizer was built for other parameters than the model's");
-  FP8T_CHECK(what.ema == nullptr || what.model->parameters().experts.empty(),
-             "save_checkpoint: a weight EMA of sharded experts is not saved yet");
   // The whole moments (and with sharded experts every shard's experts) on the host of rank 0, gathered from the
   // ranks' shards; the other ranks only send theirs.
   const Gathered gathered = gather_state(what, what.model->parameters());
@@ -272,7 +316,6 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointWrite& w
   // Every tensor is copied to the host through its named view (Tensor::to), wherever the arenas live.
   TrainableModel& model = *what.model;
   const optim::ParamArenas& params = model.parameters();
-  const ArenaLayout& layout = params.layout();
   const std::vector<NamedTensor> buffers = model.state();
 
   StFile weights, master, optimizer;
@@ -289,28 +332,16 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointWrite& w
     optimizer.tensors.push_back(st_from_tensor("exp_avg." + name, m.view(shape)));
     optimizer.tensors.push_back(st_from_tensor("exp_avg_sq." + name, v.view(shape)));
   };
-  const ArenaRange experts = params.experts;
-  for (size_t i = 0; i < layout.views().size();) {
-    const ArenaLayout::View& v = layout.view(i);
-    const auto of = [&](const Tensor& all, const ArenaLayout::View& w) { return all.narrow(0, w.offset, w.numel); };
-    if (experts.empty() || v.offset >= experts.end) {
-      put_tensors(v.name, v.shape, on_host(params.values.view(i)), of(gathered.m, v), of(gathered.v, v));
-      ++i;
-      continue;
-    }
-    // A layer's run of local experts: every EP shard's, in expert order (shard e holds the experts e·L + [0, L)).
-    size_t j = i;
-    int64_t per_shard = 0;
-    while (j < layout.views().size() && layout.view(j).offset < experts.end)
-      per_shard = std::max(per_shard, expert_index(layout.view(j++).name) + 1);
-    for (size_t e = 0; e < gathered.expert_values.size(); ++e)
-      for (size_t k = i; k < j; ++k) {
-        const ArenaLayout::View& w = layout.view(k);
-        put_tensors(shift_expert(w.name, static_cast<int64_t>(e) * per_shard), w.shape,
-                    of(gathered.expert_values[e], w), of(gathered.expert_m[e], w), of(gathered.expert_v[e], w));
-      }
-    i = j;
-  }
+  const auto of = [](const Tensor& all, const ArenaLayout::View& w) { return all.narrow(0, w.offset, w.numel); };
+  for_each_model_view(
+      params, gathered.expert_values.size(), [&](const std::string& name, const ArenaLayout::View& w, int e) {
+        if (e < 0)
+          put_tensors(name, w.shape, on_host(params.values.view(w.name)), of(gathered.m, w), of(gathered.v, w));
+        else
+          put_tensors(name, w.shape, of(gathered.expert_values[static_cast<size_t>(e)], w),
+                      of(gathered.expert_m[static_cast<size_t>(e)], w),
+                      of(gathered.expert_v[static_cast<size_t>(e)], w));
+      });
   for (const NamedTensor& b : buffers) {
     const Tensor value = on_host(b.value);
     weights.tensors.push_back(st_from_tensor(b.name, value));
@@ -338,8 +369,12 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointWrite& w
                "save_checkpoint: the EMA does not cover the model's parameter arena");
     StFile ef;
     ef.metadata = {{"fp8train_step", step_text}, {"decay", fmt::format("{}", what.ema->decay())}};
-    for (const ArenaLayout::View& v : layout.views())
-      ef.tensors.push_back(st_from_f32(v.name, v.shape, ema.data() + v.offset));
+    for_each_model_view(
+        params, gathered.expert_values.size(), [&](const std::string& name, const ArenaLayout::View& w, int e) {
+          const float* src =
+              e < 0 ? ema.data() + w.offset : gathered.expert_ema[static_cast<size_t>(e)].data<float>() + w.offset;
+          ef.tensors.push_back(st_from_f32(name, w.shape, src));
+        });
     put(kEmaFile, encode_safetensors(ef));
   }
   put("config.json", what.config->dump(2) + "\n");
@@ -596,20 +631,26 @@ std::vector<NamedTensor> read_ema_weights(const CheckpointMeta& meta) {
   return out;
 }
 
-bool load_ema(const CheckpointMeta& meta, const ArenaLayout& layout, WeightEma& ema) {
+bool load_ema(const CheckpointMeta& meta, const ArenaLayout& layout, WeightEma& ema, bool expert_shard) {
   if (!checkpoint_has_ema(meta)) return false;
   const std::string where = fmt::format("checkpoint '{}' {}", meta.dir, kEmaFile);
   const std::vector<NamedTensor> weights = read_ema_weights(meta);
-  FP8T_CHECK(weights.size() == layout.views().size(), "{}: holds {} tensors, the model has {} parameters", where,
-             weights.size(), layout.views().size());
+  FP8T_CHECK(expert_shard ? weights.size() > layout.views().size() : weights.size() == layout.views().size(),
+             "{}: holds {} tensors, the model has {} parameters{}", where, weights.size(), layout.views().size(),
+             expert_shard ? " (a shard of the experts)" : "");
   std::vector<float> values(static_cast<size_t>(layout.elements()), 0.0f);
+  size_t found = 0;
   for (const NamedTensor& w : weights) {
     const ArenaLayout::View* v = layout.find(w.name);
+    if (v == nullptr && expert_shard && w.name.find(".experts.") != std::string::npos) continue;  // another shard's
     FP8T_CHECK(v != nullptr, "{}: '{}' is not a parameter of the model", where, w.name);
+    ++found;
     FP8T_CHECK(w.value.shape() == v->shape, "{}: '{}' has shape [{}], the model's is [{}]", where, w.name,
                fmt::join(w.value.shape(), ", "), fmt::join(v->shape, ", "));
     std::memcpy(values.data() + v->offset, w.value.data<float>(), static_cast<size_t>(v->numel) * sizeof(float));
   }
+  FP8T_CHECK(found == layout.views().size(), "{}: holds {} of the model's {} parameters", where, found,
+             layout.views().size());
   ema.set_values(std::move(values));
   return true;
 }

@@ -124,7 +124,8 @@ bool load_checkpoint(const CheckpointMeta& meta, TrainableModel& model, optim::A
 // load_ema_weights: copies them into the model's parameters in place of the master weights (eval --ema). Both throw
 // naming the checkpoint when it has no EMA.
 bool checkpoint_has_ema(const CheckpointMeta& meta);
-bool load_ema(const CheckpointMeta& meta, const ArenaLayout& layout, WeightEma& ema);
+// expert_shard: the layout holds a shard of the experts (the other shards' EMA in the file is skipped).
+bool load_ema(const CheckpointMeta& meta, const ArenaLayout& layout, WeightEma& ema, bool expert_shard = false);
 std::vector<NamedTensor> read_ema_weights(const CheckpointMeta& meta);
 void load_ema_weights(const CheckpointMeta& meta, TrainableModel& model);
 

@@ -434,12 +434,9 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
   // The weight EMA starts from the weights the run starts from (the checkpoint's on a resume), or continues the
   // checkpoint's own EMA when it has one.
   std::unique_ptr<WeightEma> ema;
-  FP8T_CHECK(config.ema_decay <= 0.0 || params.experts.empty(),
-             "the weight EMA (train.ema_decay = {}) does not run with the experts sharded over --ep {} yet",
-             config.ema_decay, ep_size);
   if (config.ema_decay > 0.0) {
     ema = std::make_unique<WeightEma>(params.values.flat(), config.ema_decay);
-    if (options.resume && !load_ema(*options.resume, params.layout(), *ema))
+    if (options.resume && !load_ema(*options.resume, params.layout(), *ema, !params.experts.empty()))
       warnings.push_back(fmt::format(
           "the checkpoint holds no weight EMA: the EMA (train.ema_decay = {}) starts from its weights at step {}",
           config.ema_decay, state.step));

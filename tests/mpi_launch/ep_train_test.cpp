@@ -109,6 +109,29 @@ TEST_F(EpTrain, CheckpointsLoadOnAnyLayout) {
   expect_checkpoints_load_on_any_layout("--ep 2", "--ep 2", "parallel.ep");
 }
 
+// The weight EMA with each rank holding only its experts: rank 0 gathers the other shards' expert EMA, so the
+// checkpoint's EMA is the whole model's (a one-rank `eval --ema` reads it) and agrees with one rank's EMA of the
+// same run; a resume on the same layout continues it bit for bit.
+TEST_F(EpTrain, WeightEmaOfShardedExpertsIsSavedWhole) {
+  const std::string flags = "--ema-decay 0.9 --save-every 2 --keep-last 0";
+  ASSERT_EQ(run(0, flags + " --out one").exit_code, 0);
+  const LaunchRun ep = run(2, flags + " --ep 2 --out ep");
+  ASSERT_EQ(ep.exit_code, 0) << ep.err;
+  const LaunchRun resumed = run(2, "--ep 2 --ema-decay 0.9 --resume ep/checkpoints/step-00000002 --out resumed");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.err;
+  const auto ema_loss = [&](const std::string& checkpoint) {
+    const std::string cmd =
+        fmt::format("cd '{}' && '{}' eval --checkpoint '{}' --ema --json --max-windows 8 > '{}' 2>&1", work_.string(),
+                    FP8TRAIN_CLI, checkpoint, (work_ / "eval.txt").string());
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(work_ / "eval.txt");
+    const std::string out = slurp(work_ / "eval.txt");
+    return nlohmann::json::parse(out.substr(out.find('{'))).at("loss").get<double>();
+  };
+  const double one = ema_loss("one/checkpoints/step-00000004"), sharded = ema_loss("ep/checkpoints/step-00000004");
+  EXPECT_NEAR(sharded, one, 1e-6 * one);
+  EXPECT_EQ(ema_loss("resumed/checkpoints/step-00000004"), sharded);
+}
+
 TEST_F(EpTrain, RefusesLayoutsItCannotRun) {
   LaunchRun r = run(2, "--ep 2 --n-routed-experts 3 --n-group 1 --topk-group 1 --out x");
   EXPECT_NE(r.exit_code, 0);
