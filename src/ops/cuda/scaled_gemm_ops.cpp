@@ -42,18 +42,28 @@ std::string operand_name(const ScaledOperand& o) {
   return std::string(quant::format_name(o.format)) + " " + o.granularity.name();
 }
 
-// The numerics fp8train's kernels compute: hopper accumulation promoting every 128 elements of K.
+// Whether both operands are INT8 (the block-scaled INT8 form; one INT8 operand alone is refused).
+bool int8_pair(const ops::ScaledGemmProblem& p) {
+  return p.a.format == quant::Format::INT8 && p.b.format == quant::Format::INT8;
+}
+
+// The numerics fp8train's kernels compute: hopper accumulation promoting every 128 elements of K; for INT8 x INT8
+// (block-scaled only, no split-K), exact or hopper accumulation, which mean the same there (each 128 block's exact
+// integer sum, then the FP32 promotion).
 void check_own_numerics(const char* op, const ops::ScaledGemmProblem& p) {
+  if (int8_pair(p)) {
+    if (p.a.granularity.per_tensor || p.b.granularity.per_tensor)
+      throw_not_implemented(op, "per-tensor INT8 (the INT8 kernels are block-scaled)");
+    if (p.numerics.mode != quant::AccumMode::Exact && p.numerics.mode != quant::AccumMode::Hopper)
+      throw_not_implemented(op, std::string(quant::accum_mode_name(p.numerics.mode)) + " accumulation of INT8");
+    if (p.numerics.k_splits != 1) throw_not_implemented(op, "split-K of INT8 GEMMs");
+    return;
+  }
   if (p.numerics.mode != quant::AccumMode::Hopper)
     throw_not_implemented(op, std::string(quant::accum_mode_name(p.numerics.mode)) + " accumulation");
   if (p.numerics.promote_interval != 128)
     throw_not_implemented(op, "promotion every " + std::to_string(p.numerics.promote_interval) +
                                   " elements (the kernels promote every 128)");
-}
-
-// Whether both operands are INT8 (the block-scaled INT8 form; one INT8 operand alone is refused).
-bool int8_pair(const ops::ScaledGemmProblem& p) {
-  return p.a.format == quant::Format::INT8 && p.b.format == quant::Format::INT8;
 }
 
 void check_fp8(const char* op, const ops::ScaledGemmProblem& p) {
@@ -62,15 +72,6 @@ void check_fp8(const char* op, const ops::ScaledGemmProblem& p) {
     if (o->format != quant::Format::E4M3 && o->format != quant::Format::E5M2)
       throw_not_implemented(
           op, std::string(quant::format_name(o->format)) + " operands (the GEMMs take e4m3 / e5m2, or int8 x int8)");
-}
-
-// INT8 x INT8 on fp8train's kernels: 1x128 x 128x128 (or 1x128 x 1x128), exact or hopper accumulation, no split-K.
-void check_int8(const char* op, const ops::ScaledGemmProblem& p) {
-  if (p.a.granularity.per_tensor || p.b.granularity.per_tensor)
-    throw_not_implemented(op, "per-tensor INT8 (the INT8 kernels are block-scaled)");
-  if (p.numerics.mode != quant::AccumMode::Exact && p.numerics.mode != quant::AccumMode::Hopper)
-    throw_not_implemented(op, std::string(quant::accum_mode_name(p.numerics.mode)) + " accumulation of INT8");
-  if (p.numerics.k_splits != 1) throw_not_implemented(op, "split-K of INT8 GEMMs");
 }
 
 OperandScaling lt_scaling(const ScaledOperand& o) {
@@ -209,17 +210,16 @@ void scaled_gemm(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, void* d) {
   if (p.m == 0 || p.n == 0) return;
   check_fp8(op, p);
   const bool int8 = int8_pair(p);
-  if (int8) check_int8(op, p);
   if (!int8 && p.numerics.mode != quant::AccumMode::Hopper)
     throw_not_implemented(op, std::string(quant::accum_mode_name(p.numerics.mode)) + " accumulation");
-  if (p.a.granularity.per_tensor && p.b.granularity.per_tensor) {
+  if (!int8 && p.a.granularity.per_tensor && p.b.granularity.per_tensor) {
     if (p.numerics.promote_interval != 128 && p.numerics.promote_interval != num::kNeverPromote)
       throw_not_implemented(op, "per-tensor FP8 promoting every " + std::to_string(p.numerics.promote_interval) +
                                     " elements (cuBLASLt promotes every 128, or never)");
     return run_cublaslt(ctx, p, d);
   }
+  check_own_numerics(op, p);
   if (!int8) {
-    check_own_numerics(op, p);
     if (p.numerics.k_splits != 1 && fp8_gemm_backend() != Fp8GemmBackend::Own)
       throw_not_implemented(op, "split-K through cuBLASLt");
     if (fp8_gemm_backend() == Fp8GemmBackend::CublasLt) return run_cublaslt(ctx, p, d);
@@ -275,10 +275,9 @@ void scaled_gemm_grouped(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, co
   if (p.m == 0 || p.n == 0) return;
   check_fp8(op, p);
   const bool int8 = int8_pair(p);
-  if (int8) check_int8(op, p);
   if (!int8 && p.a.granularity.per_tensor && p.b.granularity.per_tensor && p.numerics.mode == quant::AccumMode::Hopper)
     return per_tensor_grouped(ctx, p, offsets, d, false);
-  if (!int8) check_own_numerics(op, p);
+  check_own_numerics(op, p);
   const bool e4m3 = p.a.format == quant::Format::E4M3 && p.b.format == quant::Format::E4M3;
   if (!(e4m3 || int8) || p.a.granularity != quant::Granularity::tile_1x128() ||
       p.b.granularity != quant::Granularity::block_128x128())
@@ -310,10 +309,9 @@ void scaled_gemm_grouped_k(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, 
   if (p.m == 0 || p.n == 0) return;
   check_fp8(op, p);
   const bool int8 = int8_pair(p);
-  if (int8) check_int8(op, p);
   if (!int8 && p.a.granularity.per_tensor && p.b.granularity.per_tensor && p.numerics.mode == quant::AccumMode::Hopper)
     return per_tensor_grouped(ctx, p, k_offsets, d, true);
-  if (!int8) check_own_numerics(op, p);
+  check_own_numerics(op, p);
   const bool e4m3 = p.a.format == quant::Format::E4M3 && p.b.format == quant::Format::E4M3;
   if (!(e4m3 || int8) || p.a.granularity != quant::Granularity::tile_1x128())
     throw_not_implemented(op, operand_name(p.a) + " x " + operand_name(p.b) + " (e4m3 or int8, 1x128 x 1x128 only)");
