@@ -19,10 +19,13 @@ struct ParamArenas {
   // arena inside `decay` (model/parameter.h); empty otherwise. Its gradients are summed over the ranks holding the
   // same experts only (dist::Zero1).
   ArenaRange experts;
+  int expert_shards = 1;  // the model's routed experts are split into this many shards (`experts` holds one)
 
   const ArenaLayout& layout() const { return values.layout(); }
   // Elements of the parameters in `experts` (padding excluded): what one shard of the experts holds.
   int64_t local_expert_elements() const;
+  // The whole model's parameter elements: this rank's, with its shard of the experts counted expert_shards times.
+  int64_t model_elements() const { return layout().view_elements() + (expert_shards - 1) * local_expert_elements(); }
   // Throws naming the problem unless: both arenas are defined, F32, on one device, share one layout; the two
   // ranges lie inside the arena without overlapping, and each view lies inside one of them; `experts` is empty or a
   // prefix of the arena inside `decay`.

@@ -239,44 +239,51 @@ Gathered gather_state(const CheckpointWrite& what, const optim::ParamArenas& par
   return g;
 }
 
-// "<layer>.experts.<k>.<weight>" with <k> + delta (the same parameter of another EP shard's expert).
-std::string shift_expert(const std::string& name, int64_t delta) {
+// A local-expert parameter's name "<layer>.experts.<k>.<weight>": where <k> stands, and k.
+struct ExpertName {
+  size_t begin = 0, end = 0;
+  int64_t index = 0;
+};
+ExpertName parse_expert_name(const std::string& name) {
   const std::string key = ".experts.";
   const size_t at = name.find(key);
   FP8T_CHECK(at != std::string::npos, "save_checkpoint: local-expert parameter '{}' is not named as an expert", name);
-  const size_t begin = at + key.size(), end = name.find('.', begin);
-  FP8T_CHECK(end != std::string::npos && end > begin, "save_checkpoint: cannot read the expert index of '{}'", name);
-  const int64_t k = std::stoll(name.substr(begin, end - begin));
-  return name.substr(0, begin) + std::to_string(k + delta) + name.substr(end);
+  ExpertName e;
+  e.begin = at + key.size();
+  e.end = name.find('.', e.begin);
+  FP8T_CHECK(e.end != std::string::npos && e.end > e.begin, "save_checkpoint: cannot read the expert index of '{}'",
+             name);
+  e.index = std::stoll(name.substr(e.begin, e.end - e.begin));
+  return e;
 }
 
-// The expert index in a local-expert parameter's name.
-int64_t expert_index(const std::string& name) {
-  const std::string shifted = shift_expert(name, 0);
-  const size_t begin = shifted.find(".experts.") + 9;
-  return std::stoll(shifted.substr(begin, shifted.find('.', begin) - begin));
+// The same parameter of expert k + delta (another EP shard's).
+std::string shift_expert(const std::string& name, int64_t delta) {
+  const ExpertName e = parse_expert_name(name);
+  return name.substr(0, e.begin) + std::to_string(e.index + delta) + name.substr(e.end);
 }
 
-// Every parameter of the whole model, in its registration order: fn(name, view, e) with e = -1 for this rank's
-// views outside the local experts, and for a layer's run of local experts every EP shard's (shards of them), e the
-// shard, the view the matching one of this rank (shard e holds the experts e·L + [0, L), rank 0 the first L).
+// Every parameter of the whole model, in its registration order: fn(name, i, e) with i the index of this rank's view
+// that holds it (or its shard-e counterpart) and e = -1 for the views outside the local experts; for a layer's run
+// of local experts every EP shard's (shards of them), in shard order (shard e holds the experts e·L + [0, L),
+// rank 0 the first L).
 template <class Fn>
 void for_each_model_view(const optim::ParamArenas& params, size_t shards, Fn&& fn) {
   const ArenaLayout& layout = params.layout();
   for (size_t i = 0; i < layout.views().size();) {
     const ArenaLayout::View& v = layout.view(i);
     if (params.experts.empty() || v.offset >= params.experts.end) {
-      fn(v.name, v, -1);
+      fn(v.name, i, -1);
       ++i;
       continue;
     }
     size_t j = i;
     int64_t per_shard = 0;
     while (j < layout.views().size() && layout.view(j).offset < params.experts.end)
-      per_shard = std::max(per_shard, expert_index(layout.view(j++).name) + 1);
+      per_shard = std::max(per_shard, parse_expert_name(layout.view(j++).name).index + 1);
     for (size_t e = 0; e < shards; ++e)
       for (size_t k = i; k < j; ++k)
-        fn(shift_expert(layout.view(k).name, static_cast<int64_t>(e) * per_shard), layout.view(k), static_cast<int>(e));
+        fn(shift_expert(layout.view(k).name, static_cast<int64_t>(e) * per_shard), k, static_cast<int>(e));
     i = j;
   }
 }
@@ -333,15 +340,14 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointWrite& w
     optimizer.tensors.push_back(st_from_tensor("exp_avg_sq." + name, v.view(shape)));
   };
   const auto of = [](const Tensor& all, const ArenaLayout::View& w) { return all.narrow(0, w.offset, w.numel); };
-  for_each_model_view(
-      params, gathered.expert_values.size(), [&](const std::string& name, const ArenaLayout::View& w, int e) {
-        if (e < 0)
-          put_tensors(name, w.shape, on_host(params.values.view(w.name)), of(gathered.m, w), of(gathered.v, w));
-        else
-          put_tensors(name, w.shape, of(gathered.expert_values[static_cast<size_t>(e)], w),
-                      of(gathered.expert_m[static_cast<size_t>(e)], w),
-                      of(gathered.expert_v[static_cast<size_t>(e)], w));
-      });
+  for_each_model_view(params, gathered.expert_values.size(), [&](const std::string& name, size_t i, int e) {
+    const ArenaLayout::View& w = params.layout().view(i);
+    if (e < 0)
+      put_tensors(name, w.shape, on_host(params.values.view(i)), of(gathered.m, w), of(gathered.v, w));
+    else
+      put_tensors(name, w.shape, of(gathered.expert_values[static_cast<size_t>(e)], w),
+                  of(gathered.expert_m[static_cast<size_t>(e)], w), of(gathered.expert_v[static_cast<size_t>(e)], w));
+  });
   for (const NamedTensor& b : buffers) {
     const Tensor value = on_host(b.value);
     weights.tensors.push_back(st_from_tensor(b.name, value));
@@ -369,12 +375,12 @@ std::string save_checkpoint(const std::string& run_dir, const CheckpointWrite& w
                "save_checkpoint: the EMA does not cover the model's parameter arena");
     StFile ef;
     ef.metadata = {{"fp8train_step", step_text}, {"decay", fmt::format("{}", what.ema->decay())}};
-    for_each_model_view(
-        params, gathered.expert_values.size(), [&](const std::string& name, const ArenaLayout::View& w, int e) {
-          const float* src =
-              e < 0 ? ema.data() + w.offset : gathered.expert_ema[static_cast<size_t>(e)].data<float>() + w.offset;
-          ef.tensors.push_back(st_from_f32(name, w.shape, src));
-        });
+    for_each_model_view(params, gathered.expert_values.size(), [&](const std::string& name, size_t i, int e) {
+      const ArenaLayout::View& w = params.layout().view(i);
+      const float* src =
+          e < 0 ? ema.data() + w.offset : gathered.expert_ema[static_cast<size_t>(e)].data<float>() + w.offset;
+      ef.tensors.push_back(st_from_f32(name, w.shape, src));
+    });
     put(kEmaFile, encode_safetensors(ef));
   }
   put("config.json", what.config->dump(2) + "\n");

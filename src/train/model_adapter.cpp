@@ -46,12 +46,11 @@ DeepSeekTrainable::DeepSeekTrainable(const model::ModelConfig& config, uint64_t 
   options.recipe = recipe;
   options.ep = ep;
   options.ep_rank = ep_rank;
-  ep_ = ep;
   model_ = std::make_unique<model::DeepSeekV3Model>(config, options);
   // Parameters and gradients into their arenas before anything looks at them.
   model::ParameterSet& ps = model_->parameters();
   ps.finalize();
-  params_ = {ps.value_arena(), ps.grad_arena(), ps.decay_range(), ps.no_decay_range(), ps.expert_range()};
+  params_ = {ps.value_arena(), ps.grad_arena(), ps.decay_range(), ps.no_decay_range(), ps.expert_range(), ep};
   params_.validate();
 }
 
@@ -71,10 +70,7 @@ std::vector<NamedTensor> DeepSeekTrainable::recipe_state() {
 
 int64_t DeepSeekTrainable::vocab_size() const { return model_->config().vocab_size; }
 
-int64_t DeepSeekTrainable::parameter_count() const {
-  // A shard of the experts stands for ep of them (every shard is the same size).
-  return model_->parameters().trainable_count() + (ep_ - 1) * params_.local_expert_elements();
-}
+int64_t DeepSeekTrainable::parameter_count() const { return params_.model_elements(); }
 
 MicroBatchResult DeepSeekTrainable::forward_backward(const Token* inputs, const Token* targets, int64_t batch,
                                                      int64_t seq_len, double grad_scale) {

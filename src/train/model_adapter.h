@@ -58,7 +58,6 @@ class DeepSeekTrainable : public TrainableModel {
  private:
   std::unique_ptr<model::DeepSeekV3Model> model_;
   optim::ParamArenas params_;
-  int ep_ = 1;                     // the experts are held as shards of this many (1: every expert)
   model::DistillTargets distill_;  // the targets set_distill_targets put on the model's device
 };
 

@@ -780,8 +780,8 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         finite_or_null(result.final_eval_bits);
     summary["wall time (s)"] = std::round(result.seconds * 100) / 100;
     summary["wall time this session (s)"] = std::round(result.session_seconds * 100) / 100;
-    // The whole model's; with sharded experts this rank holds its shard of them (the shards are the same size).
-    summary["parameters"] = params.layout().view_elements() + (ep_size - 1) * params.local_expert_elements();
+    // The whole model's; with sharded experts this rank holds its shard of them.
+    summary["parameters"] = params.model_elements();
     if (!params.experts.empty()) summary["parameters on this rank"] = params.layout().view_elements();
     summary["memory (bytes, max over steps)"] = result.memory;
     if (ema) {  // this session's cost of the weight EMA: the host thread's work, and what the steps waited for it

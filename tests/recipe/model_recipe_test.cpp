@@ -108,8 +108,8 @@ TEST(ModelRecipe, ActivationAndOptimizerMemoryRatios) {
   DeepSeekV3Model m(config(), {.seed = 3});
   ParameterSet& ps = m.parameters();
   ps.finalize();
-  const optim::ParamArenas params{ps.value_arena(), ps.grad_arena(), ps.decay_range(), ps.no_decay_range(),
-                                  ps.expert_range()};
+  const optim::ParamArenas params{ps.value_arena(),    ps.grad_arena(),   ps.decay_range(),
+                                  ps.no_decay_range(), ps.expert_range(), 1};
   auto state_bytes = [&](const std::string& spec) {
     optim::AdamWConfig c;
     c.moment_dtype = optim::parse_moment_dtype(recipe::parse_recipe(spec).moment_dtype);
