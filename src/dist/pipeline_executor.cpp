@@ -4,35 +4,54 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <tuple>
 
 #include "common/error.h"
+#include "tensor/backend.h"
 
 namespace fp8train::dist {
 
 namespace {
 
 // Tensors waiting on this rank, by (stage, mb): inputs of its stages, gradients of their outputs, and outputs
-// and input gradients waiting to be sent.
+// and input gradients waiting to be sent. A received tensor carries the side-queue marker after its receive
+// (-1: produced on the compute stream, nothing to wait for).
 class Mailbox {
  public:
-  void put(int stage, int mb, Tensor t) { slots_[{stage, mb}] = std::move(t); }
-  Tensor take(int stage, int mb, const char* what, const PipeAction& a) {
+  struct Item {
+    Tensor tensor;
+    int mark = -1;
+  };
+  void put(int stage, int mb, Tensor t, int mark = -1) { slots_[{stage, mb}] = {std::move(t), mark}; }
+  Item take(int stage, int mb, const char* what, const PipeAction& a) {
     const auto it = slots_.find({stage, mb});
     FP8T_CHECK(it != slots_.end(), "pipeline: {} of stage {} micro-batch {} is missing at {}", what, stage, mb,
                a.str());
-    Tensor t = std::move(it->second);
+    Item item = std::move(it->second);
     slots_.erase(it);
-    return t;
+    return item;
   }
   bool empty() const { return slots_.empty(); }
 
  private:
-  std::map<std::pair<int, int>, Tensor> slots_;
+  std::map<std::pair<int, int>, Item> slots_;
 };
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// One side queue per device, kept across steps (its stream and pooled events are reused).
+SideQueue& side_queue_of(Device device) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, int>, std::unique_ptr<SideQueue>> queues;
+  std::lock_guard lock(mutex);
+  std::unique_ptr<SideQueue>& q = queues[{static_cast<int>(device.type), device.index}];
+  if (!q) q = backend(device).side_queue();
+  return *q;
+}
 
 }  // namespace
 
@@ -49,18 +68,37 @@ ChunkTimes PipeTiming::chunk_times() const {
 PipeTiming run_pipeline(const PipeSchedule& schedule, Communicator& pp, PipelineStages& stages, const ExecCtx& ctx) {
   const int P = schedule.ranks, S = 2 * P, r = pp.rank();
   FP8T_CHECK(pp.size() == P, "pipeline schedule for {} ranks run on group '{}' of {} ranks", P, pp.name(), pp.size());
+  // Transfers go on the side queue, so that a stage computes while its tensors move: a send waits (on the device)
+  // for what the compute stream has queued before it, and the computation that uses a received tensor waits for
+  // its receive. The order of the transfers is the schedule's, which check_schedule proves free of deadlocks even
+  // when every transfer blocks its rank; here they block only the side queue, which relaxes the order without
+  // adding any wait. On the CPU the side queue is the calling thread: everything runs in schedule order.
+  SideQueue& queue = side_queue_of(ctx.device);
+  ExecCtx comm_ctx = ctx;
+  if (queue.side_stream() != nullptr) comm_ctx.stream = queue.side_stream();
   Mailbox inputs, grad_outputs, to_send_act, to_send_grad;
-  const auto forward = [&](int chunk, int mb, const PipeAction& a) {
+  std::vector<Tensor> in_flight;  // sent tensors, kept alive until the side queue has read them
+  const auto wait_for = [&](const Mailbox::Item& item) {
+    if (item.mark >= 0) queue.compute_waits_for(item.mark);
+    return item.tensor;
+  };
+  const auto input_of = [&](int chunk, int mb, const PipeAction& a) {
     const int s = dualpipev_stage(r, chunk, P);
-    const Tensor input = s == 0 ? Tensor() : inputs.take(s, mb, "the input", a);
+    return s == 0 ? Tensor() : wait_for(inputs.take(s, mb, "the input", a));
+  };
+  const auto grad_of = [&](int chunk, int mb, const PipeAction& a) {
+    const int s = dualpipev_stage(r, chunk, P);
+    return s + 1 == S ? Tensor() : wait_for(grad_outputs.take(s, mb, "the output gradient", a));
+  };
+  const auto forward = [&](int chunk, int mb, const Tensor& input) {
+    const int s = dualpipev_stage(r, chunk, P);
     Tensor out = stages.forward(chunk, mb, input);
     if (s + 1 == S) return;
     FP8T_CHECK(out.defined(), "pipeline: the forward of stage {} micro-batch {} returned no output", s, mb);
     (dualpipev_rank(s + 1, P) == r ? inputs : to_send_act).put(dualpipev_rank(s + 1, P) == r ? s + 1 : s, mb, out);
   };
-  const auto backward = [&](int chunk, int mb, const PipeAction& a) {
+  const auto backward = [&](int chunk, int mb, const Tensor& grad) {
     const int s = dualpipev_stage(r, chunk, P);
-    const Tensor grad = s + 1 == S ? Tensor() : grad_outputs.take(s, mb, "the output gradient", a);
     Tensor grad_input = stages.backward_input(chunk, mb, grad);
     if (s == 0) return;
     FP8T_CHECK(grad_input.defined(), "pipeline: the backward of stage {} micro-batch {} returned no input gradient", s,
@@ -68,45 +106,91 @@ PipeTiming run_pipeline(const PipeSchedule& schedule, Communicator& pp, Pipeline
     (dualpipev_rank(s - 1, P) == r ? grad_outputs : to_send_grad)
         .put(dualpipev_rank(s - 1, P) == r ? s - 1 : s, mb, grad_input);
   };
+  // Each computation's span on the compute stream (timestamps after the waits for its inputs): its kernels' time.
+  struct Span {
+    PipeOp op;
+    int from, to;
+  };
+  std::vector<Span> spans;
   PipeTiming timing;
   ctx.synchronize();
+  queue.reset();
   const double start = now_s();
+  // On an error the side queue may still read sent tensors or write received ones: let it finish first.
+  struct DrainOnError {
+    SideQueue& queue;
+    int exceptions = std::uncaught_exceptions();
+    ~DrainOnError() {
+      if (std::uncaught_exceptions() <= exceptions) return;
+      try {
+        queue.synchronize();
+      } catch (...) {  // the error being thrown says more
+      }
+      queue.reset();
+    }
+  } drain{queue};
   for (const PipeAction& a : schedule.actions.at(static_cast<size_t>(r))) {
-    const double t0 = now_s();
     switch (a.op) {
-      case PipeOp::F:
-        forward(a.chunk, a.mb, a);
+      case PipeOp::F: {
+        const Tensor input = input_of(a.chunk, a.mb, a);
+        const int from = queue.time_mark();
+        forward(a.chunk, a.mb, input);
+        spans.push_back({a.op, from, queue.time_mark()});
         break;
-      case PipeOp::B:
-        backward(a.chunk, a.mb, a);
+      }
+      case PipeOp::B: {
+        const Tensor grad = grad_of(a.chunk, a.mb, a);
+        const int from = queue.time_mark();
+        backward(a.chunk, a.mb, grad);
+        spans.push_back({a.op, from, queue.time_mark()});
         break;
-      case PipeOp::W:
+      }
+      case PipeOp::W: {
+        const int from = queue.time_mark();
         stages.backward_weight(a.chunk, a.mb);
+        spans.push_back({a.op, from, queue.time_mark()});
         break;
-      case PipeOp::FB:
-        forward(a.chunk, a.mb, a);
-        backward(a.chunk2, a.mb2, a);
+      }
+      case PipeOp::FB: {
+        const Tensor input = input_of(a.chunk, a.mb, a);
+        const Tensor grad = grad_of(a.chunk2, a.mb2, a);
+        const int from = queue.time_mark();
+        forward(a.chunk, a.mb, input);
+        backward(a.chunk2, a.mb2, grad);
         stages.backward_weight(a.chunk2, a.mb2);
+        spans.push_back({a.op, from, queue.time_mark()});
         break;
+      }
       case PipeOp::Send: {
+        const double t0 = now_s();
         const bool act = a.payload == Payload::Activation;
-        const Tensor t =
-            (act ? to_send_act : to_send_grad).take(a.stage, a.mb, act ? "the output" : "the input gradient", a);
-        pp.send(t, a.peer, ctx);
+        Tensor t =
+            (act ? to_send_act : to_send_grad).take(a.stage, a.mb, act ? "the output" : "the input gradient", a).tensor;
+        queue.side_waits_for_compute();
+        pp.send(t, a.peer, comm_ctx);
+        in_flight.push_back(std::move(t));
+        timing.transfer_s += now_s() - t0;
         break;
       }
       case PipeOp::Recv: {
+        const double t0 = now_s();
         const bool act = a.payload == Payload::Activation;
         const int to_stage = act ? a.stage + 1 : a.stage - 1;
         const Tensor t = stages.receive_buffer(dualpipev_chunk(to_stage, P), a.mb, a.payload);
-        pp.recv(t, a.peer, ctx);
-        (act ? inputs : grad_outputs).put(to_stage, a.mb, t);
+        queue.side_waits_for_compute();  // the buffer's memory may still be in use by queued computations
+        pp.recv(t, a.peer, comm_ctx);
+        (act ? inputs : grad_outputs).put(to_stage, a.mb, t, queue.side_mark());
+        timing.transfer_s += now_s() - t0;
         break;
       }
     }
-    ctx.synchronize();
-    const double dt = now_s() - t0;
-    switch (a.op) {
+  }
+  queue.synchronize();
+  timing.step_s = now_s() - start;
+  in_flight.clear();
+  for (const Span& s : spans) {
+    const double dt = queue.seconds_between(s.from, s.to);
+    switch (s.op) {
       case PipeOp::F:
         timing.f_s += dt, ++timing.f;
         break;
@@ -121,11 +205,10 @@ PipeTiming run_pipeline(const PipeSchedule& schedule, Communicator& pp, Pipeline
         break;
       case PipeOp::Send:
       case PipeOp::Recv:
-        timing.transfer_s += dt;
         break;
     }
   }
-  timing.step_s = now_s() - start;
+  queue.reset();
   FP8T_CHECK(inputs.empty() && grad_outputs.empty() && to_send_act.empty() && to_send_grad.empty(),
              "pipeline: rank {} finished the schedule with tensors never used or sent", r);
   return timing;

@@ -2,9 +2,10 @@
 // Communicator::send/recv on the PP group. The model side is the abstract PipelineStages: this rank's two chunks
 // (chunk 0 = stage r, chunk 1 = stage 2P−1−r of the V), each with a forward, a backward for its input and a
 // backward for its weights, called in the schedule's order. An overlapped F&B pair runs as its forward, then its
-// backward's input and weight parts (on the CPU there is nothing to overlap; on a GPU the two could be issued on
-// separate streams, which this executor does not do yet). Received tensors go into buffers the stages provide (their
-// shape and dtype).
+// backward's input and weight parts (the two are not issued on separate streams yet). Received tensors go into
+// buffers the stages provide (their shape and dtype). On a GPU the transfers run on a side queue beside the
+// compute stream (Backend::side_queue), so a stage computes while its tensors move; on the CPU everything runs on
+// the calling thread in schedule order.
 #pragma once
 #include <vector>
 
@@ -31,14 +32,17 @@ class PipelineStages {
   virtual Tensor receive_buffer(int chunk, int mb, Payload payload) = 0;
 };
 
-// Where one rank's pipeline step spent its time. The executor waits for the device after every action, so on a
-// GPU an action's wall time is its kernels' (NCCL's send/recv included), not its launch's: `bubble()` is the time
-// this rank computed nothing, the transfers and the waits for a peer included.
+// Where one rank's pipeline step spent its time. Each computation is timed on the compute stream by timestamps
+// taken after the waits for its received inputs (SideQueue::time_mark; host-clock readings on the CPU), so its
+// time is its kernels' and the host work inside it; the step is the host's wall time from its start until both
+// queues are drained. `bubble()` is the time this rank computed nothing: waits for a peer, and on the CPU the
+// transfers themselves (on a GPU they run beside the computation).
 struct PipeTiming {
   double step_s = 0;                           // the whole schedule on this rank
   double f_s = 0, b_s = 0, w_s = 0, fb_s = 0;  // total time in each kind of computation
   int64_t f = 0, b = 0, w = 0, fb = 0;         // how many of each
-  double transfer_s = 0;                       // in send and recv, waiting for the peer included
+  double transfer_s = 0;  // host time in send and recv: on the CPU the transfers (peer waits included), on a GPU
+                          // only their enqueueing
   double busy_s() const { return f_s + b_s + w_s + fb_s; }
   double bubble_s() const { return step_s - busy_s(); }
   // The mean times in DeepSeek's terms (ChunkTimes: b is the FULL backward, B + W; an F&B pair runs here as its

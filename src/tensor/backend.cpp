@@ -1,9 +1,12 @@
 // Backend registry and the CPU backend (see backend.h).
 #include "tensor/backend.h"
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "common/error.h"
 
@@ -18,6 +21,35 @@ void CpuBackend::copy(void* dst, Device dst_device, const void* src, Device src_
 void CpuBackend::fill_zero(void* dst, size_t bytes) {
   if (bytes) std::memset(dst, 0, bytes);
 }
+
+namespace {
+
+// The CPU has one queue, the calling thread: nothing to order, and timestamps are host-clock readings.
+class HostSideQueue final : public SideQueue {
+ public:
+  void* side_stream() const override { return nullptr; }
+  void side_waits_for_compute() override {}
+  int side_mark() override { return 0; }
+  void compute_waits_for(int) override {}
+  int time_mark() override {
+    stamps_.push_back(std::chrono::steady_clock::now());
+    return static_cast<int>(stamps_.size()) - 1;
+  }
+  double seconds_between(int from, int to) override {
+    FP8T_CHECK(from >= 0 && to >= 0 && static_cast<size_t>(std::max(from, to)) < stamps_.size(),
+               "side queue: no timestamps {} and {} ({} taken)", from, to, stamps_.size());
+    return std::chrono::duration<double>(stamps_[static_cast<size_t>(to)] - stamps_[static_cast<size_t>(from)]).count();
+  }
+  void synchronize() override {}
+  void reset() override { stamps_.clear(); }
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> stamps_;
+};
+
+}  // namespace
+
+std::unique_ptr<SideQueue> Backend::side_queue() { return std::make_unique<HostSideQueue>(); }
 
 namespace {
 struct Registry {

@@ -30,6 +30,32 @@ class HostStaging {
   virtual void order_before_compute() = 0;
 };
 
+// A second work queue beside a device's compute stream, with markers that order the two and timestamps on the
+// compute stream: what lets a pipeline stage send and receive while it computes (dist/pipeline_executor.cpp).
+// Markers are indices handed out in order and valid until reset(). On the CPU there are no queues: work has
+// finished when its call returns, so the ordering calls do nothing, side_stream() is null (the CPU context) and a
+// timestamp reads the host clock.
+class SideQueue {
+ public:
+  virtual ~SideQueue() = default;
+  // ExecCtx::stream for work on the side queue.
+  virtual void* side_stream() const = 0;
+  // Work queued next on the side queue starts after everything queued so far on the compute stream.
+  virtual void side_waits_for_compute() = 0;
+  // A marker after everything queued so far on the side queue ...
+  virtual int side_mark() = 0;
+  // ... and work queued next on the compute stream starts after it (no host wait).
+  virtual void compute_waits_for(int mark) = 0;
+  // A timestamp on the compute stream, taken when the stream reaches it (after its work queued so far).
+  virtual int time_mark() = 0;
+  // Seconds between two timestamps; after synchronize().
+  virtual double seconds_between(int from, int to) = 0;
+  // Waits until both queues have finished everything queued.
+  virtual void synchronize() = 0;
+  // Forgets every marker and timestamp (after synchronize()); their resources are reused.
+  virtual void reset() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -49,6 +75,8 @@ class Backend {
     (void)bytes;
     return nullptr;
   }
+  // A side queue beside the compute stream (SideQueue); the CPU's runs everything in place.
+  virtual std::unique_ptr<SideQueue> side_queue();
 };
 
 class CpuBackend final : public Backend {

@@ -63,8 +63,9 @@ void add_into(std::vector<std::vector<double>>& acc, const std::vector<std::vect
 }
 
 // One pipeline step's timing over the ranks of the pipeline (metrics.jsonl): the largest step time and bubble (the
-// bubble is idle time within the step, transfers included), the mean chunk times in DeepSeek's terms and
-// DualPipeV's bubble formula evaluated with them, (PP/2 − 1)(F&B + B − 3W) for PP = 2P stages.
+// bubble is idle time within the step: waits for peers, and transfers where they do not overlap), the mean chunk
+// times in DeepSeek's terms, DualPipeV's bubble formula evaluated with them, (PP/2 − 1)(F&B + B − 3W) for PP = 2P
+// stages, and the schedule's simulated bubble with those times.
 nlohmann::ordered_json pipeline_timing_json(const std::vector<dist::PipeTiming>& ranks) {
   dist::PipeTiming all;
   double step = 0, bubble = 0, transfer = 0;
@@ -86,6 +87,20 @@ nlohmann::ordered_json pipeline_timing_json(const std::vector<dist::PipeTiming>&
   j["transfer_ms"] = 1e3 * transfer;
   j["chunk_ms"] = {{"F", 1e3 * c.f}, {"B", 1e3 * c.b}, {"W", 1e3 * c.w}, {"F&B", 1e3 * c.fb}};
   j["bubble_formula_ms"] = 1e3 * dist::dualpipev_bubble_formula(stages, c);
+  // The formula is exact only when F = B − W = W (docs/distributed.md); the schedule simulated with the measured
+  // mean times is the bubble these chunk times allow when every stage costs the same and transfers are free.
+  const int64_t micro_batches = (all.f + all.fb) / stages;  // one forward per (stage, micro-batch)
+  dist::ChunkTimes sim = c;
+  if (all.fb == 0) sim.fb = -1;  // no overlapped pair ran: F + B
+  try {
+    sim.validate();
+    j["bubble_simulated_ms"] =
+        1e3 * dist::simulate(
+                  dist::dualpipev_compute_order(static_cast<int>(ranks.size()), static_cast<int>(micro_batches)), sim)
+                  .max_bubble();
+  } catch (const Error&) {
+    j["bubble_simulated_ms"] = nullptr;  // times the simulator refuses (e.g. no W measured)
+  }
   return j;
 }
 

@@ -1,9 +1,10 @@
 // Device infrastructure on a real GPU: error checks that throw fp8train::Error with the CUDA error named,
 // the checked launch, the caching allocator (no cudaMalloc in steady state, stream-tagged reuse, current /
 // peak / reserved bytes, release), DeviceBuffer and PinnedHostBuffer, and the CUDA Backend behind Tensor
-// (category bookkeeping, host<->device copies, zero-fill).
+// (category bookkeeping, host<->device copies, zero-fill), and the side queue beside the compute stream.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,34 @@ TEST(InfraGpu, TensorsLiveOnTheCudaBackend) {
   }
   EXPECT_EQ(alloc.stats().total_current, before.total_current);
   EXPECT_NE(cuda::compute_stream(gpu), nullptr);
+}
+
+// The side queue (Backend::side_queue): work on it starts after what the compute stream queued before
+// side_waits_for_compute, and compute work queued after compute_waits_for(mark) starts after it. A 64 MB fill on
+// the side stream between a zero-fill and a read-back on the compute stream: with either order missing, the read
+// sees zeros or a partly filled buffer.
+TEST(InfraGpu, SideQueueOrdersWorkBothWaysAndTimesTheComputeStream) {
+  const Device gpu = cuda::init_cuda_backend(0);
+  std::unique_ptr<SideQueue> q = backend(gpu).side_queue();
+  ASSERT_NE(q->side_stream(), nullptr);
+  EXPECT_NE(q->side_stream(), backend(gpu).stream());
+  const int n = 1 << 24;
+  for (int round = 0; round < 3; ++round) {  // the pooled events are reused after reset()
+    Tensor t = Tensor::zeros({n}, DType::F32, MemCategory::Workspace, gpu);  // memset on the compute stream
+    const int t0 = q->time_mark();
+    q->side_waits_for_compute();
+    ASSERT_EQ(launch_fill_iota(t.data<float>(), n, static_cast<cudaStream_t>(q->side_stream())), cudaSuccess);
+    q->compute_waits_for(q->side_mark());
+    const int t1 = q->time_mark();
+    const std::vector<float> got = t.to_vector<float>();  // a copy on the compute stream
+    int wrong = 0;
+    for (int i = 0; i < n; ++i) wrong += got[static_cast<size_t>(i)] != static_cast<float>(i);
+    EXPECT_EQ(wrong, 0) << "round " << round;
+    q->synchronize();
+    EXPECT_GT(q->seconds_between(t0, t1), 0.0);  // the compute stream waited for the fill
+    EXPECT_THROW(q->seconds_between(t0, t1 + 1), Error);
+    q->reset();
+  }
 }
 
 }  // namespace

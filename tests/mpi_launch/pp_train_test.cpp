@@ -86,6 +86,9 @@ TEST_F(PpTrain, PipelineRanksTrainLikeOneRank) {
       EXPECT_GE(p.at("bubble_ms").get<double>(), 0) << p.dump();
       for (const char* c : {"F", "B", "W", "F&B"}) EXPECT_GT(p.at("chunk_ms").at(c).get<double>(), 0) << c << p.dump();
       EXPECT_TRUE(p.at("bubble_formula_ms").is_number()) << p.dump();
+      // The schedule simulated with the measured mean times (its value is dist::simulate's, tested in test_dist).
+      ASSERT_TRUE(p.at("bubble_simulated_ms").is_number()) << p.dump();
+      EXPECT_GE(p.at("bubble_simulated_ms").get<double>(), 0) << p.dump();
     }
     // The router biases moved alike on every rank, as on one rank: the final held-out loss (every rank evaluates
     // the whole model, rank 0 reports) is within the same tolerance.

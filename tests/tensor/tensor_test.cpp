@@ -2,6 +2,9 @@
 // category, re-booking by Storage::set_category) and clear errors on bad input.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <memory>
+
 #include "tensor/backend.h"
 #include "tensor/tensor.h"
 
@@ -105,6 +108,27 @@ TEST(Tensor, CopyFromAndZero) {
   EXPECT_EQ(a.to_vector<double>(), (std::vector<double>{0, 0, 0, 0}));
   EXPECT_EQ(b.to_vector<double>()[3], 4.0);
   EXPECT_THROW(b.copy_from(Tensor::empty({3}, DType::F64)), Error);
+}
+
+// The CPU's side queue is the calling thread: no stream, ordering calls that do nothing, and timestamps from the
+// host clock, in order.
+TEST(SideQueue, OnTheCpuTimestampsAreHostClockReadings) {
+  std::unique_ptr<SideQueue> q = backend(Device::cpu()).side_queue();
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->side_stream(), nullptr);
+  q->side_waits_for_compute();
+  q->compute_waits_for(q->side_mark());
+  const int a = q->time_mark();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+  const int b = q->time_mark();
+  q->synchronize();
+  EXPECT_GE(q->seconds_between(a, b), 0.002);
+  EXPECT_LE(q->seconds_between(b, a), -0.002);
+  EXPECT_THROW(q->seconds_between(a, b + 1), Error);
+  q->reset();
+  EXPECT_THROW(q->seconds_between(a, b), Error);  // forgotten
 }
 
 }  // namespace

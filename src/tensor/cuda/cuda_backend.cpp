@@ -1,6 +1,9 @@
 // The CUDA Backend and its Allocator (cuda_backend.h).
 #include "tensor/cuda/cuda_backend.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "tensor/cuda/cuda_check.h"
 
 namespace fp8train::cuda {
@@ -37,6 +40,57 @@ class CudaHostStaging final : public HostStaging {
   void* host_ = nullptr;
   Stream side_;
   Event ready_, copied_;
+};
+
+// SideQueue on a GPU: a non-blocking stream of its own beside the compute stream, ordered against it by events;
+// timestamps are timing events recorded on the compute stream. Events are pooled and reused after reset().
+class CudaSideQueue final : public SideQueue {
+ public:
+  explicit CudaSideQueue(cudaStream_t compute) : compute_(compute) {}
+  ~CudaSideQueue() override { (void)cudaStreamSynchronize(side_.get()); }
+  CudaSideQueue(const CudaSideQueue&) = delete;
+  CudaSideQueue& operator=(const CudaSideQueue&) = delete;
+
+  void* side_stream() const override { return side_.get(); }
+  void side_waits_for_compute() override {
+    Event& e = next(marks_, used_marks_);
+    e.record(compute_);
+    FP8T_CUDA_CHECK(cudaStreamWaitEvent(side_.get(), e.get(), 0));
+  }
+  int side_mark() override {
+    next(marks_, used_marks_).record(side_.get());
+    return static_cast<int>(used_marks_) - 1;
+  }
+  void compute_waits_for(int mark) override {
+    FP8T_CHECK(mark >= 0 && static_cast<size_t>(mark) < used_marks_, "side queue: no marker {}", mark);
+    FP8T_CUDA_CHECK(cudaStreamWaitEvent(compute_, marks_[static_cast<size_t>(mark)]->get(), 0));
+  }
+  int time_mark() override {
+    next(stamps_, used_stamps_).record(compute_);
+    return static_cast<int>(used_stamps_) - 1;
+  }
+  double seconds_between(int from, int to) override {
+    FP8T_CHECK(from >= 0 && to >= 0 && static_cast<size_t>(std::max(from, to)) < used_stamps_,
+               "side queue: no timestamps {} and {} ({} taken)", from, to, used_stamps_);
+    return 1e-3 *
+           static_cast<double>(stamps_[static_cast<size_t>(to)]->elapsed_ms_since(*stamps_[static_cast<size_t>(from)]));
+  }
+  void synchronize() override {
+    FP8T_CUDA_CHECK(cudaStreamSynchronize(side_.get()));
+    FP8T_CUDA_CHECK(cudaStreamSynchronize(compute_));
+  }
+  void reset() override { used_marks_ = used_stamps_ = 0; }
+
+ private:
+  // The next event of a pool (a new one when every pooled event is in use).
+  static Event& next(std::vector<std::unique_ptr<Event>>& pool, size_t& used) {
+    if (used == pool.size()) pool.push_back(std::make_unique<Event>());
+    return *pool[used++];
+  }
+  cudaStream_t compute_;
+  Stream side_;
+  std::vector<std::unique_ptr<Event>> marks_, stamps_;
+  size_t used_marks_ = 0, used_stamps_ = 0;
 };
 
 }  // namespace
@@ -79,6 +133,11 @@ void CudaBackend::synchronize() { FP8T_CUDA_CHECK(cudaStreamSynchronize(stream_.
 std::unique_ptr<HostStaging> CudaBackend::host_staging(size_t bytes) {
   select_device(device_);  // the side stream and events belong to this backend's device
   return std::make_unique<CudaHostStaging>(stream_.get(), bytes);
+}
+
+std::unique_ptr<SideQueue> CudaBackend::side_queue() {
+  select_device(device_);  // the side stream and events belong to this backend's device
+  return std::make_unique<CudaSideQueue>(stream_.get());
 }
 
 Device init_cuda_backend(int ordinal, bool make_default) {

@@ -43,6 +43,8 @@ class CudaBackend final : public Backend {
   // Pinned host memory (cudaMallocHost), copied into on a side stream of its own after an event on the compute
   // stream; order_before_compute makes the compute stream wait for the copy's event.
   std::unique_ptr<HostStaging> host_staging(size_t bytes) override;
+  // A non-blocking stream beside the compute stream, ordered against it by events (SideQueue).
+  std::unique_ptr<SideQueue> side_queue() override;
   cudaStream_t cuda_stream() const { return stream_.get(); }
   const DeviceInfo& info() const { return info_; }
 
