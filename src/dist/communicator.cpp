@@ -111,6 +111,10 @@ void SelfCommunicator::all_to_all(const Tensor& send, const Tensor& recv, const 
   count(0, 0);
 }
 
+void Communicator::all_to_allv_fused(std::span<const AllToAllvPart> parts, const ExecCtx& ctx) {
+  for (const AllToAllvPart& p : parts) all_to_allv(p.send, p.send_counts, p.recv, p.recv_counts, ctx);
+}
+
 void SelfCommunicator::all_to_allv(const Tensor& send, std::span<const int64_t> send_counts, const Tensor& recv,
                                    std::span<const int64_t> recv_counts, const ExecCtx&) {
   check_tensor(send, "all_to_allv", "send");

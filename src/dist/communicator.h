@@ -70,6 +70,16 @@ class Communicator {
   // send_counts[j] elements go to rank j, recv_counts[i] come from rank i (blocks back to back, rank order).
   virtual void all_to_allv(const Tensor& send, std::span<const int64_t> send_counts, const Tensor& recv,
                            std::span<const int64_t> recv_counts, const ExecCtx& ctx) = 0;
+  // Several all_to_allv exchanges as one collective, e.g. FP8 codes and their scales (every rank passes the same
+  // number of parts, in the same order). Each part is an all_to_allv on its own; a GPU communicator issues them as
+  // one group, so the exchange pays one collective's latency. The default runs them one after the other.
+  struct AllToAllvPart {
+    Tensor send;
+    std::vector<int64_t> send_counts;
+    Tensor recv;
+    std::vector<int64_t> recv_counts;
+  };
+  virtual void all_to_allv_fused(std::span<const AllToAllvPart> parts, const ExecCtx& ctx);
   // Point to point (a matching recv/send on `peer`; messages between two ranks arrive in order).
   virtual void send(const Tensor& t, int peer, const ExecCtx& ctx) = 0;
   virtual void recv(const Tensor& t, int peer, const ExecCtx& ctx) = 0;

@@ -73,14 +73,21 @@ ExpertExchange::ExpertExchange(Communicator& ep, const ExpertShard& shard, const
   local_ = ops::moe_build_plan(ctx, selected, L, align);
 }
 
+Communicator::AllToAllvPart ExpertExchange::part(const Tensor& send, const Tensor& recv, int64_t row_elems,
+                                                 bool back) const {
+  Communicator::AllToAllvPart p{send, std::vector<int64_t>(send_rows_.size()), recv,
+                                std::vector<int64_t>(recv_rows_.size())};
+  for (size_t r = 0; r < p.send_counts.size(); ++r) {
+    p.send_counts[r] = (back ? recv_rows_[r] : send_rows_[r]) * row_elems;
+    p.recv_counts[r] = (back ? send_rows_[r] : recv_rows_[r]) * row_elems;
+  }
+  return p;
+}
+
 void ExpertExchange::exchange(const ExecCtx& ctx, const Tensor& send, const Tensor& recv, int64_t row_elems,
                               bool back) const {
-  std::vector<int64_t> sc(send_rows_.size()), rc(recv_rows_.size());
-  for (size_t p = 0; p < sc.size(); ++p) {
-    sc[p] = (back ? recv_rows_[p] : send_rows_[p]) * row_elems;
-    rc[p] = (back ? send_rows_[p] : recv_rows_[p]) * row_elems;
-  }
-  comm_->all_to_allv(send, sc, recv, rc, ctx);
+  const Communicator::AllToAllvPart p = part(send, recv, row_elems, back);
+  comm_->all_to_allv(p.send, p.send_counts, p.recv, p.recv_counts, ctx);
 }
 
 Tensor ExpertExchange::dispatch(const ExecCtx& ctx, const Tensor& rows) const {
@@ -108,8 +115,11 @@ quant::QTensor ExpertExchange::dispatch(const ExecCtx& ctx, const quant::QTensor
   recv.rows = received_;
   recv.rowwise.codes = Tensor::empty({received_, codes.size(1)}, codes.dtype(), MemCategory::Workspace, ctx.device);
   recv.rowwise.scales = Tensor::empty({received_, scales.size(1)}, scales.dtype(), MemCategory::Workspace, ctx.device);
-  exchange(ctx, codes, recv.rowwise.codes, codes.size(1), false);
-  exchange(ctx, scales, recv.rowwise.scales, scales.size(1), false);
+  // codes and scales as one collective: the scales' small messages ride with the codes instead of paying a
+  // second all-to-all's latency
+  const Communicator::AllToAllvPart parts[2] = {part(codes, recv.rowwise.codes, codes.size(1), false),
+                                                part(scales, recv.rowwise.scales, scales.size(1), false)};
+  comm_->all_to_allv_fused(parts, ctx);
   return ops::moe_permute(ctx, recv, local_);
 }
 

@@ -15,7 +15,7 @@
 //      would build for these experts over all ranks' tokens (same rows, same order, same padding), so the
 //      expert GEMMs compute the same numbers as without EP;
 //   3. dispatch: all_to_allv of the rows (the compute dtype, or FP8 codes + their power-of-two 1×128 scales as
-//      two all_to_allv of the same row counts), then the local permute (padding rows zero);
+//      one fused all_to_allv of two parts with the same row counts), then the local permute (padding rows zero);
 //   4. combine: the local rows gathered back into received order and all_to_allv'd to their sources in the
 //      compute dtype; the source then does the gate-weighted sum over its plan as without EP.
 // Backward uses the same exchange: dy per (token, choice) dispatched like the tokens, dx combined back.
@@ -78,6 +78,8 @@ class ExpertExchange {
   void set_category(MemCategory category) const;
 
  private:
+  // The all_to_allv of rows of row_elems elements (back: the combine direction).
+  Communicator::AllToAllvPart part(const Tensor& send, const Tensor& recv, int64_t row_elems, bool back) const;
   void exchange(const ExecCtx& ctx, const Tensor& send, const Tensor& recv, int64_t row_elems, bool back) const;
 
   Communicator* comm_ = nullptr;

@@ -91,7 +91,9 @@ nlohmann::ordered_json pipeline_timing_json(const std::vector<dist::PipeTiming>&
   // mean times is the bubble these chunk times allow when every stage costs the same and transfers are free.
   const int64_t micro_batches = (all.f + all.fb) / stages;  // one forward per (stage, micro-batch)
   dist::ChunkTimes sim = c;
-  if (all.fb == 0) sim.fb = -1;  // no overlapped pair ran: F + B
+  // No overlapped pair ran: F + B. A pair measured below its longer part (timing noise of busy CPU ranks) is
+  // taken at that part's time, the simulator's lower bound for a pair.
+  sim.fb = all.fb == 0 ? -1 : std::max(sim.fb, std::max(sim.f, sim.b));
   try {
     sim.validate();
     j["bubble_simulated_ms"] =

@@ -4,6 +4,7 @@
 // other ranks, and ZeRO-1 over it is the plain optimizer path.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "dist/nccl_communicator.h"
@@ -55,6 +56,18 @@ TEST(NcclGpu, OneRankWorldCollectives) {
   comm->all_to_allv(send, counts, out, counts, gpu());
   gpu().synchronize();
   EXPECT_EQ(out.to_vector<float>(), x);
+  // a fused exchange of two parts of different dtypes: each part lands in its own receive buffer
+  {
+    const Tensor codes =
+        Tensor::from_vector(std::vector<uint8_t>{3, 1, 4, 1, 5, 9, 2, 6}, {8}, MemCategory::Workspace, Device::cuda(0));
+    const Tensor codes_in = Tensor::zeros({8}, DType::U8, MemCategory::Workspace, Device::cuda(0));
+    const Tensor scales_in = on_gpu(std::vector<float>(5, -99.0f));
+    const Communicator::AllToAllvPart parts[2] = {{codes, {8}, codes_in, {8}}, {send, counts, scales_in, counts}};
+    comm->all_to_allv_fused(parts, gpu());
+    gpu().synchronize();
+    EXPECT_EQ(codes_in.to_vector<uint8_t>(), (std::vector<uint8_t>{3, 1, 4, 1, 5, 9, 2, 6}));
+    EXPECT_EQ(scales_in.to_vector<float>(), x);
+  }
   const Tensor b = on_gpu(x);
   comm->broadcast(b, 0, gpu());
   comm->barrier();

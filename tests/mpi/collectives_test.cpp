@@ -162,6 +162,25 @@ TEST(MpiCollectives, AllToAllAndAllToAllv) {
   EXPECT_EQ(w.stats().bytes_sent, 4 * (static_cast<int64_t>(sv.size()) - cnt(w.rank(), w.rank())));
   EXPECT_EQ(w.stats().bytes_received, 4 * (rtotal - cnt(w.rank(), w.rank())));
   EXPECT_EQ(w.stats().calls, 1);
+  // The same exchange fused with a second part of another dtype (an FP8 dispatch's codes and scales): each part
+  // arrives as it would alone.
+  std::vector<int64_t> sc2, rc2;
+  std::vector<uint8_t> sv2;
+  for (int j = 0; j < n; ++j) {
+    sc2.push_back(2 * cnt(w.rank(), j));
+    rc2.push_back(2 * cnt(j, w.rank()));
+    for (int64_t k = 0; k < 2 * cnt(w.rank(), j); ++k) sv2.push_back(static_cast<uint8_t>(10 * w.rank() + j));
+  }
+  const Tensor bs = Tensor::from_vector(sv2, {static_cast<int64_t>(sv2.size())});
+  const Tensor br = Tensor::zeros({2 * rtotal}, DType::U8);
+  const Tensor vr2 = Tensor::zeros({rtotal}, DType::F32);
+  const Communicator::AllToAllvPart parts[2] = {{bs, sc2, br, rc2}, {vs, sc, vr2, rc}};
+  w.all_to_allv_fused(parts, cpu());
+  std::vector<uint8_t> want2;
+  for (int i = 0; i < n; ++i)
+    for (int64_t k = 0; k < 2 * cnt(i, w.rank()); ++k) want2.push_back(static_cast<uint8_t>(10 * i + w.rank()));
+  EXPECT_EQ(br.to_vector<uint8_t>(), want2);
+  EXPECT_EQ(vr2.to_vector<float>(), want);
 }
 
 TEST(MpiCollectives, SendRecvRingAndBroadcast) {

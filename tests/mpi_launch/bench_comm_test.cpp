@@ -71,8 +71,9 @@ TEST(BenchComm, TwoRanksReportEveryCollectiveAndTheEpDispatch) {
     EXPECT_NEAR(row["busbw_GBps"].get<double>(), algbw * factor, 1e-12 * algbw);
   }
   // 64 tokens x top-2 over 2 ranks: 64 rows to each rank; FP8 rows carry 256 codes + 2 scales, BF16 rows 512 bytes.
-  ASSERT_TRUE(by.count("ep fp8") && by.count("ep bf16") && by.count("ratio")) << r.err;
+  ASSERT_TRUE(by.count("ep fp8") && by.count("ep fp8-2x") && by.count("ep bf16") && by.count("ratio")) << r.err;
   EXPECT_EQ(by["ep fp8"]["bytes_per_rank"], 64 * 2 * (256 + 4 * 2));
+  EXPECT_EQ(by["ep fp8-2x"]["bytes_per_rank"], 64 * 2 * (256 + 4 * 2));  // the same bytes in two collectives
   EXPECT_EQ(by["ep bf16"]["bytes_per_rank"], 64 * 2 * 512);
   EXPECT_NEAR(by["ratio"]["bf16_over_fp8_bytes"].get<double>(), 512.0 / 264.0, 1e-12);
   EXPECT_GT(by["ratio"]["ep_dispatch_fp8_over_bf16_tokens_per_s"].get<double>(), 0.0);

@@ -168,40 +168,69 @@ class NcclCommunicator final : public Communicator {
 
   void all_to_allv(const Tensor& send, std::span<const int64_t> send_counts, const Tensor& recv,
                    std::span<const int64_t> recv_counts, const ExecCtx& ctx) override {
+    const AllToAllvPart part{
+        send, {send_counts.begin(), send_counts.end()}, recv, {recv_counts.begin(), recv_counts.end()}};
+    all_to_allv_fused(std::span<const AllToAllvPart>(&part, 1), ctx);
+  }
+
+  // Every part's sends and receives in one NCCL group, then each part's own block copied locally.
+  void all_to_allv_fused(std::span<const AllToAllvPart> parts, const ExecCtx& ctx) override {
     const char* what = "all_to_allv";
-    check_gpu(send, what, "send");
-    check_gpu(recv, what, "recv");
-    check_counts(send_counts, what, "send_counts");
-    check_counts(recv_counts, what, "recv_counts");
-    int64_t st = 0, rt = 0;
-    std::vector<int64_t> so, ro;
-    for (int64_t c : send_counts) so.push_back(st), st += c;
-    for (int64_t c : recv_counts) ro.push_back(rt), rt += c;
-    FP8T_CHECK(send.dtype() == recv.dtype() && st == send.numel() && rt == recv.numel(),
-               "{} on group '{}': the counts do not match send {} and recv {}", what, name(), send.str(), recv.str());
-    const size_t es = dtype_size(send.dtype());
     const size_t me = static_cast<size_t>(rank());
-    check_nccl(ncclGroupStart(), "ncclGroupStart");
-    for (int r = 0; r < size(); ++r) {
-      const size_t i = static_cast<size_t>(r);
-      if (r == rank()) continue;
-      if (send_counts[i] > 0)
-        check_nccl(
-            ncclSend(bytes_at(send, so[i]), static_cast<size_t>(send_counts[i]) * es, ncclUint8, r, comm_, stream(ctx)),
-            "ncclSend");
-      if (recv_counts[i] > 0)
-        check_nccl(
-            ncclRecv(bytes_at(recv, ro[i]), static_cast<size_t>(recv_counts[i]) * es, ncclUint8, r, comm_, stream(ctx)),
-            "ncclRecv");
+    struct Local {
+      char* dst;
+      const char* src;
+      size_t bytes;
+    };
+    std::vector<Local> local;
+    int64_t sent = 0, received = 0;
+    std::string names;
+    for (const AllToAllvPart& p : parts) {
+      check_gpu(p.send, what, "send");
+      check_gpu(p.recv, what, "recv");
+      check_counts(p.send_counts, what, "send_counts");
+      check_counts(p.recv_counts, what, "recv_counts");
+      int64_t st = 0, rt = 0;
+      for (int64_t c : p.send_counts) st += c;
+      for (int64_t c : p.recv_counts) rt += c;
+      FP8T_CHECK(p.send.dtype() == p.recv.dtype() && st == p.send.numel() && rt == p.recv.numel(),
+                 "{} on group '{}': the counts do not match send {} and recv {}", what, name(), p.send.str(),
+                 p.recv.str());
+      FP8T_CHECK(p.send_counts[me] == p.recv_counts[me],
+                 "{} on group '{}': rank {} sends itself {} elements but expects {}", what, name(), rank(),
+                 p.send_counts[me], p.recv_counts[me]);
+      const size_t es = dtype_size(p.send.dtype());
+      sent += (st - p.send_counts[me]) * static_cast<int64_t>(es);
+      received += (rt - p.recv_counts[me]) * static_cast<int64_t>(es);
+      names += fmt::format("{}{} -> {}", names.empty() ? "" : ", ", p.send.str(), p.recv.str());
     }
-    enqueue(ncclGroupEnd(), ctx, fmt::format("all_to_allv({} -> {})", send.str(), recv.str()));
-    FP8T_CHECK(send_counts[me] == recv_counts[me], "{} on group '{}': rank {} sends itself {} elements but expects {}",
-               what, name(), rank(), send_counts[me], recv_counts[me]);
-    if (send_counts[me] > 0)
-      check_cuda(cudaMemcpyAsync(bytes_at(recv, ro[me]), bytes_at(send, so[me]),
-                                 static_cast<size_t>(send_counts[me]) * es, cudaMemcpyDeviceToDevice, stream(ctx)),
-                 "cudaMemcpyAsync");
-    count((st - send_counts[me]) * static_cast<int64_t>(es), (rt - recv_counts[me]) * static_cast<int64_t>(es));
+    check_nccl(ncclGroupStart(), "ncclGroupStart");
+    for (const AllToAllvPart& p : parts) {
+      const size_t es = dtype_size(p.send.dtype());
+      int64_t so = 0, ro = 0;
+      for (int r = 0; r < size(); ++r) {
+        const size_t i = static_cast<size_t>(r);
+        if (r == rank()) {
+          if (p.send_counts[i] > 0)
+            local.push_back({bytes_at(p.recv, ro), bytes_at(p.send, so), static_cast<size_t>(p.send_counts[i]) * es});
+        } else {
+          if (p.send_counts[i] > 0)
+            check_nccl(ncclSend(bytes_at(p.send, so), static_cast<size_t>(p.send_counts[i]) * es, ncclUint8, r, comm_,
+                                stream(ctx)),
+                       "ncclSend");
+          if (p.recv_counts[i] > 0)
+            check_nccl(ncclRecv(bytes_at(p.recv, ro), static_cast<size_t>(p.recv_counts[i]) * es, ncclUint8, r, comm_,
+                                stream(ctx)),
+                       "ncclRecv");
+        }
+        so += p.send_counts[i];
+        ro += p.recv_counts[i];
+      }
+    }
+    enqueue(ncclGroupEnd(), ctx, fmt::format("all_to_allv({})", names));
+    for (const Local& l : local)
+      check_cuda(cudaMemcpyAsync(l.dst, l.src, l.bytes, cudaMemcpyDeviceToDevice, stream(ctx)), "cudaMemcpyAsync");
+    count(sent, received);
   }
 
   void send(const Tensor& t, int peer, const ExecCtx& ctx) override {
