@@ -271,10 +271,6 @@ void validate_config(const TrainConfig& c) {
                                      static_cast<int>(c.ranks_per_node));
   }
   if (c.pp > 1) {
-    FP8T_CHECK(c.ep == 1,
-               "config key 'parallel.pp' = {}: pipeline parallelism does not combine with expert parallelism yet "
-               "('parallel.ep' = {}); use one of them",
-               c.pp, c.ep);
     FP8T_CHECK(c.model.n_layers >= 2 * c.pp,
                "config key 'parallel.pp' = {}: DualPipeV cuts the model into {} stages of at least one block each, "
                "but 'model.n_layers' is {}",

@@ -380,16 +380,15 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
                ep_size, dp.size());
     model.set_expert_parallel(options.ep);
   }
-  // Pipeline parallelism: dp is then the DP x PP group (TrainOptions::pp says why); `replica` is this rank's
-  // pipeline among the DP replicas (the ranks of its stage).
+  // Pipeline parallelism: dp is then the DP x EP x PP group (TrainOptions::pp says why); `replica` is this rank's
+  // pipeline among the ranks of its stage (its DP replicas, and with EP its EP peers: each runs a pipeline of its
+  // own micro-batches, and they meet in every MoE layer's all-to-alls).
   const int pp_size = options.pp ? options.pp->size() : 1;
   std::unique_ptr<dist::Communicator> stage_group;
   int replicas = dp.size(), replica = dp.rank();
   if (pp_size > 1) {
     FP8T_CHECK(dp.size() % pp_size == 0, "pipeline parallelism over {} ranks needs the {} gradient ranks to be DP x PP",
                pp_size, dp.size());
-    FP8T_CHECK(ep_size == 1, "pipeline parallelism does not combine with expert parallelism yet (--ep {}, --pp {})",
-               ep_size, pp_size);
     FP8T_CHECK(!options.teacher, "pipeline parallelism does not run a distillation teacher yet (--pp {})", pp_size);
     // (On GPU ranks the stages' tensors live on the device and move with NCCL send/recv, in the schedule's order:
     // check_schedule proves that order free of deadlocks under blocking transfers.)
@@ -417,7 +416,7 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
     FP8T_CHECK(pp_size == 1 || micro_batches / replicas >= 2 * pp_size,
                "pipeline parallelism (DualPipeV) over {} stages needs at least {} micro-batches per pipeline and step "
                "(2 x --pp), but step {} has a batch of {} sequences = {} micro-batch(es) of up to {} for {} "
-               "pipeline(s) (--dp); raise --batch-size or lower --micro-batch-size to give {} or more",
+               "pipeline(s) (--dp x --ep); raise --batch-size or lower --micro-batch-size to give {} or more",
                pp_size, 2 * pp_size, step + 1, b, micro_batches, config.micro_batch(), replicas,
                2 * pp_size * replicas);
     FP8T_CHECK(pp_size > 1 || micro_batches >= dp.size(),
@@ -426,11 +425,13 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
                "warmup); raise --batch-size or lower --micro-batch-size",
                dp.size(), dp.size(), step + 1, b, micro_batches, config.micro_batch());
     // EP peers exchange tokens in every forward and backward: they must run the same number of micro-batches
-    FP8T_CHECK(ep_size == 1 || micro_batches % dp.size() == 0,
-               "expert parallelism: the {} ranks (dp x ep) must run the same number of micro-batches, but step {} "
-               "has {} micro-batch(es) (a batch of {} sequences, micro-batches of up to {}); make the number of "
+    // (with PP: the same schedule)
+    FP8T_CHECK(ep_size == 1 || micro_batches % replicas == 0,
+               "expert parallelism: the {} {} must run the same number of micro-batches, but step {} has {} "
+               "micro-batch(es) (a batch of {} sequences, micro-batches of up to {}); make the number of "
                "micro-batches a multiple of {} (--batch-size, --micro-batch-size)",
-               dp.size(), step + 1, micro_batches, b, config.micro_batch(), dp.size());
+               replicas, pp_size > 1 ? "pipelines (dp x ep)" : "ranks (dp x ep)", step + 1, micro_batches, b,
+               config.micro_batch(), replicas);
   }
   const std::string fingerprint = data_fingerprint(data);
 

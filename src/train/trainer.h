@@ -71,12 +71,14 @@ struct TrainOptions {
   dist::Communicator* ep = nullptr;
   dist::Communicator* expert_dp = nullptr;
   // Pipeline parallelism (DualPipeV, dist/dualpipe.h): the PP group, the ranks of one pipeline; null or one rank:
-  // none. With PP, `dp` must be the group of every rank (DP x PP): each pipeline (the DP replicas, rank r of each
-  // pipeline holding stages r and 2P-1-r of 2P) runs its contiguous block of the step's micro-batches through the
-  // DualPipeV schedule (at least 2P of them per pipeline and step, checked before the run starts); every rank
-  // keeps the whole parameter arena, the parameters of stages it does not hold get zero gradient, and the
-  // gradients are reduced over DP x PP, so every rank's optimizer step and weights are the same. CPU or GPU ranks
-  // (NCCL send/recv); not with expert parallelism or a distillation teacher.
+  // none. With PP, `dp` must be the group of every rank (DP x EP x PP): each pipeline (the DP replicas and EP
+  // peers, rank r of each pipeline holding stages r and 2P-1-r of 2P) runs its contiguous block of the step's
+  // micro-batches through the DualPipeV schedule (at least 2P of them per pipeline and step, checked before the
+  // run starts); every rank keeps the whole parameter arena (with EP: its shard of every layer's experts), the
+  // parameters of stages it does not hold get zero gradient, and the gradients are reduced over every rank (the
+  // experts' over `expert_dp`, then every rank with the same EP index), so every rank's optimizer step and weights
+  // are the same. With EP the EP peers of a stage run the same schedule, so their all-to-alls meet in the same
+  // order. CPU or GPU ranks (NCCL send/recv); not with a distillation teacher.
   dist::Communicator* pp = nullptr;
   // The run's tokenizer: a SentencePiece model is saved as RUN/tokenizer.model and in every checkpoint (null or
   // the byte tokenizer: nothing is saved). Its vocabulary must equal the model's.

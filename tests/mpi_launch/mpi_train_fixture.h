@@ -99,12 +99,13 @@ class MpiTrainTest : public ::testing::Test {
   // one rank it runs, reports that `layout_key` changed and stays within 1e-6 of the 2-rank run (sums grouped
   // differently); and a one-rank checkpoint resumes on 2 ranks under `flags` within 1e-6 of the one-rank run.
   void expect_checkpoints_load_on_any_layout(const std::string& flags, const std::string& resume_flags,
-                                             const std::string& layout_key, const std::string& same_layout_says = "") {
-    const LaunchRun straight = run(2, flags + " --save-every 2 --keep-last 0 --out straight");
+                                             const std::string& layout_key, const std::string& same_layout_says = "",
+                                             int ranks = 2) {
+    const LaunchRun straight = run(ranks, flags + " --save-every 2 --keep-last 0 --out straight");
     ASSERT_EQ(straight.exit_code, 0) << straight.err;
     const std::vector<double> want = losses("straight");
     ASSERT_EQ(want.size(), 4u);
-    const LaunchRun same = run(2, resume_flags + " --resume straight/checkpoints/step-00000002 --out same");
+    const LaunchRun same = run(ranks, resume_flags + " --resume straight/checkpoints/step-00000002 --out same");
     ASSERT_EQ(same.exit_code, 0) << same.err;
     if (!same_layout_says.empty()) {
       EXPECT_NE(same.out.find(same_layout_says), std::string::npos) << same.out;
@@ -120,7 +121,7 @@ class MpiTrainTest : public ::testing::Test {
     ASSERT_EQ(one_l.size(), 2u);
     for (size_t i = 0; i < 2; ++i) EXPECT_NEAR(one_l[i], want[i + 2], 1e-6 * std::abs(want[i + 2])) << "step " << i + 3;
     ASSERT_EQ(run(0, "--save-every 2 --keep-last 0 --out single").exit_code, 0);
-    const LaunchRun up = run(2, flags + " --resume single/checkpoints/step-00000002 --out up");
+    const LaunchRun up = run(ranks, flags + " --resume single/checkpoints/step-00000002 --out up");
     ASSERT_EQ(up.exit_code, 0) << up.err;
     const std::vector<double> single = losses("single"), up_l = losses("up");
     ASSERT_EQ(up_l.size(), 2u);

@@ -342,9 +342,17 @@ void run_train(const TrainArgs& args) {
     options.ep = groups.ep.get();
     options.expert_dp = groups.dp.get();  // the ranks holding this rank's experts
   }
-  if (config.pp > 1) {  // pipeline parallelism: the gradients go over DP x PP (every rank), the activations over PP
+  // Pipeline parallelism: the gradients go over DP x EP x PP (every rank), the activations over PP; with EP the
+  // experts' gradients go over the ranks holding the same experts, which are now those of every DP replica and
+  // every stage (each rank keeps every layer's shard of the experts).
+  std::unique_ptr<dist::Communicator> expert_holders;
+  if (config.pp > 1) {
     options.dp = world.get();
     options.pp = groups.pp.get();
+    if (config.ep > 1) {
+      expert_holders = world->split(groups.ep_index, world->rank(), "expert holders");
+      options.expert_dp = expert_holders.get();
+    }
   }
   options.tokenizer = tokenizer.get();
   const TrainResult r = run_training(config, model, data, options);
