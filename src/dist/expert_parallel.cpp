@@ -1,6 +1,8 @@
 // Expert parallelism: the token exchange of one MoE layer over the EP group (see expert_parallel.h).
 #include "dist/expert_parallel.h"
 
+#include "tensor/backend.h"
+
 #include "common/error.h"
 
 namespace fp8train::dist {
@@ -91,18 +93,40 @@ void ExpertExchange::exchange(const ExecCtx& ctx, const Tensor& send, const Tens
 }
 
 Tensor ExpertExchange::dispatch(const ExecCtx& ctx, const Tensor& rows) const {
+  Pending p = start_dispatch(ctx, rows);
+  return finish_dispatch(ctx, p);
+}
+
+quant::QTensor ExpertExchange::dispatch(const ExecCtx& ctx, const quant::QTensor& rows) const {
+  Pending p = start_dispatch(ctx, rows);
+  return finish_qdispatch(ctx, p);
+}
+
+namespace {
+// The side queue's context: the compute context with the side stream (the CPU's is the compute context itself).
+ExecCtx on_side(const ExecCtx& ctx, SideQueue& side) {
+  ExecCtx c = ctx;
+  if (side.side_stream() != nullptr) c.stream = side.side_stream();
+  return c;
+}
+}  // namespace
+
+ExpertExchange::Pending ExpertExchange::start_dispatch(const ExecCtx& ctx, const Tensor& rows) const {
   FP8T_CHECK(comm_ && rows.dim() == 2 && rows.size(0) == sent_ && rows.is_contiguous(),
              "expert dispatch: expected the {} dispatched rows as a contiguous [{}, dim] matrix, got {}", sent_, sent_,
              rows.str());
   const int64_t d = rows.size(1);
-  const Tensor recv = Tensor::empty({received_, d}, rows.dtype(), MemCategory::Workspace, ctx.device);
-  exchange(ctx, rows, recv, d, false);
-  const Tensor out = Tensor::empty({local_.rows, d}, rows.dtype(), MemCategory::Workspace, ctx.device);
-  ops::moe_permute(ctx, recv, local_, out);
-  return out;
+  Pending p;
+  p.rows = Tensor::empty({received_, d}, rows.dtype(), MemCategory::Workspace, ctx.device);
+  p.sent = {rows};
+  SideQueue& side = side_queue(ctx.device, SideQueueUse::Experts);
+  side.side_waits_for_compute();  // the rows are written, and the receive buffer's memory free
+  exchange(on_side(ctx, side), rows, p.rows, d, false);
+  p.mark = side.side_mark();
+  return p;
 }
 
-quant::QTensor ExpertExchange::dispatch(const ExecCtx& ctx, const quant::QTensor& rows) const {
+ExpertExchange::Pending ExpertExchange::start_dispatch(const ExecCtx& ctx, const quant::QTensor& rows) const {
   FP8T_CHECK(comm_ && rows.rowwise.defined() && rows.rows == sent_ && rows.groups == 1 &&
                  rows.rowwise.layout == quant::ScaleLayout::RowMajor && rows.spec.granularity.block_rows == 1 &&
                  !rows.spec.granularity.per_tensor && rows.rowwise.codes.numel() == sent_ * rows.cols,
@@ -111,16 +135,40 @@ quant::QTensor ExpertExchange::dispatch(const ExecCtx& ctx, const quant::QTensor
   // row r's codes and its scales are row r of [rows, cols] and [rows, scale_cols()] (1×G tiles, row-major)
   const Tensor codes = rows.rowwise.codes.view({sent_, rows.cols});
   const Tensor scales = rows.rowwise.scales.view({sent_, rows.scale_cols()});
-  quant::QTensor recv = rows.rowwise_only();
-  recv.rows = received_;
-  recv.rowwise.codes = Tensor::empty({received_, codes.size(1)}, codes.dtype(), MemCategory::Workspace, ctx.device);
-  recv.rowwise.scales = Tensor::empty({received_, scales.size(1)}, scales.dtype(), MemCategory::Workspace, ctx.device);
+  Pending p;
+  p.qrows = rows.rowwise_only();
+  p.qrows.rows = received_;
+  p.qrows.rowwise.codes = Tensor::empty({received_, codes.size(1)}, codes.dtype(), MemCategory::Workspace, ctx.device);
+  p.qrows.rowwise.scales =
+      Tensor::empty({received_, scales.size(1)}, scales.dtype(), MemCategory::Workspace, ctx.device);
+  p.sent = {codes, scales};
   // codes and scales as one collective: the scales' small messages ride with the codes instead of paying a
   // second all-to-all's latency
-  const Communicator::AllToAllvPart parts[2] = {part(codes, recv.rowwise.codes, codes.size(1), false),
-                                                part(scales, recv.rowwise.scales, scales.size(1), false)};
-  comm_->all_to_allv_fused(parts, ctx);
-  return ops::moe_permute(ctx, recv, local_);
+  const Communicator::AllToAllvPart parts[2] = {part(codes, p.qrows.rowwise.codes, codes.size(1), false),
+                                                part(scales, p.qrows.rowwise.scales, scales.size(1), false)};
+  SideQueue& side = side_queue(ctx.device, SideQueueUse::Experts);
+  side.side_waits_for_compute();
+  comm_->all_to_allv_fused(parts, on_side(ctx, side));
+  p.mark = side.side_mark();
+  return p;
+}
+
+Tensor ExpertExchange::finish_dispatch(const ExecCtx& ctx, Pending& p) const {
+  FP8T_CHECK(p.rows.defined() && p.mark >= 0, "expert dispatch: finish_dispatch without a started dispatch of rows");
+  side_queue(ctx.device, SideQueueUse::Experts).compute_waits_for(p.mark);
+  const Tensor out = Tensor::empty({local_.rows, p.rows.size(1)}, p.rows.dtype(), MemCategory::Workspace, ctx.device);
+  ops::moe_permute(ctx, p.rows, local_, out);
+  p = {};  // the sent rows may be freed: the compute stream's later work comes after the exchange
+  return out;
+}
+
+quant::QTensor ExpertExchange::finish_qdispatch(const ExecCtx& ctx, Pending& p) const {
+  FP8T_CHECK(p.qrows.rowwise.defined() && p.mark >= 0,
+             "expert dispatch: finish_qdispatch without a started dispatch of quantized rows");
+  side_queue(ctx.device, SideQueueUse::Experts).compute_waits_for(p.mark);
+  quant::QTensor out = ops::moe_permute(ctx, p.qrows, local_);
+  p = {};
+  return out;
 }
 
 Tensor ExpertExchange::combine(const ExecCtx& ctx, const Tensor& local) const {

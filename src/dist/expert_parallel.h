@@ -72,6 +72,21 @@ class ExpertExchange {
   Tensor dispatch(const ExecCtx& ctx, const Tensor& rows) const;
   // The same for row-wise quantized rows (per-row 1×G tiles, row-major scales): codes and scales move together.
   quant::QTensor dispatch(const ExecCtx& ctx, const quant::QTensor& rows) const;
+  // The dispatch in two halves, so that other work (the shared experts) runs on the compute stream while the rows
+  // travel on a side queue (SideQueueUse::Experts): start_dispatch exchanges them there, after everything queued so
+  // far on the compute stream, and returns at once; finish_dispatch makes the compute stream wait for the exchange
+  // and permutes the received rows as dispatch() does. On the CPU the side queue is the calling thread, so this is
+  // dispatch() in two calls. The results are dispatch()'s, bit for bit.
+  struct Pending {
+    std::vector<Tensor> sent;  // kept until the exchange has read them (finish_dispatch)
+    Tensor rows;               // received, compute dtype
+    quant::QTensor qrows;      // received, quantized
+    int mark = -1;             // the side-queue marker after the exchange
+  };
+  Pending start_dispatch(const ExecCtx& ctx, const Tensor& rows) const;
+  Pending start_dispatch(const ExecCtx& ctx, const quant::QTensor& rows) const;
+  Tensor finish_dispatch(const ExecCtx& ctx, Pending& pending) const;
+  quant::QTensor finish_qdispatch(const ExecCtx& ctx, Pending& pending) const;
   // local [local_plan().rows, d] -> [sent_rows, d] in the dispatch plan's order (padding rows dropped).
   Tensor combine(const ExecCtx& ctx, const Tensor& local) const;
   // Books the kept plan's tensors under `category` (what backward keeps).

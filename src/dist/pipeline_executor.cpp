@@ -6,8 +6,6 @@
 #include <cmath>
 #include <exception>
 #include <map>
-#include <memory>
-#include <mutex>
 #include <tuple>
 
 #include "common/error.h"
@@ -43,16 +41,6 @@ class Mailbox {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-// One side queue per device, kept across steps (its stream and pooled events are reused).
-SideQueue& side_queue_of(Device device) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, int>, std::unique_ptr<SideQueue>> queues;
-  std::lock_guard lock(mutex);
-  std::unique_ptr<SideQueue>& q = queues[{static_cast<int>(device.type), device.index}];
-  if (!q) q = backend(device).side_queue();
-  return *q;
-}
-
 }  // namespace
 
 ChunkTimes PipeTiming::chunk_times() const {
@@ -73,7 +61,7 @@ PipeTiming run_pipeline(const PipeSchedule& schedule, Communicator& pp, Pipeline
   // its receive. The order of the transfers is the schedule's, which check_schedule proves free of deadlocks even
   // when every transfer blocks its rank; here they block only the side queue, which relaxes the order without
   // adding any wait. On the CPU the side queue is the calling thread: everything runs in schedule order.
-  SideQueue& queue = side_queue_of(ctx.device);
+  SideQueue& queue = side_queue(ctx.device, SideQueueUse::Pipeline);
   ExecCtx comm_ctx = ctx;
   if (queue.side_stream() != nullptr) comm_ctx.stream = queue.side_stream();
   Mailbox inputs, grad_outputs, to_send_act, to_send_grad;

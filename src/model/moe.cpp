@@ -130,16 +130,35 @@ Tensor MoE::forward(const StepContext& ctx, const Tensor& u, State* st, double* 
     ops::moe_permute(ctx.exec, x, plan, xp);
     return ep_ ? xc.dispatch(ctx.exec, xp) : xp;
   };
+  // The shared experts: with EP they run while the routed tokens travel (the dispatch on its side queue); they
+  // read only u, and the routed outputs are added into theirs below either way, so the numbers are the same.
+  Tensor y;
+  const auto shared_forward = [&] {
+    y = has_shared_ ? shared_.forward(ctx, u, keep ? &st->shared : nullptr, keep_input)
+                    : Tensor::zeros({n, hidden_}, dt, MemCategory::Workspace, dev);
+  };
   LinearInput x13;
   if (up.dispatched_input) {
     // DeepSeek-V3 quantizes tokens to FP8 (power-of-two 1×128 tiles) before the dispatch moves them
     const quant::QTensor uq =
         ops::quantize(ctx.exec, u, up.fprop.a, ops::QuantizeOutputs::Rowwise, quant::ScaleLayout::RowMajor);
     quant::QTensor xq = ops::moe_permute(ctx.exec, uq, plan);
-    if (ep_) xq = xc.dispatch(ctx.exec, xq);
+    if (ep_ && !ctx.health) {
+      dist::ExpertExchange::Pending sent = xc.start_dispatch(ctx.exec, xq);
+      shared_forward();
+      xq = xc.finish_qdispatch(ctx.exec, sent);
+    } else if (ep_) {
+      xq = xc.dispatch(ctx.exec, xq);
+    }
     Tensor plain;  // the same tokens unquantized, for a sampled step's health records
     if (ctx.health) plain = to_experts(u);
     x13 = w13_.dispatched(ctx, xq, plain, keep);
+  } else if (ep_ && !ctx.health) {
+    const Tensor xp = Tensor::empty({plan.rows, hidden_}, dt, MemCategory::Workspace, dev);
+    ops::moe_permute(ctx.exec, u, plan, xp);
+    dist::ExpertExchange::Pending sent = xc.start_dispatch(ctx.exec, xp);
+    shared_forward();
+    x13 = w13_.prepare(ctx, xc.finish_dispatch(ctx.exec, sent), keep);
   } else {
     x13 = w13_.prepare(ctx, to_experts(u), keep);
   }
@@ -154,12 +173,7 @@ Tensor MoE::forward(const StepContext& ctx, const Tensor& u, State* st, double* 
   // the expert outputs back to their tokens' ranks in the compute dtype (EP), in the plan's order
   const Tensor yp = ep_ ? xc.combine(ctx.exec, ye) : ye;
   // combine (in the compute dtype): h' = Σ shared FFN(u) + Σ_selected g_i·FFN_i(u)
-  Tensor y;
-  if (has_shared_) {
-    y = shared_.forward(ctx, u, keep ? &st->shared : nullptr, keep_input);
-  } else {
-    y = Tensor::zeros({n, hidden_}, dt, MemCategory::Workspace, dev);
-  }
+  if (!y.defined()) shared_forward();
   ops::moe_unpermute(ctx.exec, yp, plan, r.gates, y, true);
   if (keep) {
     st->scores = ctx.store->save(ctx.exec, r.scores, CacheKind::RouterState);
@@ -191,12 +205,15 @@ void MoE::backward(const StepContext& ctx, const State& st, const Tensor& dy, co
   const Tensor scores = ctx.store->load(ctx.exec, st.scores), selected = ctx.store->load(ctx.exec, st.selected);
   const Tensor gates = ctx.store->load(ctx.exec, st.gates);
   const Tensor yp = ctx.store->load(ctx.exec, st.yp);
-  // shared experts
-  if (has_shared_) {
-    shared_.backward(ctx, st.shared, dy, u, du, accumulate);
-  } else if (!accumulate) {
-    ops::fill(ctx.exec, du, 0.0);
-  }
+  // shared experts (with EP: while dy travels to the experts' ranks; du gets the shared part first either way)
+  const auto shared_backward = [&] {
+    if (has_shared_) {
+      shared_.backward(ctx, st.shared, dy, u, du, accumulate);
+    } else if (!accumulate) {
+      ops::fill(ctx.exec, du, 0.0);
+    }
+  };
+  if (!ep || ctx.health) shared_backward();
   // combine: dyp = g·dy per (token, choice) row, zeros in the padding rows; dg = <dy, FFN_i(u)>
   const Tensor dyp = Tensor::zeros({plan.rows, hidden_}, dt, MemCategory::Workspace, dev);
   const Tensor dgates = Tensor::empty({n, router_.top_k}, compute_dtype(dt), MemCategory::Workspace, dev);
@@ -210,9 +227,19 @@ void MoE::backward(const StepContext& ctx, const State& st, const Tensor& dy, co
     if (down.dispatched_grad) {
       const quant::QTensor q =
           ops::quantize(ctx.exec, dyp, down.dgrad.a, ops::QuantizeOutputs::Rowwise, quant::ScaleLayout::RowMajor);
-      dye = ops::dequantize(ctx.exec, st.ep.dispatch(ctx.exec, q), dt);
-    } else {
+      if (ctx.health) {
+        dye = ops::dequantize(ctx.exec, st.ep.dispatch(ctx.exec, q), dt);
+      } else {
+        dist::ExpertExchange::Pending sent = st.ep.start_dispatch(ctx.exec, q);
+        shared_backward();
+        dye = ops::dequantize(ctx.exec, st.ep.finish_qdispatch(ctx.exec, sent), dt);
+      }
+    } else if (ctx.health) {
       dye = st.ep.dispatch(ctx.exec, dyp);
+    } else {
+      dist::ExpertExchange::Pending sent = st.ep.start_dispatch(ctx.exec, dyp);
+      shared_backward();
+      dye = st.ep.finish_dispatch(ctx.exec, sent);
     }
   }
   // routed experts

@@ -5,7 +5,9 @@
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "common/error.h"
@@ -50,6 +52,15 @@ class HostSideQueue final : public SideQueue {
 }  // namespace
 
 std::unique_ptr<SideQueue> Backend::side_queue() { return std::make_unique<HostSideQueue>(); }
+
+SideQueue& side_queue(Device device, SideQueueUse use) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int>, std::unique_ptr<SideQueue>> queues;
+  std::lock_guard lock(mutex);
+  std::unique_ptr<SideQueue>& q = queues[{static_cast<int>(device.type), device.index, static_cast<int>(use)}];
+  if (!q) q = backend(device).side_queue();
+  return *q;
+}
 
 namespace {
 struct Registry {

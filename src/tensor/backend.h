@@ -99,6 +99,12 @@ Backend& backend(Device device);
 void register_backend(std::unique_ptr<Backend> backend);
 bool has_backend(Device device);
 
+// The side queues of a device, one per use, made on first use and kept for the process (their streams and pooled
+// events are reused): the pipeline's transfers and the experts' exchanges each run on their own, so a transfer
+// blocked on a peer never holds up the other's.
+enum class SideQueueUse : uint8_t { Pipeline, Experts };
+SideQueue& side_queue(Device device, SideQueueUse use);
+
 // Where tensors go when no device is named (CPU until a start-up call changes it).
 Device default_device();
 void select_default_device(Device device);
