@@ -69,12 +69,13 @@ void add_into(std::vector<std::vector<double>>& acc, const std::vector<std::vect
 nlohmann::ordered_json pipeline_timing_json(const std::vector<dist::PipeTiming>& ranks) {
   dist::PipeTiming all;
   double step = 0, bubble = 0, transfer = 0;
-  std::vector<double> per_rank;
+  std::vector<double> per_rank, busy_per_rank;
   for (const dist::PipeTiming& t : ranks) {
     step = std::max(step, t.step_s);
     bubble = std::max(bubble, t.bubble_s());
     transfer = std::max(transfer, t.transfer_s);
     per_rank.push_back(1e3 * t.bubble_s());
+    busy_per_rank.push_back(1e3 * t.busy_s());
     all.f_s += t.f_s, all.b_s += t.b_s, all.w_s += t.w_s, all.fb_s += t.fb_s;
     all.f += t.f, all.b += t.b, all.w += t.w, all.fb += t.fb;
   }
@@ -84,6 +85,8 @@ nlohmann::ordered_json pipeline_timing_json(const std::vector<dist::PipeTiming>&
   j["step_ms"] = 1e3 * step;
   j["bubble_ms"] = 1e3 * bubble;
   j["bubble_ms_per_rank"] = per_rank;
+  // each rank's computing time: where the stages cost differently, the others' bubbles grow by the difference
+  j["busy_ms_per_rank"] = busy_per_rank;
   j["transfer_ms"] = 1e3 * transfer;
   j["chunk_ms"] = {{"F", 1e3 * c.f}, {"B", 1e3 * c.b}, {"W", 1e3 * c.w}, {"F&B", 1e3 * c.fb}};
   j["bubble_formula_ms"] = 1e3 * dist::dualpipev_bubble_formula(stages, c);

@@ -81,9 +81,17 @@ TEST_F(PpTrain, PipelineRanksTrainLikeOneRank) {
       const double step_ms = p.at("step_ms").get<double>();
       EXPECT_GT(step_ms, 0) << p.dump();
       ASSERT_EQ(p.at("bubble_ms_per_rank").size(), static_cast<size_t>(l.pp)) << p.dump();
+      ASSERT_EQ(p.at("busy_ms_per_rank").size(), static_cast<size_t>(l.pp)) << p.dump();
       for (const nlohmann::json& b : p.at("bubble_ms_per_rank")) {
         EXPECT_GE(b.get<double>(), 0) << p.dump();
         EXPECT_LE(b.get<double>(), step_ms) << p.dump();
+      }
+      // every rank computed something, and its computing time and its bubble fill its step
+      for (size_t r = 0; r < static_cast<size_t>(l.pp); ++r) {
+        EXPECT_GT(p.at("busy_ms_per_rank")[r].get<double>(), 0) << p.dump();
+        EXPECT_LE(p.at("busy_ms_per_rank")[r].get<double>() + p.at("bubble_ms_per_rank")[r].get<double>(),
+                  step_ms * (1 + 1e-9))
+            << p.dump();
       }
       EXPECT_GE(p.at("bubble_ms").get<double>(), 0) << p.dump();
       for (const char* c : {"F", "B", "W", "F&B"}) EXPECT_GT(p.at("chunk_ms").at(c).get<double>(), 0) << c << p.dump();
