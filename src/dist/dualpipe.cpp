@@ -346,7 +346,14 @@ double PipeSimulation::max_bubble() const {
 }
 
 PipeSimulation simulate(const PipeSchedule& schedule, const ChunkTimes& times) {
-  times.validate();
+  return simulate(schedule, std::vector<ChunkTimes>(static_cast<size_t>(schedule.ranks), times));
+}
+
+PipeSimulation simulate(const PipeSchedule& schedule, const std::vector<ChunkTimes>& rank_times) {
+  FP8T_CHECK(rank_times.size() == static_cast<size_t>(schedule.ranks),
+             "pipeline simulation: {} ranks' chunk times for a schedule of {} ranks", rank_times.size(),
+             schedule.ranks);
+  for (const ChunkTimes& t : rank_times) t.validate();
   const int P = schedule.ranks, M = schedule.micro_batches, S = 2 * P;
   // Ready times: act(s, m) the input of stage s, grad(s, m) the gradient of stage s's output, bend(s, m) its input
   // backward, fend(s, m) its forward.
@@ -389,6 +396,7 @@ PipeSimulation simulate(const PipeSchedule& schedule, const ChunkTimes& times) {
       for (; i < list.size(); ++i) {
         const PipeAction& a = list[i];
         if (a.is_transfer()) continue;
+        const ChunkTimes& times = rank_times[static_cast<size_t>(r)];
         double start = free_at[static_cast<size_t>(r)], length = 0;
         bool ready = true;
         if (a.op == PipeOp::F) {

@@ -109,6 +109,8 @@ struct PipeSimulation {
 // Runs each rank's computations in order, each as soon as its rank is free and its inputs exist (transfers take
 // no time). Throws Error when some rank can never go on (a dependency cycle).
 PipeSimulation simulate(const PipeSchedule& schedule, const ChunkTimes& times);
+// The same with each rank's own chunk times (rank_times[r], both of its stages): stages that cost differently.
+PipeSimulation simulate(const PipeSchedule& schedule, const std::vector<ChunkTimes>& rank_times);
 
 // DeepSeek's table: (S/2 − 1)(F&B + B − 3W) with S = the number of stages (2 × ranks for DualPipeV).
 double dualpipev_bubble_formula(int stages, const ChunkTimes& times);

@@ -62,10 +62,20 @@ void add_into(std::vector<std::vector<double>>& acc, const std::vector<std::vect
     for (size_t e = 0; e < acc[l].size() && e < x[l].size(); ++e) acc[l][e] += x[l][e];
 }
 
+// Chunk times the schedule simulator takes, from measured ones: with no overlapped pair measured, F + B; a pair
+// measured below its longer part (timing noise of busy CPU ranks) is taken at that part's time, the simulator's
+// lower bound for a pair.
+dist::ChunkTimes simulation_times(const dist::PipeTiming& t) {
+  dist::ChunkTimes c = t.chunk_times();
+  c.fb = t.fb == 0 ? -1 : std::max(c.fb, std::max(c.f, c.b));
+  return c;
+}
+
 // One pipeline step's timing over the ranks of the pipeline (metrics.jsonl): the largest step time and bubble (the
-// bubble is idle time within the step: waits for peers, and transfers where they do not overlap), the mean chunk
-// times in DeepSeek's terms, DualPipeV's bubble formula evaluated with them, (PP/2 − 1)(F&B + B − 3W) for PP = 2P
-// stages, and the schedule's simulated bubble with those times.
+// bubble is idle time within the step: waits for peers, and transfers where they do not overlap), each rank's
+// bubble and computing time, the mean chunk times in DeepSeek's terms, DualPipeV's bubble formula evaluated with
+// them, (PP/2 − 1)(F&B + B − 3W) for PP = 2P stages, and the schedule simulated with the measured times: with the
+// means (every stage costing the same) and with each rank's own (its stages as they cost).
 nlohmann::ordered_json pipeline_timing_json(const std::vector<dist::PipeTiming>& ranks) {
   dist::PipeTiming all;
   double step = 0, bubble = 0, transfer = 0;
@@ -80,7 +90,7 @@ nlohmann::ordered_json pipeline_timing_json(const std::vector<dist::PipeTiming>&
     all.f += t.f, all.b += t.b, all.w += t.w, all.fb += t.fb;
   }
   const dist::ChunkTimes c = all.chunk_times();
-  const int stages = 2 * static_cast<int>(ranks.size());
+  const int P = static_cast<int>(ranks.size()), stages = 2 * P;
   nlohmann::ordered_json j;
   j["step_ms"] = 1e3 * step;
   j["bubble_ms"] = 1e3 * bubble;
@@ -91,20 +101,23 @@ nlohmann::ordered_json pipeline_timing_json(const std::vector<dist::PipeTiming>&
   j["chunk_ms"] = {{"F", 1e3 * c.f}, {"B", 1e3 * c.b}, {"W", 1e3 * c.w}, {"F&B", 1e3 * c.fb}};
   j["bubble_formula_ms"] = 1e3 * dist::dualpipev_bubble_formula(stages, c);
   // The formula is exact only when F = B − W = W (docs/distributed.md); the schedule simulated with the measured
-  // mean times is the bubble these chunk times allow when every stage costs the same and transfers are free.
-  const int64_t micro_batches = (all.f + all.fb) / stages;  // one forward per (stage, micro-batch)
-  dist::ChunkTimes sim = c;
-  // No overlapped pair ran: F + B. A pair measured below its longer part (timing noise of busy CPU ranks) is
-  // taken at that part's time, the simulator's lower bound for a pair.
-  sim.fb = all.fb == 0 ? -1 : std::max(sim.fb, std::max(sim.f, sim.b));
+  // mean times is the bubble these chunk times allow when every stage costs the same and transfers are free, and
+  // simulated with each rank's own times, the bubbles its stages' costs make (free transfers still).
+  const int micro_batches = static_cast<int>((all.f + all.fb) / stages);  // one forward per (stage, micro-batch)
+  const dist::PipeSchedule order = dist::dualpipev_compute_order(P, micro_batches);
   try {
-    sim.validate();
-    j["bubble_simulated_ms"] =
-        1e3 * dist::simulate(
-                  dist::dualpipev_compute_order(static_cast<int>(ranks.size()), static_cast<int>(micro_batches)), sim)
-                  .max_bubble();
+    j["bubble_simulated_ms"] = 1e3 * dist::simulate(order, simulation_times(all)).max_bubble();
   } catch (const Error&) {
     j["bubble_simulated_ms"] = nullptr;  // times the simulator refuses (e.g. no W measured)
+  }
+  try {
+    std::vector<dist::ChunkTimes> own;
+    for (const dist::PipeTiming& t : ranks) own.push_back(simulation_times(t));
+    std::vector<double> simulated;
+    for (double b : dist::simulate(order, own).bubble) simulated.push_back(1e3 * b);
+    j["bubble_simulated_ms_per_rank"] = simulated;
+  } catch (const Error&) {
+    j["bubble_simulated_ms_per_rank"] = nullptr;
   }
   return j;
 }

@@ -258,6 +258,31 @@ TEST(DualPipeVSchedule, BubbleOnEachRankAndWhatDeferringWSaves) {
   EXPECT_EQ(simulate(no_split, gain).max_bubble(), 6);
 }
 
+// Each rank's own chunk times: equal ones are the uniform simulation; a rank whose stages cost more (rank 0 with the
+// embedding and the head) sets the pace, so it idles least and every other rank idles by about the difference.
+TEST(DualPipeVSchedule, SimulationWithEachRanksOwnTimes) {
+  const PipeSchedule order = dualpipev_compute_order(4, 10);
+  const ChunkTimes t;  // F 1, B 2, W 1: 6 on each rank
+  const PipeSimulation uniform = simulate(order, t);
+  const PipeSimulation same = simulate(order, std::vector<ChunkTimes>(4, t));
+  EXPECT_EQ(same.makespan, uniform.makespan);
+  EXPECT_EQ(same.bubble, uniform.bubble);
+  ChunkTimes slow;  // rank 0: F 2, B 3, W 1 (+1 forward, +1 input backward per chunk and micro-batch)
+  slow.f = 2;
+  slow.b = 3;
+  const PipeSimulation skewed = simulate(order, {slow, t, t, t});
+  // rank 0's 10 micro-batches x 2 chunks x (2 + 3) = 100 are the whole step: it never waits, and the others, with
+  // their 60, wait 40 (uniformly: 66, 6 each)
+  EXPECT_EQ(skewed.makespan, 100);
+  EXPECT_EQ(skewed.busy[0], 100);
+  EXPECT_EQ(skewed.bubble[0], 0);
+  for (int r = 1; r < 4; ++r) {
+    EXPECT_EQ(skewed.busy[static_cast<size_t>(r)], 60);
+    EXPECT_EQ(skewed.bubble[static_cast<size_t>(r)], 40) << "rank " << r;
+  }
+  EXPECT_TRUE(contains(error_of([&] { simulate(order, std::vector<ChunkTimes>(3, t)); }), "3 ranks' chunk times"));
+}
+
 TEST(DualPipeVSchedule, TimelineHasOneCellPerTimeUnit) {
   const ChunkTimes t;
   const PipeSimulation sim = simulate(dualpipev_schedule(2, 4), t);

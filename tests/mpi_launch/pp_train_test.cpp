@@ -99,6 +99,8 @@ TEST_F(PpTrain, PipelineRanksTrainLikeOneRank) {
       // The schedule simulated with the measured mean times (its value is dist::simulate's, tested in test_dist).
       ASSERT_TRUE(p.at("bubble_simulated_ms").is_number()) << p.dump();
       EXPECT_GE(p.at("bubble_simulated_ms").get<double>(), 0) << p.dump();
+      ASSERT_EQ(p.at("bubble_simulated_ms_per_rank").size(), static_cast<size_t>(l.pp)) << p.dump();
+      for (const nlohmann::json& b : p.at("bubble_simulated_ms_per_rank")) EXPECT_GE(b.get<double>(), 0) << p.dump();
     }
     // The router biases moved alike on every rank, as on one rank: the final held-out loss (every rank evaluates
     // the whole model, rank 0 reports) is within the same tolerance.
