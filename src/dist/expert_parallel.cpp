@@ -155,7 +155,9 @@ ExpertExchange::Pending ExpertExchange::start_dispatch(const ExecCtx& ctx, const
 
 Tensor ExpertExchange::finish_dispatch(const ExecCtx& ctx, Pending& p) const {
   FP8T_CHECK(p.rows.defined() && p.mark >= 0, "expert dispatch: finish_dispatch without a started dispatch of rows");
-  side_queue(ctx.device, SideQueueUse::Experts).compute_waits_for(p.mark);
+  SideQueue& side = side_queue(ctx.device, SideQueueUse::Experts);
+  side.compute_waits_for(p.mark);
+  side.reset();  // its markers are spent (one exchange is in flight at a time: the MoE layers run one by one)
   const Tensor out = Tensor::empty({local_.rows, p.rows.size(1)}, p.rows.dtype(), MemCategory::Workspace, ctx.device);
   ops::moe_permute(ctx, p.rows, local_, out);
   p = {};  // the sent rows may be freed: the compute stream's later work comes after the exchange
@@ -165,7 +167,9 @@ Tensor ExpertExchange::finish_dispatch(const ExecCtx& ctx, Pending& p) const {
 quant::QTensor ExpertExchange::finish_qdispatch(const ExecCtx& ctx, Pending& p) const {
   FP8T_CHECK(p.qrows.rowwise.defined() && p.mark >= 0,
              "expert dispatch: finish_qdispatch without a started dispatch of quantized rows");
-  side_queue(ctx.device, SideQueueUse::Experts).compute_waits_for(p.mark);
+  SideQueue& side = side_queue(ctx.device, SideQueueUse::Experts);
+  side.compute_waits_for(p.mark);
+  side.reset();
   quant::QTensor out = ops::moe_permute(ctx, p.qrows, local_);
   p = {};
   return out;

@@ -32,9 +32,9 @@ class HostStaging {
 
 // A second work queue beside a device's compute stream, with markers that order the two and timestamps on the
 // compute stream: what lets a pipeline stage send and receive while it computes (dist/pipeline_executor.cpp).
-// Markers are indices handed out in order and valid until reset(). On the CPU there are no queues: work has
-// finished when its call returns, so the ordering calls do nothing, side_stream() is null (the CPU context) and a
-// timestamp reads the host clock.
+// Markers are indices handed out in order and valid until reset(), which their user calls once they are spent.
+// On the CPU there are no queues: work has finished when its call returns, so the ordering calls do nothing,
+// side_stream() is null (the CPU context) and a timestamp reads the host clock.
 class SideQueue {
  public:
   virtual ~SideQueue() = default;
@@ -52,7 +52,9 @@ class SideQueue {
   virtual double seconds_between(int from, int to) = 0;
   // Waits until both queues have finished everything queued.
   virtual void synchronize() = 0;
-  // Forgets every marker and timestamp (after synchronize()); their resources are reused.
+  // Forgets every marker and timestamp, and reuses their resources: a marker may be forgotten once the waits for
+  // it are issued (they keep what it marked), a timestamp once it has been read (after synchronize()). Without a
+  // reset the markers pile up.
   virtual void reset() = 0;
 };
 

@@ -137,6 +137,23 @@ TEST(InfraGpu, SideQueueOrdersWorkBothWaysAndTimesTheComputeStream) {
     EXPECT_THROW(q->seconds_between(t0, t1 + 1), Error);
     q->reset();
   }
+  // Markers are spent once their waits are issued: resetting right after each wait, with no host wait in between
+  // (as the expert exchange does), re-records the same events while the earlier fills may still be running.
+  std::vector<Tensor> filled;
+  for (int round = 0; round < 4; ++round) {
+    Tensor t = Tensor::zeros({n}, DType::F32, MemCategory::Workspace, gpu);
+    q->side_waits_for_compute();
+    ASSERT_EQ(launch_fill_iota(t.data<float>(), n, static_cast<cudaStream_t>(q->side_stream())), cudaSuccess);
+    q->compute_waits_for(q->side_mark());
+    q->reset();
+    filled.push_back(t.clone());  // a copy on the compute stream, ordered after the fill
+  }
+  for (size_t round = 0; round < filled.size(); ++round) {
+    const std::vector<float> got = filled[round].to_vector<float>();
+    int wrong = 0;
+    for (int i = 0; i < n; ++i) wrong += got[static_cast<size_t>(i)] != static_cast<float>(i);
+    EXPECT_EQ(wrong, 0) << "round " << round << " after resets";
+  }
 }
 
 }  // namespace
