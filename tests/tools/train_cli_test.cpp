@@ -9,13 +9,15 @@
 //     problem (a human sentence: no source location, no raw bytes), and a non-zero exit;
 //   - a run's life cycle: a resume writes where the user pointed, a rejected resume writes nothing, a finished
 //     run says it is complete, a stopped run can be resumed, warnings for settings that change a run, the
-//     final checkpoint before the final evaluation, checkpoint retention, --help with defaults.
+//     final checkpoint before the final evaluation, checkpoint retention, --help with defaults, SIGTERM stopping a
+//     run with a checkpoint.
 // FP8TRAIN_CLI_UNDER_TEST (environment) runs the cases against another build of the CLI, e.g. an installed one.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -373,6 +375,48 @@ TEST_F(TrainCli, ARunStoppedByNonFiniteStepsLeavesACheckpointToResumeFrom) {
   // A folder holding a run without any checkpoint says so instead of suggesting --resume.
   fs::remove_all(work_ / "nan" / "checkpoints");
   expect_one_line_error(train_args("nan"), "no checkpoint");
+}
+
+// SIGTERM (a scheduler preempting the job) stops a run like Ctrl-C: after the current step, with a checkpoint to
+// resume from and one error line saying so.
+TEST_F(TrainCli, SigtermStopsAfterTheStepWithACheckpoint) {
+  const fs::path out = work_ / "term.out", err = work_ / "term.err", metrics = work_ / "term" / "metrics.jsonl";
+  const std::string cmd = "exec '" + cli_path() + "' " + train_args("term") + " --steps 100000 > '" + out.string() +
+                          "' 2> '" + err.string() + "'";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // wait for the first step's metrics row (at most 60 s), then ask the run to stop
+  bool stepped = false;
+  for (int i = 0; i < 600 && !stepped; ++i) {
+    stepped = fs::exists(metrics) && slurp(metrics).find('\n') != std::string::npos;
+    if (!stepped) ::usleep(100000);
+  }
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 600 && done == 0; ++i) {
+    done = ::waitpid(pid, &status, WNOHANG);
+    if (done == 0) ::usleep(100000);
+  }
+  if (done == 0) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    FAIL() << "the run did not stop within 60 s of SIGTERM";
+  }
+  ASSERT_TRUE(stepped) << slurp(err);
+  ASSERT_TRUE(WIFEXITED(status)) << "ended by a signal, not stopped: " << slurp(err);
+  EXPECT_EQ(WEXITSTATUS(status), 1) << slurp(err);
+  const std::string e = slurp(err);
+  EXPECT_NE(e.find("interrupted at step"), std::string::npos) << e;
+  EXPECT_NE(e.find("--resume"), std::string::npos) << e;
+  ASSERT_TRUE(fs::exists(work_ / "term" / "checkpoints" / "latest")) << e;
+  const std::vector<nlohmann::json> rows = jsonl(metrics);
+  ASSERT_FALSE(rows.empty());
+  EXPECT_LT(rows.back().at("step").get<int64_t>(), 100000);
 }
 
 TEST_F(TrainCli, EvalAndGenerateDoNotNeedTheOptimizerState) {

@@ -321,10 +321,15 @@ void run_train(const TrainArgs& args) {
   std::printf("\n%s\n", config_table(config, sources).c_str());
   std::fflush(stdout);
 
-  // Ctrl-C: finish the step, checkpoint, report, then stop (a second Ctrl-C kills at once).
+  // Ctrl-C, or SIGTERM (what Slurm and other schedulers send before they kill a preempted job): finish the step,
+  // checkpoint, report, then stop (a second signal of the same kind kills at once).
   std::signal(SIGINT, [](int) {
     request_stop();
     std::signal(SIGINT, SIG_DFL);
+  });
+  std::signal(SIGTERM, [](int) {
+    request_stop();
+    std::signal(SIGTERM, SIG_DFL);
   });
   TrainOptions options;
   options.run_dir = config.out;
