@@ -102,14 +102,11 @@ quant::QTensor ExpertExchange::dispatch(const ExecCtx& ctx, const quant::QTensor
   return finish_qdispatch(ctx, p);
 }
 
-namespace {
-// The side queue's context: the compute context with the side stream (the CPU's is the compute context itself).
-ExecCtx on_side(const ExecCtx& ctx, SideQueue& side) {
-  ExecCtx c = ctx;
-  if (side.side_stream() != nullptr) c.stream = side.side_stream();
-  return c;
+void ExpertExchange::receive(const ExecCtx& ctx, int mark) const {
+  SideQueue& side = side_queue(ctx.device, SideQueueUse::Experts);
+  side.compute_waits_for(mark);
+  side.reset();  // its markers are spent (one exchange is in flight at a time: the MoE layers run one by one)
 }
-}  // namespace
 
 ExpertExchange::Pending ExpertExchange::start_dispatch(const ExecCtx& ctx, const Tensor& rows) const {
   FP8T_CHECK(comm_ && rows.dim() == 2 && rows.size(0) == sent_ && rows.is_contiguous(),
@@ -121,7 +118,7 @@ ExpertExchange::Pending ExpertExchange::start_dispatch(const ExecCtx& ctx, const
   p.sent = {rows};
   SideQueue& side = side_queue(ctx.device, SideQueueUse::Experts);
   side.side_waits_for_compute();  // the rows are written, and the receive buffer's memory free
-  exchange(on_side(ctx, side), rows, p.rows, d, false);
+  exchange(ctx.with_stream(side.side_stream()), rows, p.rows, d, false);
   p.mark = side.side_mark();
   return p;
 }
@@ -148,16 +145,14 @@ ExpertExchange::Pending ExpertExchange::start_dispatch(const ExecCtx& ctx, const
                                                 part(scales, p.qrows.rowwise.scales, scales.size(1), false)};
   SideQueue& side = side_queue(ctx.device, SideQueueUse::Experts);
   side.side_waits_for_compute();
-  comm_->all_to_allv_fused(parts, on_side(ctx, side));
+  comm_->all_to_allv_fused(parts, ctx.with_stream(side.side_stream()));
   p.mark = side.side_mark();
   return p;
 }
 
 Tensor ExpertExchange::finish_dispatch(const ExecCtx& ctx, Pending& p) const {
   FP8T_CHECK(p.rows.defined() && p.mark >= 0, "expert dispatch: finish_dispatch without a started dispatch of rows");
-  SideQueue& side = side_queue(ctx.device, SideQueueUse::Experts);
-  side.compute_waits_for(p.mark);
-  side.reset();  // its markers are spent (one exchange is in flight at a time: the MoE layers run one by one)
+  receive(ctx, p.mark);
   const Tensor out = Tensor::empty({local_.rows, p.rows.size(1)}, p.rows.dtype(), MemCategory::Workspace, ctx.device);
   ops::moe_permute(ctx, p.rows, local_, out);
   p = {};  // the sent rows may be freed: the compute stream's later work comes after the exchange
@@ -167,9 +162,7 @@ Tensor ExpertExchange::finish_dispatch(const ExecCtx& ctx, Pending& p) const {
 quant::QTensor ExpertExchange::finish_qdispatch(const ExecCtx& ctx, Pending& p) const {
   FP8T_CHECK(p.qrows.rowwise.defined() && p.mark >= 0,
              "expert dispatch: finish_qdispatch without a started dispatch of quantized rows");
-  SideQueue& side = side_queue(ctx.device, SideQueueUse::Experts);
-  side.compute_waits_for(p.mark);
-  side.reset();
+  receive(ctx, p.mark);
   quant::QTensor out = ops::moe_permute(ctx, p.qrows, local_);
   p = {};
   return out;

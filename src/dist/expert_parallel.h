@@ -96,6 +96,8 @@ class ExpertExchange {
   // The all_to_allv of rows of row_elems elements (back: the combine direction).
   Communicator::AllToAllvPart part(const Tensor& send, const Tensor& recv, int64_t row_elems, bool back) const;
   void exchange(const ExecCtx& ctx, const Tensor& send, const Tensor& recv, int64_t row_elems, bool back) const;
+  // The compute stream waits for a started dispatch (its side-queue marker), whose markers are then recycled.
+  void receive(const ExecCtx& ctx, int mark) const;
 
   Communicator* comm_ = nullptr;
   ExpertShard shard_;

@@ -62,8 +62,7 @@ PipeTiming run_pipeline(const PipeSchedule& schedule, Communicator& pp, Pipeline
   // when every transfer blocks its rank; here they block only the side queue, which relaxes the order without
   // adding any wait. On the CPU the side queue is the calling thread: everything runs in schedule order.
   SideQueue& queue = side_queue(ctx.device, SideQueueUse::Pipeline);
-  ExecCtx comm_ctx = ctx;
-  if (queue.side_stream() != nullptr) comm_ctx.stream = queue.side_stream();
+  const ExecCtx comm_ctx = ctx.with_stream(queue.side_stream());
   Mailbox inputs, grad_outputs, to_send_act, to_send_grad;
   std::vector<Tensor> in_flight;  // sent tensors, kept alive until the side queue has read them
   const auto wait_for = [&](const Mailbox::Item& item) {

@@ -125,11 +125,12 @@ Tensor MoE::forward(const StepContext& ctx, const Tensor& u, State* st, double* 
   }
   const recipe::LinearRecipe up = recipe::linear_recipe(*ctx.recipe, recipe::LinearRole::ExpertUp);
   // the token-ordered u in the plan's order, moved to the experts' ranks under EP
-  auto to_experts = [&](const Tensor& x) {
+  auto permuted = [&](const Tensor& x) {
     const Tensor xp = Tensor::empty({plan.rows, hidden_}, dt, MemCategory::Workspace, dev);
     ops::moe_permute(ctx.exec, x, plan, xp);
-    return ep_ ? xc.dispatch(ctx.exec, xp) : xp;
+    return xp;
   };
+  auto to_experts = [&](const Tensor& x) { return ep_ ? xc.dispatch(ctx.exec, permuted(x)) : permuted(x); };
   // The shared experts: with EP they run while the routed tokens travel (the dispatch on its side queue); they
   // read only u, and the routed outputs are added into theirs below either way, so the numbers are the same.
   Tensor y;
@@ -143,20 +144,16 @@ Tensor MoE::forward(const StepContext& ctx, const Tensor& u, State* st, double* 
     const quant::QTensor uq =
         ops::quantize(ctx.exec, u, up.fprop.a, ops::QuantizeOutputs::Rowwise, quant::ScaleLayout::RowMajor);
     quant::QTensor xq = ops::moe_permute(ctx.exec, uq, plan);
-    if (ep_ && !ctx.health) {
+    if (ep_) {
       dist::ExpertExchange::Pending sent = xc.start_dispatch(ctx.exec, xq);
       shared_forward();
       xq = xc.finish_qdispatch(ctx.exec, sent);
-    } else if (ep_) {
-      xq = xc.dispatch(ctx.exec, xq);
     }
     Tensor plain;  // the same tokens unquantized, for a sampled step's health records
     if (ctx.health) plain = to_experts(u);
     x13 = w13_.dispatched(ctx, xq, plain, keep);
-  } else if (ep_ && !ctx.health) {
-    const Tensor xp = Tensor::empty({plan.rows, hidden_}, dt, MemCategory::Workspace, dev);
-    ops::moe_permute(ctx.exec, u, plan, xp);
-    dist::ExpertExchange::Pending sent = xc.start_dispatch(ctx.exec, xp);
+  } else if (ep_) {
+    dist::ExpertExchange::Pending sent = xc.start_dispatch(ctx.exec, permuted(u));
     shared_forward();
     x13 = w13_.prepare(ctx, xc.finish_dispatch(ctx.exec, sent), keep);
   } else {
@@ -213,7 +210,7 @@ void MoE::backward(const StepContext& ctx, const State& st, const Tensor& dy, co
       ops::fill(ctx.exec, du, 0.0);
     }
   };
-  if (!ep || ctx.health) shared_backward();
+  if (!ep) shared_backward();
   // combine: dyp = g·dy per (token, choice) row, zeros in the padding rows; dg = <dy, FFN_i(u)>
   const Tensor dyp = Tensor::zeros({plan.rows, hidden_}, dt, MemCategory::Workspace, dev);
   const Tensor dgates = Tensor::empty({n, router_.top_k}, compute_dtype(dt), MemCategory::Workspace, dev);
@@ -227,15 +224,9 @@ void MoE::backward(const StepContext& ctx, const State& st, const Tensor& dy, co
     if (down.dispatched_grad) {
       const quant::QTensor q =
           ops::quantize(ctx.exec, dyp, down.dgrad.a, ops::QuantizeOutputs::Rowwise, quant::ScaleLayout::RowMajor);
-      if (ctx.health) {
-        dye = ops::dequantize(ctx.exec, st.ep.dispatch(ctx.exec, q), dt);
-      } else {
-        dist::ExpertExchange::Pending sent = st.ep.start_dispatch(ctx.exec, q);
-        shared_backward();
-        dye = ops::dequantize(ctx.exec, st.ep.finish_qdispatch(ctx.exec, sent), dt);
-      }
-    } else if (ctx.health) {
-      dye = st.ep.dispatch(ctx.exec, dyp);
+      dist::ExpertExchange::Pending sent = st.ep.start_dispatch(ctx.exec, q);
+      shared_backward();
+      dye = ops::dequantize(ctx.exec, st.ep.finish_qdispatch(ctx.exec, sent), dt);
     } else {
       dist::ExpertExchange::Pending sent = st.ep.start_dispatch(ctx.exec, dyp);
       shared_backward();

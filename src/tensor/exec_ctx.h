@@ -62,6 +62,13 @@ struct ExecCtx {
     c.seed = s;
     return c;
   }
+  // The same context on another queue of its device, e.g. a side queue's stream; null keeps this context's (the
+  // CPU's side queue is the calling thread itself).
+  ExecCtx with_stream(void* s) const {
+    ExecCtx c = *this;
+    if (s != nullptr) c.stream = s;
+    return c;
+  }
   // A temporary on this context's device.
   Tensor scratch(Shape shape, DType dtype) const {
     return Tensor::empty(std::move(shape), dtype, MemCategory::Workspace, device);
