@@ -16,6 +16,8 @@
 // gate|up (and dout) it computes the values swiglu_forward / swiglu_backward would write in BF16 -- the codes
 // decoded and scaled as dequantize does, rounded to BF16, the SwiGLU arithmetic of swiglu_device.cuh, the result
 // rounded to BF16 -- and quantizes them, so neither the BF16 gate|up nor the SwiGLU output exists in memory.
+// The backward's CTA takes a column block of d_gate and the matching one of d_up together: gate, up and dout are
+// read once and σ evaluated once per element for both (swiglu_backward_tiles).
 // Layouts and arithmetic: quantize_cuda.h.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -126,50 +128,31 @@ __device__ __forceinline__ void decode8_bf16(uint2 raw, float scale, float (&f)[
   }
 }
 
-// The SwiGLU values of the thread's 8x8 block (see the top of the file), from gate|up codes [rows, x_cols]:
-// forward out[:, c] = silu(g_c)·u_c; backward columns [0, F) are d_gate, [F, 2F) d_up, from dout [rows, F].
-// Rows past the tensor load as zeros (their outputs are zeros, never stored). Columns are whole: F % 128 == 0.
-template <bool kBackward, bool kFull>
-__device__ __forceinline__ void load_swiglu(Codes8 (&in)[8], const FastParams& p, int64_t row0, int64_t col) {
+// SwiGLU's forward values of the thread's 8x8 block (see the top of the file), from gate|up codes [rows, x_cols]:
+// out[:, c] = silu(g_c)·u_c. Rows past the tensor load as zeros (their outputs are zeros, never stored). Columns
+// are whole: F % 128 == 0.
+template <bool kFull>
+__device__ __forceinline__ void load_swiglu_forward(Codes8 (&in)[8], const FastParams& p, int64_t row0, int64_t col) {
   const int64_t F = p.x_cols / 2;
-  const bool up_half = kBackward && col >= F;  // backward: this thread's columns are d_up
-  const int64_t gc = up_half ? col - F : col;  // the gate column its values read
-  const bool need_up = !up_half;
   const uint8_t* codes = static_cast<const uint8_t*>(p.x);
   uint2 graw[8], uraw[8];
   float gs[8], us[8];
-  uint4 draw[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) {  // every load issued before the first use
     const bool ok = kFull || row0 + i < p.rows;
     const int64_t r = row0 + i;
-    graw[i] = ok ? __ldg(reinterpret_cast<const uint2*>(codes + r * p.x_cols + gc)) : make_uint2(0, 0);
-    gs[i] = ok ? __ldg(p.x_scales + r * p.xs.row + (gc / 128) * p.xs.col) : 0.0f;
-    uraw[i] = ok && need_up ? __ldg(reinterpret_cast<const uint2*>(codes + r * p.x_cols + F + gc)) : make_uint2(0, 0);
-    us[i] = ok && need_up ? __ldg(p.x_scales + r * p.xs.row + ((F + gc) / 128) * p.xs.col) : 0.0f;
-    if constexpr (kBackward)
-      draw[i] =
-          ok ? __ldg(reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.dout) + r * p.ld_dout + gc))
-             : make_uint4(0, 0, 0, 0);
+    graw[i] = ok ? __ldg(reinterpret_cast<const uint2*>(codes + r * p.x_cols + col)) : make_uint2(0, 0);
+    gs[i] = ok ? __ldg(p.x_scales + r * p.xs.row + (col / 128) * p.xs.col) : 0.0f;
+    uraw[i] = ok ? __ldg(reinterpret_cast<const uint2*>(codes + r * p.x_cols + F + col)) : make_uint2(0, 0);
+    us[i] = ok ? __ldg(p.x_scales + r * p.xs.row + ((F + col) / 128) * p.xs.col) : 0.0f;
   }
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     float g[8], u[8];
     decode8_bf16(graw[i], gs[i], g);
     decode8_bf16(uraw[i], us[i], u);
-    if constexpr (!kBackward) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) in[i].f[j] = bf16r(swiglu_value(g[j], u[j]));
-    } else {
-      const uint32_t w[4] = {draw[i].x, draw[i].y, draw[i].z, draw[i].w};
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float d = __uint_as_float(((w[j / 2] >> (16 * (j & 1))) & 0xFFFFu) << 16);  // BF16 -> FP32, exact
-        float dg, du;
-        swiglu_grad(g[j], u[j], d, dg, du);
-        in[i].f[j] = bf16r(up_half ? du : dg);
-      }
-    }
+    for (int j = 0; j < 8; ++j) in[i].f[j] = bf16r(swiglu_value(g[j], u[j]));
   }
 }
 
@@ -229,22 +212,14 @@ __device__ __forceinline__ void row_maxima(const In (&in)[8], uint32_t (&rowmax)
   }
 }
 
-template <InType IT, quant::Format F, Encoder E, bool kStoch, Src kSrc, bool kFull>
-__device__ __forceinline__ void quant_1x128_tile(const FastParams& p, int64_t ty, uint8_t* tile,
-                                                 uint32_t (*colmax_part)[kTile], float* col_inverse) {
+// Both codes of the CTA's tile (row tile ty, column block cb) from the thread's 8x8 block of values `in`.
+template <quant::Format F, Encoder E, bool kStoch, bool kFull, class In>
+__device__ __forceinline__ void encode_tile(const FastParams& p, const In (&in)[8], int64_t ty, int64_t cb,
+                                            uint8_t* tile, uint32_t (*colmax_part)[kTile], float* col_inverse) {
   const int t = threadIdx.x, a = t >> 4, c = t & 15, warp = t >> 5, lane = t & 31;
-  const int64_t r0 = ty * kTile, c0 = static_cast<int64_t>(blockIdx.x) * kTile;
+  const int64_t r0 = ty * kTile, c0 = cb * kTile;
   const int64_t col = c0 + 8 * c, row0 = r0 + 8 * a;
   constexpr float fmax = FormatTraits<F>::kMax;
-
-  std::conditional_t<kSrc != Src::Values, Codes8, Vec8<IT>> in[8];
-  if constexpr (kSrc == Src::Codes)
-    load_codes<F, kFull>(in, p, row0, col);
-  else if constexpr (kSrc == Src::SwigluForward)
-    load_swiglu<false, kFull>(in, p, row0, col);
-  else if constexpr (kSrc == Src::SwigluBackward)
-    load_swiglu<true, kFull>(in, p, row0, col);
-  else load_block<IT, kFull>(in, p, row0, col);
 
   // Row maxima (reduced over the half-warp) and this thread's column maxima over its 8 rows.
   uint32_t rowmax[8], colmax[8];
@@ -262,8 +237,7 @@ __device__ __forceinline__ void quant_1x128_tile(const FastParams& p, int64_t ty
     rowmax[i] = m;
   }
   if (p.q != nullptr)
-    encode_rows<F, E, kStoch, kFull>(in, rowmax, p.q, p.q_scales, p.qs, p.rows, p.cols, row0, col, blockIdx.x, p.pow2,
-                                     p.seed);
+    encode_rows<F, E, kStoch, kFull>(in, rowmax, p.q, p.q_scales, p.qs, p.rows, p.cols, row0, col, cb, p.pow2, p.seed);
   if (p.qt == nullptr) return;
 
   // 128x1: column maxima over lanes c, c+16 and the 8 warps.
@@ -294,6 +268,97 @@ __device__ __forceinline__ void quant_1x128_tile(const FastParams& p, int64_t ty
   }
   __syncthreads();
   write_transposed<kFull>(tile, p.qt, p.rows, p.cols, r0, c0);
+}
+
+template <InType IT, quant::Format F, Encoder E, bool kStoch, Src kSrc, bool kFull>
+__device__ __forceinline__ void quant_1x128_tile(const FastParams& p, int64_t ty, uint8_t* tile,
+                                                 uint32_t (*colmax_part)[kTile], float* col_inverse) {
+  const int t = threadIdx.x, a = t >> 4, c = t & 15;
+  const int64_t cb = blockIdx.x, col = cb * kTile + 8 * c, row0 = ty * kTile + 8 * a;
+  std::conditional_t<kSrc != Src::Values, Codes8, Vec8<IT>> in[8];
+  if constexpr (kSrc == Src::Codes)
+    load_codes<F, kFull>(in, p, row0, col);
+  else if constexpr (kSrc == Src::SwigluForward)
+    load_swiglu_forward<kFull>(in, p, row0, col);
+  else
+    load_block<IT, kFull>(in, p, row0, col);
+  encode_tile<F, E, kStoch, kFull>(p, in, ty, cb, tile, colmax_part, col_inverse);
+}
+
+// Eight values that are BF16 numbers, held as packed BF16 (exact).
+struct Bf16x8 {
+  uint32_t w[4];
+  __device__ __forceinline__ float get(int i) const {
+    return (i & 1) ? __uint_as_float(w[i / 2] & 0xFFFF0000u) : __uint_as_float(w[i / 2] << 16);
+  }
+  __device__ __forceinline__ void set(int i, float v) {  // v is a BF16 value: its low 16 bits are zero
+    const uint32_t b = __float_as_uint(v);
+    w[i / 2] = (i & 1) ? (w[i / 2] & 0xFFFFu) | b : (w[i / 2] & 0xFFFF0000u) | (b >> 16);
+  }
+};
+
+// SwiGLU's backward fused into the quantizer, both halves of a column block per CTA: the thread's 8x8 block of
+// gate, up and dout is read once and σ(g) evaluated once, giving d_gate (column block cb) and d_up (column block
+// F/128 + cb); each is rounded to BF16 -- so held packed, exactly -- and the two tiles are encoded one after the
+// other through the same shared memory. Per element: the decoded BF16 gate and up, SwiGLU's gradient
+// (swiglu_grad), each half rounded to BF16 -- the values swiglu_backward writes.
+template <quant::Format F, Encoder E, bool kFull>
+__device__ __forceinline__ void swiglu_backward_tiles(const FastParams& p, int64_t ty, uint8_t* tile,
+                                                      uint32_t (*colmax_part)[kTile], float* col_inverse,
+                                                      uint4 (*du_stage)[kThreads]) {
+  const int t = threadIdx.x, a = t >> 4, c = t & 15;
+  const int64_t F_cols = p.x_cols / 2, cb = blockIdx.x;
+  const int64_t gc = cb * kTile + 8 * c, row0 = ty * kTile + 8 * a;
+  const uint8_t* codes = static_cast<const uint8_t*>(p.x);
+  // d_up waits in shared memory (du_stage[8][kThreads]: packed BF16, each thread's 8 rows in its own 16-byte
+  // column, conflict-free) while d_gate is encoded: both in registers would spill at the 128 registers two CTAs
+  // per SM leave a thread.
+  Bf16x8 dg[8];
+  // Two halves of four rows, each with all its loads issued before the first use (register pressure again).
+#pragma unroll
+  for (int h = 0; h < 8; h += 4) {
+    uint2 graw[4], uraw[4];
+    float gs[4], us[4];
+    uint4 draw[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t r = row0 + h + i;
+      const bool ok = kFull || r < p.rows;
+      graw[i] = ok ? __ldg(reinterpret_cast<const uint2*>(codes + r * p.x_cols + gc)) : make_uint2(0, 0);
+      gs[i] = ok ? __ldg(p.x_scales + r * p.xs.row + (gc / 128) * p.xs.col) : 0.0f;
+      uraw[i] = ok ? __ldg(reinterpret_cast<const uint2*>(codes + r * p.x_cols + F_cols + gc)) : make_uint2(0, 0);
+      us[i] = ok ? __ldg(p.x_scales + r * p.xs.row + ((F_cols + gc) / 128) * p.xs.col) : 0.0f;
+      draw[i] =
+          ok ? __ldg(reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.dout) + r * p.ld_dout + gc))
+             : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float g[8], u[8];
+      decode8_bf16(graw[i], gs[i], g);
+      decode8_bf16(uraw[i], us[i], u);
+      const uint32_t w[4] = {draw[i].x, draw[i].y, draw[i].z, draw[i].w};
+      Bf16x8 du;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float d = __uint_as_float(((w[j / 2] >> (16 * (j & 1))) & 0xFFFFu) << 16);  // BF16 -> FP32, exact
+        float vg, vu;
+        swiglu_grad(g[j], u[j], d, vg, vu);
+        dg[h + i].set(j, bf16r(vg));
+        du.set(j, bf16r(vu));
+      }
+      du_stage[h + i][t] = make_uint4(du.w[0], du.w[1], du.w[2], du.w[3]);
+    }
+  }
+  encode_tile<F, E, false, kFull>(p, dg, ty, cb, tile, colmax_part, col_inverse);
+  Bf16x8 du[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint4 v = du_stage[i][t];
+    du[i].w[0] = v.x, du[i].w[1] = v.y, du[i].w[2] = v.z, du[i].w[3] = v.w;
+  }
+  __syncthreads();  // the d_gate tile's transposed codes have been read out of `tile`
+  encode_tile<F, E, false, kFull>(p, du, ty, F_cols / kTile + cb, tile, colmax_part, col_inverse);
 }
 
 // The parameters of grid row blockIdx.y's group, and the tile row inside it (groups of whole 128-row tiles).
@@ -327,11 +392,20 @@ __global__ void __launch_bounds__(kThreads, kSrc != Src::Values             ? 2
   __shared__ float col_inverse[kTile];
   int64_t ty;
   const FastParams p = group_of(params, kSrc != Src::Values ? 1 : static_cast<int64_t>(sizeof(Vec8<IT>) / 8), ty);
-  const bool full = (ty + 1) * kTile <= p.rows && (static_cast<int64_t>(blockIdx.x) + 1) * kTile <= p.cols;
-  if (full)
-    quant_1x128_tile<IT, F, E, kStoch, kSrc, true>(p, ty, tile, colmax_part, col_inverse);
-  else
-    quant_1x128_tile<IT, F, E, kStoch, kSrc, false>(p, ty, tile, colmax_part, col_inverse);
+  if constexpr (kSrc == Src::SwigluBackward) {  // grid x: the F/128 column blocks of d_gate (F % 128 == 0)
+    extern __shared__ uint4 dynamic_smem[];     // kSwigluStageBytes: d_up's staging
+    auto* du_stage = reinterpret_cast<uint4(*)[kThreads]>(dynamic_smem);
+    if ((ty + 1) * kTile <= p.rows)
+      swiglu_backward_tiles<F, E, true>(p, ty, tile, colmax_part, col_inverse, du_stage);
+    else
+      swiglu_backward_tiles<F, E, false>(p, ty, tile, colmax_part, col_inverse, du_stage);
+  } else {
+    const bool full = (ty + 1) * kTile <= p.rows && (static_cast<int64_t>(blockIdx.x) + 1) * kTile <= p.cols;
+    if (full)
+      quant_1x128_tile<IT, F, E, kStoch, kSrc, true>(p, ty, tile, colmax_part, col_inverse);
+    else
+      quant_1x128_tile<IT, F, E, kStoch, kSrc, false>(p, ty, tile, colmax_part, col_inverse);
+  }
 }
 
 template <InType IT, quant::Format F, Encoder E, bool kStoch, bool kFull>
@@ -478,9 +552,20 @@ struct Launch1x128 {
     return cudaGetLastError();
   }
 };
+// Dynamic shared memory of the SwiGLU backward's CTA (d_up staged, packed BF16): with the static buffers over the
+// 48 KiB a kernel gets without opting in, hence the attribute, set once per instantiation.
+constexpr int kSwigluStageBytes = 8 * kThreads * 16;
 template <quant::Format F, Encoder E, Src kSrc>
 cudaError_t launch_from_codes(const FastParams& p, dim3 grid, cudaStream_t stream) {
-  quant_1x128_kernel<InType::BF16, F, E, false, kSrc><<<grid, kThreads, 0, stream>>>(p);
+  const auto kernel = quant_1x128_kernel<InType::BF16, F, E, false, kSrc>;
+  int smem = 0;
+  if constexpr (kSrc == Src::SwigluBackward) {
+    static const cudaError_t opted =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSwigluStageBytes);
+    if (opted != cudaSuccess) return opted;
+    smem = kSwigluStageBytes;
+  }
+  kernel<<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 template <Src kSrc>
@@ -510,7 +595,11 @@ dim3 tile_grid(const FastParams& p) {
 
 cudaError_t launch_quant_1x128(const FastParams& p, InType it, quant::Format f, Encoder e, cudaStream_t stream) {
   if (p.swiglu == 1) return dispatch_codes<Src::SwigluForward>(f, e, p, tile_grid(p), stream);
-  if (p.swiglu == 2) return dispatch_codes<Src::SwigluBackward>(f, e, p, tile_grid(p), stream);
+  if (p.swiglu == 2) {  // one CTA per column block of d_gate and the matching one of d_up
+    if (p.x_cols % (2 * kTile) != 0 || p.cols != p.x_cols) return cudaErrorInvalidValue;
+    const dim3 grid(static_cast<unsigned>(p.x_cols / (2 * kTile)), tile_grid(p).y);
+    return dispatch_codes<Src::SwigluBackward>(f, e, p, grid, stream);
+  }
   if (p.x_scales != nullptr) return dispatch_codes<Src::Codes>(f, e, p, tile_grid(p), stream);  // re-tiling codes
   return dispatch<Launch1x128>(it, f, e, p, tile_grid(p), stream);
 }
