@@ -27,7 +27,10 @@ void Allocator::add(MemCategory c, int64_t delta) {
   stats_.current[i] += delta;
   stats_.total_current += delta;
   if (stats_.current[i] > stats_.peak[i]) stats_.peak[i] = stats_.current[i];
-  if (stats_.total_current > stats_.total_peak) stats_.total_peak = stats_.total_current;
+  if (stats_.total_current > stats_.total_peak) {
+    stats_.total_peak = stats_.total_current;
+    stats_.at_total_peak = stats_.current;
+  }
 }
 
 void* Allocator::allocate(size_t bytes, MemCategory category) {
@@ -61,6 +64,7 @@ void Allocator::reset_peaks() {
   std::lock_guard lock(mutex_);
   stats_.peak = stats_.current;
   stats_.total_peak = stats_.total_current;
+  stats_.at_total_peak = stats_.current;
 }
 
 namespace {

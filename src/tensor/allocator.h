@@ -33,6 +33,8 @@ struct MemoryStats {
   std::array<int64_t, kNumMemCategories> peak{};     // highest `current` since the last reset_peaks()
   int64_t total_current = 0;
   int64_t total_peak = 0;
+  std::array<int64_t, kNumMemCategories>
+      at_total_peak{};      // `current` when total_peak was reached: what the peak is made of
   int64_t allocations = 0;  // allocate() calls since construction
   int64_t current_of(MemCategory c) const { return current[static_cast<int>(c)]; }
   int64_t peak_of(MemCategory c) const { return peak[static_cast<int>(c)]; }

@@ -92,6 +92,24 @@ TEST(Allocator, CountsCurrentAndPeakPerCategory) {
   EXPECT_EQ(a.stats().peak_of(MemCategory::ActivationCache), c0);
 }
 
+TEST(Allocator, RecordsWhatTheTotalPeakIsMadeOf) {
+  Allocator& a = backend(Device::cpu()).allocator();
+  a.reset_peaks();
+  const MemoryStats before = a.stats();
+  EXPECT_EQ(before.at_total_peak, before.current);
+  const int ws = static_cast<int>(MemCategory::Workspace), wt = static_cast<int>(MemCategory::Weights);
+  { const Tensor big = Tensor::empty({1 << 14}, DType::F32, MemCategory::Workspace); }  // 64 KiB, freed again
+  const Tensor small = Tensor::empty({1 << 10}, DType::F32, MemCategory::Weights);      // 4 KiB, kept
+  const MemoryStats after = a.stats();
+  // The peak was reached while the workspace tensor was live, before the weights tensor existed.
+  EXPECT_EQ(after.at_total_peak[ws] - before.current[ws], 1 << 16);
+  EXPECT_EQ(after.at_total_peak[wt], before.current[wt]);
+  EXPECT_EQ(after.current[wt] - before.current[wt], 1 << 12);
+  int64_t sum = 0;
+  for (int64_t b : after.at_total_peak) sum += b;
+  EXPECT_EQ(sum, after.total_peak);
+}
+
 TEST(Allocator, AlignsTo64Bytes) {
   for (int64_t n : {1, 3, 17, 1000}) {
     const Tensor t = Tensor::empty({n}, DType::U8);

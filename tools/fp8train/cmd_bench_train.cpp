@@ -144,6 +144,10 @@ nlohmann::ordered_json bench_recipe(const BenchTrainOptions& o, const std::strin
     memory[std::string(mem_category_name(static_cast<MemCategory>(c)))] = mem.peak[static_cast<size_t>(c)];
   memory["total"] = mem.total_peak;
   j["peak_memory_bytes"] = memory;
+  nlohmann::ordered_json at_peak;  // the categories' own peaks fall at different moments; this is the total's
+  for (int c = 0; c < kNumMemCategories; ++c)
+    at_peak[std::string(mem_category_name(static_cast<MemCategory>(c)))] = mem.at_total_peak[static_cast<size_t>(c)];
+  j["memory_at_peak_bytes"] = at_peak;
 
   if (profile) {
     OpProfile profile(/*synchronizing=*/true, o.profile_shapes);
@@ -177,6 +181,11 @@ nlohmann::ordered_json bench_recipe(const BenchTrainOptions& o, const std::strin
   std::fprintf(stderr, "  %.1f ms/step, %.0f tokens/s, %.1f model TFLOP/s%s, peak memory %.3f GiB\n", step_s * 1e3,
                tokens_per_s, tflops, peak > 0 ? fmt::format(" (MFU {:.1f} %)", 100 * tflops / peak).c_str() : "",
                static_cast<double>(mem.total_peak) / (1 << 30));
+  std::string made_of;
+  for (int c = 0; c < kNumMemCategories; ++c)
+    made_of += fmt::format("{}{} {:.2f}", c ? ", " : "", mem_category_name(static_cast<MemCategory>(c)),
+                           static_cast<double>(mem.at_total_peak[static_cast<size_t>(c)]) / (1 << 30));
+  std::fprintf(stderr, "  at the peak (GiB): %s\n", made_of.c_str());
   if (profile)
     for (const auto& [family, ms] : j["breakdown_ms"].items())
       std::fprintf(stderr, "  %-22s %9.2f ms\n", family.c_str(), ms.get<double>());
