@@ -2,7 +2,9 @@
 //   cross_entropy  F32 and BF16 logits, with and without the in-place gradient, ignored rows (target −1), ragged
 //                  vocabularies and a row-strided view (ld > vocab, the padding must stay as it was), grad_scale ≠ 1;
 //                  reference: FP64 logsumexp and softmax of the same (BF16-rounded) values; CUDA against the CPU by
-//                  normalized error (the row sums run in another order); F64 logits: CPU only.
+//                  normalized error (the row sums run in another order); F64 logits: CPU only. CUDA's gradient of
+//                  aligned rows runs its one-read kernel (widths 32768, 40003 strided and 65536 stage the row in
+//                  shared memory); F32 70001, BF16 140001, unaligned strides and loss-only rows its general kernel.
 //   cross_entropy_distill  F32 and BF16 logits with a teacher's top-k distribution, with and without the gradient,
 //                  ignored rows, a row-strided view; reference: FP64 logsumexp, KL and gradient of the same values;
 //                  CPU only (no CUDA kernel yet).
@@ -359,7 +361,13 @@ inline void train_op_cases(std::vector<BackendOpCase>& out) {
       add_cross_entropy_case(out, 6, 4099, 4099, dt, grad, 1.0 / 37.0);     // odd: scalar rows (stride 4099)
       add_cross_entropy_case(out, 5, 4099, 4104, dt, grad, 0.25);           // strided view, vector rows + tail
       add_cross_entropy_case(out, 3, 70001, 70008, dt, grad, 1.0 / 3.0);    // 512-thread rows, unrolled loop
+      // CUDA's one-read kernel (the gradient of aligned rows that fit on the chip) past its registers' part:
+      add_cross_entropy_case(out, 3, 32768, 32768, dt, grad, 0.2);  // the benchmark's width, staged
+      add_cross_entropy_case(out, 5, 40003, 40008, dt, grad, 0.5);  // strided, ragged staging + tail
+      add_cross_entropy_case(out, 2, 65536, 65536, dt, grad, 1.0);  // F32: the most shared memory (H100)
     }
+  // BF16 rows too long for the one-read kernel: the general kernel's BF16 gradient.
+  add_cross_entropy_case(out, 2, 140001, 140008, DType::BF16, true, 0.5);
   add_cross_entropy_case(out, 4, 300, 300, DType::F64, true, 1.0, /*on_cuda=*/false);  // gradient checks: CPU only
   for (DType dt : {DType::F32, DType::BF16})
     for (bool grad : {false, true}) {
