@@ -13,7 +13,7 @@
 //   resident  (the gradient, 16-byte vectors, the row fits on the chip) reads the row once: each thread keeps its
 //             first kResidentRegs vectors in registers and cp.async-stages the rest in dynamic shared memory, and
 //             pass 2 writes the gradient from there — 8 bytes of DRAM traffic an element, the minimum. At the
-//             benchmark's F32 [*, 32768] a CTA is 512 threads x 16 vectors: 32 KiB in registers (48 registers a
+//             benchmark's F32 [*, 32768] a CTA is 512 threads x 16 vectors: 32 KiB in registers (55 registers a
 //             thread) and 96 KiB staged, so two rows share an SM (the register file's limit at 512 threads) and
 //             one row's reduction and stores overlap the other's 128 KiB of loads, all issued up front. BF16 rows of
 //             32768 stage 32 KiB. Rows up to the device's opt-in shared memory plus the registers' part
@@ -143,6 +143,19 @@ __device__ __forceinline__ float grad_of(float x, float lse, float gs, bool is_t
   return is_target ? __fsub_rn(g, gs) : g;
 }
 
+// grad_of over the N values from column c0: the products for all, the subtraction only where the target is (one
+// compare per vector instead of one compare and select per value; the same two roundings).
+template <int N>
+__device__ __forceinline__ void grads_of(float (&f)[N], float lse, float gs, int c0, int target) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) f[i] = __fmul_rn(gs, expf(f[i] - lse));
+  if (static_cast<unsigned>(target - c0) < static_cast<unsigned>(N)) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+      if (c0 + i == target) f[i] = __fsub_rn(f[i], gs);
+  }
+}
+
 template <class T, bool kVec>
 __global__ void __launch_bounds__(512) cross_entropy_kernel(CrossEntropyArgs a) {
   constexpr int N = kPerVec<T>;
@@ -221,8 +234,9 @@ __global__ void __launch_bounds__(512) cross_entropy_kernel(CrossEntropyArgs a) 
 // dynamic shared memory by cp.async (vectors kResidentRegs·blockDim.x onwards, in row order, so a warp's accesses are
 // contiguous) — and writes the gradient from there. Each thread reads back only what it staged itself, so
 // cp.async.wait_all orders its own copies; block_merge's barriers order every read of the row before any write.
-// The values meet add_values and grad_of in the general kernel's order, so the two kernels agree at the same thread
-// count. Rows with an invalid or ignored target and the scalar tail behave exactly as in the general kernel.
+// The values meet add_values in the general kernel's order (the same per-thread sums and merge tree at the same
+// thread count), and grads_of rounds each gradient as grad_of does. Rows with an invalid or ignored target and the
+// scalar tail behave exactly as in the general kernel.
 template <class T>
 __global__ void __launch_bounds__(512, 2) cross_entropy_resident_kernel(CrossEntropyArgs a) {
   constexpr int N = kPerVec<T>;
@@ -284,8 +298,7 @@ __global__ void __launch_bounds__(512, 2) cross_entropy_resident_kernel(CrossEnt
     if (v < nvec) {
       float f[N];
       unpack<T>(u[k], f);
-#pragma unroll
-      for (int i = 0; i < N; ++i) f[i] = grad_of(f[i], lse, gs, v * N + i == target);
+      grads_of(f, lse, gs, v * N, target);
       zv[v] = pack<T>(f);
     }
   }
@@ -293,8 +306,7 @@ __global__ void __launch_bounds__(512, 2) cross_entropy_resident_kernel(CrossEnt
   for (int v = first_staged + tid; v < nvec; v += nt) {
     float f[N];
     unpack<T>(staged[v - first_staged], f);
-#pragma unroll
-    for (int i = 0; i < N; ++i) f[i] = grad_of(f[i], lse, gs, v * N + i == target);
+    grads_of(f, lse, gs, v * N, target);
     zv[v] = pack<T>(f);
   }
   if (tail < vocab) store_float(z + tail, grad_of(tail_value, lse, gs, tail == target));
