@@ -12,12 +12,12 @@
 // Two kernels, the same arithmetic in the same order (thread t owns vectors t, t + blockDim.x, ...):
 //   resident  (the gradient, 16-byte vectors, the row fits on the chip) reads the row once: each thread keeps its
 //             first kResidentRegs vectors in registers and cp.async-stages the rest in dynamic shared memory, and
-//             pass 2 writes the gradient from there — 8 bytes of DRAM traffic an element, the minimum. At the
+//             pass 2 writes the gradient from there — one read and one write of each element, the minimum. At the
 //             benchmark's F32 [*, 32768] a CTA is 512 threads x 16 vectors: 32 KiB in registers (55 registers a
 //             thread) and 96 KiB staged, so two rows share an SM (the register file's limit at 512 threads) and
 //             one row's reduction and stores overlap the other's 128 KiB of loads, all issued up front. BF16 rows of
 //             32768 stage 32 KiB. Rows up to the device's opt-in shared memory plus the registers' part
-//             (H100: 65536 F32, 131072 BF16 elements at 512 threads) run here, with one CTA an SM past ~112 KiB.
+//             (Hopper's 227 KiB: 65536 F32, 131072 BF16 elements) run here, with one CTA an SM past ~112 KiB.
 //   general   (everything else: loss only, unaligned rows or strides, longer rows) streams the row twice from
 //             global memory, kUnroll vectors in flight per thread and pass.
 #include <cuda_runtime.h>
