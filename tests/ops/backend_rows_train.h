@@ -1,8 +1,11 @@
 // Backend test table rows (backend_ops_table.h) of cross-entropy, AdamW and the sum of squares.
 //   cross_entropy  F32 and BF16 logits, with and without the in-place gradient, ignored rows (target −1), ragged
-//                  vocabularies and a row-strided view (ld > vocab, the padding must stay as it was), grad_scale ≠ 1;
-//                  reference: FP64 logsumexp and softmax of the same (BF16-rounded) values; CUDA against the CPU by
-//                  normalized error (the row sums run in another order); F64 logits: CPU only.
+//                  vocabularies, −inf logits (a vocabulary mask) and a row-strided view (ld > vocab, the padding must
+//                  stay as it was), grad_scale ≠ 1; reference: FP64 logsumexp and softmax of the same (BF16-rounded)
+//                  values; CUDA against the CPU by normalized error (the row sums run in another order); F64 logits:
+//                  CPU only. CUDA's gradient of aligned rows runs its one-read kernel (widths 32768, 40003 strided and
+//                  65536 stage the row in shared memory); F32 70001, BF16 140001, unaligned strides and loss-only rows
+//                  its general kernel.
 //   cross_entropy_distill  F32 and BF16 logits with a teacher's top-k distribution, with and without the gradient,
 //                  ignored rows, a row-strided view; reference: FP64 logsumexp, KL and gradient of the same values;
 //                  CPU only (no CUDA kernel yet).
@@ -56,12 +59,23 @@ inline std::vector<int32_t> ce_targets(int64_t rows, int64_t vocab, uint64_t see
   return t;
 }
 
+// A vocabulary mask: −inf at every 7th column from 3 and, in row 0, at every column but the target (so whole
+// threads' and warps' shares of that row are −inf). Target columns stay finite.
+inline void ce_mask(std::vector<float>& z, int64_t rows, int64_t vocab, int64_t ld, const std::vector<int32_t>& t) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < vocab; ++j)
+      if ((r == 0 || j % 7 == 3) && j != t[static_cast<size_t>(r)]) z[static_cast<size_t>(r * ld + j)] = -INFINITY;
+}
+
 inline void add_cross_entropy_case(std::vector<BackendOpCase>& out, int64_t rows, int64_t vocab, int64_t ld,
-                                   DType dtype, bool grad, double grad_scale, bool on_cuda = true) {
+                                   DType dtype, bool grad, double grad_scale, bool on_cuda = true,
+                                   bool masked = false) {
   BackendOpCase c;
   c.op = "cross_entropy";
-  c.name = fmt::format("{} [{}x{}]{}{}{}", dtype_name(dtype), rows, vocab, ld > vocab ? fmt::format(" ld {}", ld) : "",
-                       grad ? " grad" : " loss only", grad && grad_scale != 1.0 ? fmt::format(" scale {}", grad_scale) : "");
+  c.name =
+      fmt::format("{} [{}x{}]{}{}{}{}", dtype_name(dtype), rows, vocab, ld > vocab ? fmt::format(" ld {}", ld) : "",
+                  masked ? " masked" : "", grad ? " grad" : " loss only",
+                  grad && grad_scale != 1.0 ? fmt::format(" scale {}", grad_scale) : "");
   // FP32 arithmetic against FP64: the CPU's sequential FP32 row sum of 70k terms errs by ~1e-5 relative (normalized
   // 1e-10 measured on the loss); BF16 gradients add their last-place roundings. CUDA sums the rows in another order.
   const double bound = dtype == DType::BF16 ? 1e-5 : 1e-8;
@@ -70,12 +84,13 @@ inline void add_cross_entropy_case(std::vector<BackendOpCase>& out, int64_t rows
   c.on_cuda = on_cuda;
   c.run = [=](const ExecCtx& ctx, uint64_t seed) {
     std::vector<float> z = ce_logits(rows, ld, seed);
+    const std::vector<int32_t> t = ce_targets(rows, vocab, seed);
+    if (masked) ce_mask(z, rows, vocab, ld, t);
     const Tensor buf = dtype == DType::F64 ? Tensor::from_vector(std::vector<double>(z.begin(), z.end()), {rows, ld},
                                                                  MemCategory::Workspace, Device::cpu())
                                                    .to(ctx.device)
                                            : input_on(ctx, z, rows, ld, dtype);
     const Tensor logits = ld > vocab ? buf.cols(0, vocab) : buf;
-    const std::vector<int32_t> t = ce_targets(rows, vocab, seed);
     const Tensor targets = Tensor::from_vector(t, {rows}, MemCategory::Workspace, Device::cpu()).to(ctx.device);
     poison_next(ctx.device, {static_cast<size_t>(rows) * sizeof(double)});
     const ops::CrossEntropyResult r = ops::cross_entropy_fused(ctx, logits, targets, grad, grad_scale);
@@ -87,8 +102,9 @@ inline void add_cross_entropy_case(std::vector<BackendOpCase>& out, int64_t rows
   };
   c.reference = [=](uint64_t seed) {
     std::vector<float> z = ce_logits(rows, ld, seed);
-    for (float& v : z) v = round_to(dtype, v);
     const std::vector<int32_t> t = ce_targets(rows, vocab, seed);
+    if (masked) ce_mask(z, rows, vocab, ld, t);
+    for (float& v : z) v = round_to(dtype, v);
     const float gs = static_cast<float>(grad_scale);
     std::vector<float> g = z;  // the buffer after the op
     double loss = 0.0;
@@ -359,7 +375,15 @@ inline void train_op_cases(std::vector<BackendOpCase>& out) {
       add_cross_entropy_case(out, 6, 4099, 4099, dt, grad, 1.0 / 37.0);     // odd: scalar rows (stride 4099)
       add_cross_entropy_case(out, 5, 4099, 4104, dt, grad, 0.25);           // strided view, vector rows + tail
       add_cross_entropy_case(out, 3, 70001, 70008, dt, grad, 1.0 / 3.0);    // 512-thread rows, unrolled loop
+      // CUDA's one-read kernel (the gradient of aligned rows that fit on the chip) past its registers' part:
+      add_cross_entropy_case(out, 3, 32768, 32768, dt, grad, 0.2);  // the benchmark's width, staged
+      add_cross_entropy_case(out, 5, 40003, 40008, dt, grad, 0.5);  // strided, ragged staging + tail
+      add_cross_entropy_case(out, 2, 65536, 65536, dt, grad, 1.0);  // F32: the most shared memory (H100)
+      add_cross_entropy_case(out, 3, 32768, 32768, dt, grad, 0.2, true, /*masked=*/true);  // −inf logits
     }
+  add_cross_entropy_case(out, 3, 70001, 70008, DType::F32, true, 1.0, true, /*masked=*/true);  // general kernel
+  // BF16 rows too long for the one-read kernel: the general kernel's BF16 gradient.
+  add_cross_entropy_case(out, 2, 140001, 140008, DType::BF16, true, 0.5);
   add_cross_entropy_case(out, 4, 300, 300, DType::F64, true, 1.0, /*on_cuda=*/false);  // gradient checks: CPU only
   for (DType dt : {DType::F32, DType::BF16})
     for (bool grad : {false, true}) {
