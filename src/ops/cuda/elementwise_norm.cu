@@ -4,7 +4,10 @@
 //            rows), reading the row again (L1/L2) to write y or dx. Σx² by warp shuffles and a fixed tree (the
 //            order differs from the CPU's sequential sum: rstd, y and dx within rounding of it). dw: per 64-row chunk a
 //            column-parallel sequential sum into F32 scratch, then the chunks added into dw in order — the CPU's exact
-//            order, so dw is bit-exact.
+//            order, so dw is bit-exact. The backward with dw of 16-byte-aligned rows up to dim 2048 is one pass over
+//            x and dy: one CTA per 64-row chunk, a thread per 8 columns, the rows in groups software-pipelined over
+//            two register sets (the next group's loads in flight while the current group is reduced over the CTA,
+//            one barrier per group, and written), so an SM's memory pipe does not idle through the reductions.
 //   RoPE     a cos/sin table [seq_len, rope_dim/2] computed in double and rounded to F32 (the CPU's table; device
 //            pow/sin/cos are within 2 ulp of double, so an entry can differ from the CPU's by 1 F32 ulp only
 //            when the double lands within ~2^-28 relative of an F32 rounding boundary; the launcher keeps it per
@@ -36,7 +39,6 @@ __device__ float block_sum(float v, float* red) {
   for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xFFFFFFFFu, t, o);
   return t;
 }
-
 
 // The threads that reduce one row: a warp (kWarp, rows up to kWarpRowDim: 8 rows per CTA) or the whole CTA.
 inline constexpr int64_t kWarpRowDim = 1024;
@@ -253,21 +255,112 @@ inline constexpr int kRmsNormCache = 8;
 bool rmsnorm_cached(int64_t dim) { return dim % 8 == 0 && dim / 8 <= int64_t{kRmsNormCache} * 32; }
 
 // The whole backward of 16-byte-aligned rows of up to 2048 values in one pass over x and dy: one CTA per
-// 64-row chunk of the dw order, each thread owning one 8-column vector. Rows go in groups of kGroup (all their
-// loads in flight at once); each row's Σ dy·w·x is reduced over the CTA (per thread over its 8 columns, then the
-// warp's shuffle tree, then the warps in order), dx written, and the thread's dw partial sums advanced in row
-// order — the partial kernel's exact sums, so dw stays bit-exact. The chunk's partials go to `partial`; the sum
-// kernel adds them into dw as before.
-inline constexpr int kRmsNormGroup = 8;
+// 64-row chunk of the dw order, each thread owning one 8-column vector. Rows go in groups of kG, software-pipelined
+// over two register sets: the next group's loads (x, dy, rstd, and the old dx when accumulating) are issued before
+// the current group is reduced and written, so the SM's loads stay in flight through the reductions and barriers.
+// A group is 128 bytes of x and dy per thread (64 KB per CTA; 8 BF16 rows), half that when accumulating (x, dy
+// and dx: 48 KB, 4 BF16 rows), so two sets fit in the registers. Each row's Σ dy·w·x is reduced over the CTA (per
+// thread over its 8 columns, then the warp's shuffle tree, then the warps in order: one barrier per group, the
+// per-warp sums double-buffered by group parity so no barrier is needed before they are overwritten), dx
+// written, and the thread's dw partial sums advanced in row order — the partial kernel's exact sums, so dw stays
+// bit-exact. The chunk's partials go to `partial`; the sum kernel adds them into dw.
+// 8 values as loaded (16 bytes of BF16 kept as 4 words, so a register holds two values until they are widened).
 template <class S>
+struct Vec8;
+template <>
+struct alignas(16) Vec8<uint16_t> {
+  uint32_t w[4];
+  __device__ __forceinline__ float at(int k) const {
+    return __uint_as_float(k % 2 == 0 ? w[k / 2] << 16 : w[k / 2] & 0xFFFF0000u);
+  }
+};
+template <>
+struct alignas(16) Vec8<float> {
+  float e[8];
+  __device__ __forceinline__ float at(int k) const { return e[k]; }
+};
+template <class S, bool kAcc>
+inline constexpr int kRmsNormGroup = (kAcc ? 64 : 128) / static_cast<int>(sizeof(Vec8<S>));
+template <class S, bool kAcc>
+struct RmsNormRows {
+  static constexpr int kG = kRmsNormGroup<S, kAcc>;
+  Vec8<S> dy[kG], x[kG], dx[kAcc ? kG : 1];  // dx: the old values (kAcc)
+  float rs[kG];
+};
+
+// Issues the loads of rows r0.. (those below r_end) of this thread's vector i.
+template <class S, bool kAcc>
+__device__ __forceinline__ void rmsnorm_load_rows(RmsNormRows<S, kAcc>& g, const RmsNormArgs& p, const S* x,
+                                                  const float* rstd, const S* dy, const S* dx, int64_t i, bool mine,
+                                                  int64_t r0, int64_t r_end) {
+#pragma unroll
+  for (int q = 0; q < g.kG; ++q)
+    if (mine && r0 + q < r_end) {
+      g.dy[q] = *reinterpret_cast<const Vec8<S>*>(dy + (r0 + q) * p.ld_dy + 8 * i);
+      g.x[q] = *reinterpret_cast<const Vec8<S>*>(x + (r0 + q) * p.ld_x + 8 * i);
+      if constexpr (kAcc) g.dx[q] = *reinterpret_cast<const Vec8<S>*>(dx + (r0 + q) * p.ld_dx + 8 * i);
+      g.rs[q] = rstd[r0 + q];
+    }
+}
+
+// Reduces rows r0.. of `g` over the CTA (red: this group parity's [warp][row] sums), writes their dx and advances
+// acc. One barrier: red of this parity was last read two groups ago, before the previous group's barrier.
+template <class S, bool kAcc>
+__device__ __forceinline__ void rmsnorm_rows(const RmsNormRows<S, kAcc>& g, const RmsNormArgs& p, S* dx, int64_t i,
+                                             bool mine, int64_t r0, int64_t r_end, const float (&w)[8], float (&acc)[8],
+                                             float inv_dim, float (*red)[RmsNormRows<S, kAcc>::kG]) {
+  constexpr int kG = RmsNormRows<S, kAcc>::kG;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float dot[kG];
+#pragma unroll
+  for (int q = 0; q < kG; ++q) {
+    dot[q] = 0.0f;
+    if (mine && r0 + q < r_end) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) dot[q] = fmaf(__fmul_rn(g.dy[q].at(k), w[k]), g.x[q].at(k), dot[q]);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) dot[q] += __shfl_xor_sync(0xFFFFFFFFu, dot[q], o);
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int q = 0; q < kG; ++q) red[warp][q] = dot[q];
+  }
+  __syncthreads();
+  if (!mine) return;
+#pragma unroll
+  for (int q = 0; q < kG; ++q) {
+    if (r0 + q >= r_end) continue;
+    float t = 0.0f;
+#pragma unroll
+    for (int w8 = 0; w8 < kThreads / 32; ++w8) t = __fadd_rn(t, red[w8][q]);
+    // dx (+)= rstd·dy·w − x·k with k = rstd³·(Σ dy·w·x)/dim.
+    const float rs = g.rs[q];
+    const float kk = __fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(rs, rs), rs), t), inv_dim);
+    float o[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float av = g.dy[q].at(k), bv = g.x[q].at(k);
+      const float d = __fsub_rn(__fmul_rn(__fmul_rn(rs, av), w[k]), __fmul_rn(bv, kk));
+      if constexpr (kAcc)
+        o[k] = __fadd_rn(g.dx[q].at(k), d);
+      else
+        o[k] = d;
+      acc[k] = __fadd_rn(acc[k], __fmul_rn(__fmul_rn(av, bv), rs));
+    }
+    st8(dx + (r0 + q) * p.ld_dx + 8 * i, o);
+  }
+}
+
+template <class S, bool kAcc>
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_backward_fused_kernel(RmsNormArgs p, const S* x, const float* w, const float* rstd, const S* dy, S* dx,
                                   float* partial) {
-  __shared__ float red[kThreads / 32][kRmsNormGroup];
-  __shared__ float dots[kRmsNormGroup];
-  const int64_t i = threadIdx.x;  // this thread's vector
+  using Rows = RmsNormRows<S, kAcc>;
+  constexpr int kG = Rows::kG;
+  __shared__ float red[2][kThreads / 32][kG];  // per group parity: [warp][row]
+  const int64_t i = threadIdx.x;               // this thread's vector
   const bool mine = i < p.dim / 8;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float inv_dim = __fdiv_rn(1.0f, static_cast<float>(p.dim));
   float g[8], acc[8];
   if (mine) ld8(w + 8 * i, g);
@@ -275,55 +368,15 @@ __global__ void __launch_bounds__(kThreads)
   for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
   const int64_t ch = blockIdx.x;
   const int64_t r_end = std::min(p.rows, (ch + 1) * kRmsNormRowsPerChunk);
-  for (int64_t r0 = ch * kRmsNormRowsPerChunk; r0 < r_end; r0 += kRmsNormGroup) {
-    Raw8<S> a[kRmsNormGroup], b[kRmsNormGroup];
-#pragma unroll
-    for (int q = 0; q < kRmsNormGroup; ++q)
-      if (mine && r0 + q < r_end) {
-        a[q] = *reinterpret_cast<const Raw8<S>*>(dy + (r0 + q) * p.ld_dy + 8 * i);
-        b[q] = *reinterpret_cast<const Raw8<S>*>(x + (r0 + q) * p.ld_x + 8 * i);
-      }
-    float dot[kRmsNormGroup];
-#pragma unroll
-    for (int q = 0; q < kRmsNormGroup; ++q) {
-      dot[q] = 0.0f;
-      if (mine && r0 + q < r_end) {
-#pragma unroll
-        for (int k = 0; k < 8; ++k) dot[q] = fmaf(__fmul_rn(widen(a[q].e[k]), g[k]), widen(b[q].e[k]), dot[q]);
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) dot[q] += __shfl_xor_sync(0xFFFFFFFFu, dot[q], o);
-    }
-    __syncthreads();  // red and dots may still be read for the previous group
-    if (lane == 0) {
-#pragma unroll
-      for (int q = 0; q < kRmsNormGroup; ++q) red[warp][q] = dot[q];
-    }
-    __syncthreads();
-    if (threadIdx.x < kRmsNormGroup) {
-      float t = 0.0f;
-      for (int w8 = 0; w8 < kThreads / 32; ++w8) t = __fadd_rn(t, red[w8][threadIdx.x]);
-      dots[threadIdx.x] = t;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int q = 0; q < kRmsNormGroup; ++q) {
-      const int64_t r = r0 + q;
-      if (!mine || r >= r_end) continue;
-      const float rs = rstd[r];
-      const float kk = __fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(rs, rs), rs), dots[q]), inv_dim);
-      S* dxr = dx + r * p.ld_dx + 8 * i;
-      float o[8];
-      if (p.accumulate_dx) ld8(dxr, o);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const float av = widen(a[q].e[k]), bv = widen(b[q].e[k]);
-        const float d = __fsub_rn(__fmul_rn(__fmul_rn(rs, av), g[k]), __fmul_rn(bv, kk));
-        o[k] = p.accumulate_dx ? __fadd_rn(o[k], d) : d;
-        acc[k] = __fadd_rn(acc[k], __fmul_rn(__fmul_rn(av, bv), rs));
-      }
-      st8(dxr, o);
-    }
+  Rows even, odd;  // the chunk's groups 0, 2, 4, ... and 1, 3, 5, ...
+  int64_t r0 = ch * kRmsNormRowsPerChunk;
+  rmsnorm_load_rows(even, p, x, rstd, dy, dx, i, mine, r0, r_end);
+  for (; r0 < r_end; r0 += 2 * kG) {
+    rmsnorm_load_rows(odd, p, x, rstd, dy, dx, i, mine, r0 + kG, r_end);
+    rmsnorm_rows(even, p, dx, i, mine, r0, r_end, g, acc, inv_dim, red[0]);
+    if (r0 + kG >= r_end) break;
+    rmsnorm_load_rows(even, p, x, rstd, dy, dx, i, mine, r0 + 2 * kG, r_end);
+    rmsnorm_rows(odd, p, dx, i, mine, r0 + kG, r_end, g, acc, inv_dim, red[1]);
   }
   if (mine) st8(partial + ch * p.dim + 8 * i, acc);
 }
@@ -344,12 +397,24 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__global__ void __launch_bounds__(kThreads)
+// dw[c] += partial[0, c] + partial[1, c] + ... in chunk order: one thread per column, its loads issued kBatch at a
+// time (they are independent; only the sum is sequential), small CTAs to spread the columns over more SMs.
+inline constexpr int kDwSumThreads = 64;
+__global__ void __launch_bounds__(kDwSumThreads)
     rmsnorm_dw_sum_kernel(int64_t dim, int64_t chunks, const float* partial, float* dw) {
+  constexpr int kBatch = 32;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= dim) return;
   float acc = dw[c];
-  for (int64_t ch = 0; ch < chunks; ++ch) acc = __fadd_rn(acc, partial[ch * dim + c]);
+  int64_t ch = 0;
+  for (; ch + kBatch <= chunks; ch += kBatch) {
+    float v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) v[j] = partial[(ch + j) * dim + c];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) acc = __fadd_rn(acc, v[j]);
+  }
+  for (; ch < chunks; ++ch) acc = __fadd_rn(acc, partial[ch * dim + c]);
   dw[c] = acc;
 }
 
@@ -367,9 +432,12 @@ cudaError_t rmsnorm_forward_t(const RmsNormArgs& p, const void* x, const float* 
         <<<team_blocks(p.rows, true), kThreads, 0, stream>>>(p, px, w, py, rstd);
   } else if (vec && warp)
     rmsnorm_forward_kernel<S, true, true><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
-  else if (vec) rmsnorm_forward_kernel<S, true, false><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
-  else if (warp) rmsnorm_forward_kernel<S, false, true><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
-  else rmsnorm_forward_kernel<S, false, false><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
+  else if (vec)
+    rmsnorm_forward_kernel<S, true, false><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
+  else if (warp)
+    rmsnorm_forward_kernel<S, false, true><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
+  else
+    rmsnorm_forward_kernel<S, false, false><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
   return cudaGetLastError();
 }
 
@@ -385,12 +453,16 @@ cudaError_t rmsnorm_backward_t(const RmsNormArgs& p, const void* x, const float*
   const unsigned blocks = team_blocks(p.rows, warp);
   const int64_t chunks = ceil_div(p.rows, kRmsNormRowsPerChunk);
   if (vec && dw != nullptr && p.dim % 8 == 0 && p.dim / 8 <= kThreads && aligned16(dw_partial) && chunks <= 65535) {
-    rmsnorm_backward_fused_kernel<S>
-        <<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx, dw_partial);
+    if (p.accumulate_dx)
+      rmsnorm_backward_fused_kernel<S, true>
+          <<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx, dw_partial);
+    else
+      rmsnorm_backward_fused_kernel<S, false>
+          <<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx, dw_partial);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
-    rmsnorm_dw_sum_kernel<<<static_cast<unsigned>(ceil_div(p.dim, kThreads)), kThreads, 0, stream>>>(p.dim, chunks,
-                                                                                                     dw_partial, dw);
+    rmsnorm_dw_sum_kernel<<<static_cast<unsigned>(ceil_div(p.dim, kDwSumThreads)), kDwSumThreads, 0, stream>>>(
+        p.dim, chunks, dw_partial, dw);
     return cudaGetLastError();
   }
   if (vec && rmsnorm_cached(p.dim)) {
@@ -398,9 +470,12 @@ cudaError_t rmsnorm_backward_t(const RmsNormArgs& p, const void* x, const float*
         <<<team_blocks(p.rows, true), kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
   } else if (vec && warp)
     rmsnorm_dx_kernel<S, true, true><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
-  else if (vec) rmsnorm_dx_kernel<S, true, false><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
-  else if (warp) rmsnorm_dx_kernel<S, false, true><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
-  else rmsnorm_dx_kernel<S, false, false><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
+  else if (vec)
+    rmsnorm_dx_kernel<S, true, false><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
+  else if (warp)
+    rmsnorm_dx_kernel<S, false, true><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
+  else
+    rmsnorm_dx_kernel<S, false, false><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || dw == nullptr) return err;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.dim, kThreads)),
@@ -408,8 +483,8 @@ cudaError_t rmsnorm_backward_t(const RmsNormArgs& p, const void* x, const float*
   rmsnorm_dw_partial_kernel<S><<<grid, kThreads, 0, stream>>>(p, px, rstd, pdy, dw_partial);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  rmsnorm_dw_sum_kernel<<<static_cast<unsigned>(ceil_div(p.dim, kThreads)), kThreads, 0, stream>>>(p.dim, chunks,
-                                                                                                   dw_partial, dw);
+  rmsnorm_dw_sum_kernel<<<static_cast<unsigned>(ceil_div(p.dim, kDwSumThreads)), kDwSumThreads, 0, stream>>>(
+      p.dim, chunks, dw_partial, dw);
   return cudaGetLastError();
 }
 
