@@ -40,6 +40,7 @@ __device__ float block_sum(float v, float* red) {
   return t;
 }
 
+
 // The threads that reduce one row: a warp (kWarp, rows up to kWarpRowDim: 8 rows per CTA) or the whole CTA.
 inline constexpr int64_t kWarpRowDim = 1024;
 template <bool kWarp>
@@ -359,7 +360,10 @@ __global__ void __launch_bounds__(kThreads)
   using Rows = RmsNormRows<S, kAcc>;
   constexpr int kG = Rows::kG;
   __shared__ float red[2][kThreads / 32][kG];  // per group parity: [warp][row]
-  const int64_t i = threadIdx.x;               // this thread's vector
+  // The dw sum kernel (launched as this grid's programmatic dependent) may be scheduled now: it waits for this
+  // grid's completion and memory before it reads anything, and is small enough to sit beside these CTAs.
+  asm volatile("griddepcontrol.launch_dependents;");
+  const int64_t i = threadIdx.x;  // this thread's vector
   const bool mine = i < p.dim / 8;
   const float inv_dim = __fdiv_rn(1.0f, static_cast<float>(p.dim));
   float g[8], acc[8];
@@ -398,11 +402,14 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // dw[c] += partial[0, c] + partial[1, c] + ... in chunk order: one thread per column, its loads issued kBatch at a
-// time (they are independent; only the sum is sequential), small CTAs to spread the columns over more SMs.
+// time (they are independent; only the sum is sequential), small CTAs to spread the columns over more SMs. Launched
+// after the fused backward as a programmatic dependent (rmsnorm_dw_sum), it waits here for that grid's completion
+// and memory (a no-op after an ordinary launch), so its launch latency overlaps the backward.
 inline constexpr int kDwSumThreads = 64;
 __global__ void __launch_bounds__(kDwSumThreads)
     rmsnorm_dw_sum_kernel(int64_t dim, int64_t chunks, const float* partial, float* dw) {
   constexpr int kBatch = 32;
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= dim) return;
   float acc = dw[c];
@@ -416,6 +423,25 @@ __global__ void __launch_bounds__(kDwSumThreads)
   }
   for (; ch < chunks; ++ch) acc = __fadd_rn(acc, partial[ch * dim + c]);
   dw[c] = acc;
+}
+
+// Launches the dw sum; `dependent`: as a programmatic dependent of the stream's previous kernel (the sum still
+// reads nothing before that kernel has completed; only its launch overlaps it).
+cudaError_t rmsnorm_dw_sum(int64_t dim, int64_t chunks, const float* partial, float* dw, bool dependent,
+                           cudaStream_t stream) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(ceil_div(dim, kDwSumThreads)), 1, 1);
+  config.blockDim = dim3(kDwSumThreads, 1, 1);
+  config.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  if (dependent) {
+    config.attrs = &attr;
+    config.numAttrs = 1;
+  }
+  const cudaError_t err = cudaLaunchKernelEx(&config, rmsnorm_dw_sum_kernel, dim, chunks, partial, dw);
+  return err != cudaSuccess ? err : cudaGetLastError();
 }
 
 template <class S>
@@ -432,12 +458,9 @@ cudaError_t rmsnorm_forward_t(const RmsNormArgs& p, const void* x, const float* 
         <<<team_blocks(p.rows, true), kThreads, 0, stream>>>(p, px, w, py, rstd);
   } else if (vec && warp)
     rmsnorm_forward_kernel<S, true, true><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
-  else if (vec)
-    rmsnorm_forward_kernel<S, true, false><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
-  else if (warp)
-    rmsnorm_forward_kernel<S, false, true><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
-  else
-    rmsnorm_forward_kernel<S, false, false><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
+  else if (vec) rmsnorm_forward_kernel<S, true, false><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
+  else if (warp) rmsnorm_forward_kernel<S, false, true><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
+  else rmsnorm_forward_kernel<S, false, false><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
   return cudaGetLastError();
 }
 
@@ -461,21 +484,16 @@ cudaError_t rmsnorm_backward_t(const RmsNormArgs& p, const void* x, const float*
           <<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx, dw_partial);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
-    rmsnorm_dw_sum_kernel<<<static_cast<unsigned>(ceil_div(p.dim, kDwSumThreads)), kDwSumThreads, 0, stream>>>(
-        p.dim, chunks, dw_partial, dw);
-    return cudaGetLastError();
+    return rmsnorm_dw_sum(p.dim, chunks, dw_partial, dw, /*dependent=*/true, stream);
   }
   if (vec && rmsnorm_cached(p.dim)) {
     rmsnorm_dx_cached_kernel<S, kRmsNormCache>
         <<<team_blocks(p.rows, true), kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
   } else if (vec && warp)
     rmsnorm_dx_kernel<S, true, true><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
-  else if (vec)
-    rmsnorm_dx_kernel<S, true, false><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
-  else if (warp)
-    rmsnorm_dx_kernel<S, false, true><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
-  else
-    rmsnorm_dx_kernel<S, false, false><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
+  else if (vec) rmsnorm_dx_kernel<S, true, false><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
+  else if (warp) rmsnorm_dx_kernel<S, false, true><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
+  else rmsnorm_dx_kernel<S, false, false><<<blocks, kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || dw == nullptr) return err;
   const dim3 grid(static_cast<unsigned>(ceil_div(p.dim, kThreads)),
@@ -483,9 +501,7 @@ cudaError_t rmsnorm_backward_t(const RmsNormArgs& p, const void* x, const float*
   rmsnorm_dw_partial_kernel<S><<<grid, kThreads, 0, stream>>>(p, px, rstd, pdy, dw_partial);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  rmsnorm_dw_sum_kernel<<<static_cast<unsigned>(ceil_div(p.dim, kDwSumThreads)), kDwSumThreads, 0, stream>>>(
-      p.dim, chunks, dw_partial, dw);
-  return cudaGetLastError();
+  return rmsnorm_dw_sum(p.dim, chunks, dw_partial, dw, /*dependent=*/false, stream);
 }
 
 // ---- RoPE ------------------------------------------------------------------------------------------------------
