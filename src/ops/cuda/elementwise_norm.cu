@@ -298,54 +298,62 @@ bool rmsnorm_cached(int64_t dim) { return dim % 8 == 0 && dim / 8 <= int64_t{kRm
 
 // The whole backward of 16-byte-aligned rows of up to 2048 values in one pass over x and dy: one CTA per
 // 64-row chunk of the dw order, each thread owning one 8-column vector. Rows go in groups of kG, software-pipelined
-// over two register sets: the next group's loads (x, dy, rstd, and the old dx when accumulating) are issued before
-// the current group is reduced and written, so the SM's loads stay in flight through the reductions and barriers.
-// A group is 128 bytes of x and dy per thread (64 KB per CTA; 8 BF16 rows), half that when accumulating (x, dy
-// and dx: 48 KB, 4 BF16 rows), so two sets fit in the registers. Each row's Σ dy·w·x is reduced over the CTA (per
-// thread over its 8 columns, then the warp's shuffle tree, then the warps in order: one barrier per group, the
-// per-warp sums double-buffered by group parity so no barrier is needed before they are overwritten), dx
-// written, and the thread's dw partial sums advanced in row order — the partial kernel's exact sums, so dw stays
-// bit-exact. The chunk's partials go to `partial`; the sum kernel adds them into dw.
+// over two register sets: the next group's loads (x, dy, and the old dx when accumulating) are issued before the
+// current group is reduced and written, so the SM's loads stay in flight through the reductions and barriers. A
+// group is 128 bytes each of x and dy per thread (64 KB per CTA: 8 BF16 or 4 F32 rows), half that when
+// accumulating (x, dy and dx: 48 KB per CTA), so two sets fit in the registers; the chunk's rstd waits in shared
+// memory. Each row's Σ dy·w·x is reduced over the CTA (per thread over its 8 columns, then the warp's shuffle tree,
+// then the warps in order: one barrier per group, the per-warp sums double-buffered by group parity so no barrier
+// is needed before they are overwritten), dx written, and the thread's dw partial sums advanced in row order — the
+// partial kernel's exact sums, so dw stays bit-exact. The chunk's partials go to `partial`; the sum kernel adds
+// them into dw.
 template <class S, bool kAcc>
 inline constexpr int kRmsNormGroup = (kAcc ? 64 : 128) / static_cast<int>(sizeof(Vec8<S>));
 template <class S, bool kAcc>
 struct RmsNormRows {
   static constexpr int kG = kRmsNormGroup<S, kAcc>;
   Vec8<S> dy[kG], x[kG], dx[kAcc ? kG : 1];  // dx: the old values (kAcc)
-  float rs[kG];
 };
 
-// Issues the loads of rows r0.. (those below r_end) of this thread's vector i.
-template <class S, bool kAcc>
+// Issues the loads of rows r0.. (those below r_end; kFull: all kG of them) of this thread's vector i.
+template <bool kFull, class S, bool kAcc>
 __device__ __forceinline__ void rmsnorm_load_rows(RmsNormRows<S, kAcc>& g, const RmsNormArgs& p, const S* x,
-                                                  const float* rstd, const S* dy, const S* dx, int64_t i, bool mine,
-                                                  int64_t r0, int64_t r_end) {
+                                                  const S* dy, const S* dx, int64_t i, bool mine, int64_t r0,
+                                                  int64_t r_end) {
+  if (!mine) return;
 #pragma unroll
   for (int q = 0; q < g.kG; ++q)
-    if (mine && r0 + q < r_end) {
+    if (kFull || r0 + q < r_end) {
       g.dy[q] = *reinterpret_cast<const Vec8<S>*>(dy + (r0 + q) * p.ld_dy + 8 * i);
       g.x[q] = *reinterpret_cast<const Vec8<S>*>(x + (r0 + q) * p.ld_x + 8 * i);
       if constexpr (kAcc) g.dx[q] = *reinterpret_cast<const Vec8<S>*>(dx + (r0 + q) * p.ld_dx + 8 * i);
-      g.rs[q] = rstd[r0 + q];
     }
 }
 
-// Reduces rows r0.. of `g` over the CTA (red: this group parity's [warp][row] sums), writes their dx and advances
-// acc. One barrier: red of this parity was last read two groups ago, before the previous group's barrier.
-template <class S, bool kAcc>
+// Reduces rows r0.. of `g` over the CTA (red: this group parity's [warp][row] sums; rs_chunk: rstd of the chunk's
+// rows from its first row c0), writes their dx and advances acc. One barrier: red of this parity was last read two
+// groups ago, before the previous group's barrier. kFull (every group but a ragged last one) drops the per-row
+// bounds checks, so the rows' shuffle chains and arithmetic interleave instead of running row after row.
+template <bool kFull, class S, bool kAcc>
 __device__ __forceinline__ void rmsnorm_rows(const RmsNormRows<S, kAcc>& g, const RmsNormArgs& p, S* dx, int64_t i,
                                              bool mine, int64_t r0, int64_t r_end, const float (&w)[8], float (&acc)[8],
-                                             float inv_dim, float (*red)[RmsNormRows<S, kAcc>::kG]) {
+                                             float inv_dim, float (*red)[RmsNormRows<S, kAcc>::kG],
+                                             const float* rs_chunk, int64_t c0) {
   constexpr int kG = RmsNormRows<S, kAcc>::kG;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float dot[kG];
 #pragma unroll
-  for (int q = 0; q < kG; ++q) {
-    dot[q] = 0.0f;
-    if (mine && r0 + q < r_end) {
+  for (int q = 0; q < kG; ++q) dot[q] = 0.0f;
+  if (mine) {
 #pragma unroll
-      for (int k = 0; k < 8; ++k) dot[q] = fmaf(__fmul_rn(g.dy[q].at(k), w[k]), g.x[q].at(k), dot[q]);
-    }
+    for (int q = 0; q < kG; ++q)
+      if (kFull || r0 + q < r_end) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) dot[q] = fmaf(__fmul_rn(g.dy[q].at(k), w[k]), g.x[q].at(k), dot[q]);
+      }
+  }
+#pragma unroll
+  for (int q = 0; q < kG; ++q) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) dot[q] += __shfl_xor_sync(0xFFFFFFFFu, dot[q], o);
   }
@@ -357,12 +365,12 @@ __device__ __forceinline__ void rmsnorm_rows(const RmsNormRows<S, kAcc>& g, cons
   if (!mine) return;
 #pragma unroll
   for (int q = 0; q < kG; ++q) {
-    if (r0 + q >= r_end) continue;
+    if (!kFull && r0 + q >= r_end) continue;
     float t = 0.0f;
 #pragma unroll
     for (int w8 = 0; w8 < kThreads / 32; ++w8) t = __fadd_rn(t, red[w8][q]);
     // dx (+)= rstd·dy·w − x·k with k = rstd³·(Σ dy·w·x)/dim.
-    const float rs = g.rs[q];
+    const float rs = rs_chunk[r0 + q - c0];
     const float kk = __fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(rs, rs), rs), t), inv_dim);
     float o[8];
 #pragma unroll
@@ -386,6 +394,7 @@ __global__ void __launch_bounds__(kThreads)
   using Rows = RmsNormRows<S, kAcc>;
   constexpr int kG = Rows::kG;
   __shared__ float red[2][kThreads / 32][kG];  // per group parity: [warp][row]
+  __shared__ float rs_chunk[kRmsNormRowsPerChunk];  // rstd of the chunk's rows (read after the first barrier)
   // The dw sum kernel (launched as this grid's programmatic dependent) may be scheduled now: it waits for this
   // grid's completion and memory before it reads anything, and is small enough to sit beside these CTAs.
   asm volatile("griddepcontrol.launch_dependents;");
@@ -396,17 +405,30 @@ __global__ void __launch_bounds__(kThreads)
   if (mine) ld8(w + 8 * i, g);
 #pragma unroll
   for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
-  const int64_t ch = blockIdx.x;
-  const int64_t r_end = std::min(p.rows, (ch + 1) * kRmsNormRowsPerChunk);
+  const int64_t ch = blockIdx.x, c0 = ch * kRmsNormRowsPerChunk;
+  const int64_t r_end = std::min(p.rows, c0 + kRmsNormRowsPerChunk);
+  if (c0 + threadIdx.x < r_end && threadIdx.x < kRmsNormRowsPerChunk) rs_chunk[threadIdx.x] = rstd[c0 + threadIdx.x];
+  const auto load = [&](Rows& rows, int64_t r) {
+    if (r + kG <= r_end)
+      rmsnorm_load_rows<true>(rows, p, x, dy, dx, i, mine, r, r_end);
+    else if (r < r_end)
+      rmsnorm_load_rows<false>(rows, p, x, dy, dx, i, mine, r, r_end);
+  };
+  const auto reduce_write = [&](const Rows& rows, int64_t r, float(*red_parity)[kG]) {
+    if (r + kG <= r_end)
+      rmsnorm_rows<true>(rows, p, dx, i, mine, r, r_end, g, acc, inv_dim, red_parity, rs_chunk, c0);
+    else
+      rmsnorm_rows<false>(rows, p, dx, i, mine, r, r_end, g, acc, inv_dim, red_parity, rs_chunk, c0);
+  };
   Rows even, odd;  // the chunk's groups 0, 2, 4, ... and 1, 3, 5, ...
-  int64_t r0 = ch * kRmsNormRowsPerChunk;
-  rmsnorm_load_rows(even, p, x, rstd, dy, dx, i, mine, r0, r_end);
+  int64_t r0 = c0;
+  load(even, r0);
   for (; r0 < r_end; r0 += 2 * kG) {
-    rmsnorm_load_rows(odd, p, x, rstd, dy, dx, i, mine, r0 + kG, r_end);
-    rmsnorm_rows(even, p, dx, i, mine, r0, r_end, g, acc, inv_dim, red[0]);
+    load(odd, r0 + kG);
+    reduce_write(even, r0, red[0]);
     if (r0 + kG >= r_end) break;
-    rmsnorm_load_rows(even, p, x, rstd, dy, dx, i, mine, r0 + 2 * kG, r_end);
-    rmsnorm_rows(odd, p, dx, i, mine, r0 + kG, r_end, g, acc, inv_dim, red[1]);
+    load(even, r0 + 2 * kG);
+    reduce_write(odd, r0 + kG, red[1]);
   }
   if (mine) st8(partial + ch * p.dim + 8 * i, acc);
 }
