@@ -1,6 +1,6 @@
 // CUDA kernels of RMSNorm (forward, backward), RoPE and SwiGLU (forward, backward) (elementwise_launch.h).
 //   RMSNorm  one warp per row holding the row in registers for 16-byte-aligned rows up to dim 2048 (the forward:
-//            4 rows a warp, grid-stride, the next row's loads issued before the current row is reduced); otherwise
+//            one wave, several rows a warp, the next row's loads issued before the current row is reduced); otherwise
 //            one warp per row up to dim 1024 (8 rows per CTA), else one CTA of 256 threads per row (grid-stride over
 //            rows), reading the row again (L1/L2) to write y or dx. Σx² by warp shuffles and a fixed tree (the
 //            order differs from the CPU's sequential sum: rstd, y and dx within rounding of it). dw: per 64-row chunk a
@@ -179,10 +179,11 @@ struct alignas(16) Vec8<float> {
 };
 
 // The forward's warp keeps two rows in registers, software-pipelined: the next row's loads are issued before the
-// current row is reduced and written, so a warp's loads stay in flight through its reduction and stores. The
-// grid gives each warp kRmsNormRowsPerWarp rows (grid-stride); BF16 fits 2 CTAs per SM: at [8192, 2048] one wave
-// of 256 CTAs, up to 128 KB of x in flight per SM, and the warps finish together instead of in a second wave.
-inline constexpr int kRmsNormRowsPerWarp = 4;
+// current row is reduced and written, so a warp's loads stay in flight through its reduction and stores. The grid
+// is one wave (kRmsNormForwardCtas per SM, every warp the same number of rows, grid-stride): at [8192, 2048] BF16
+// 256 CTAs of 4 rows a warp, up to 128 KB of x in flight per SM, the warps finishing together.
+template <class S>
+inline constexpr int kRmsNormForwardCtas = sizeof(S) == 2 ? 2 : 1;  // F32: two 8 KB rows need > 128 registers
 template <class S, int kCache>
 __device__ __forceinline__ void rmsnorm_load_row(Vec8<S> (&v)[kCache], const RmsNormArgs& p, const S* x, int64_t r) {
   if (r >= p.rows) return;
@@ -225,7 +226,7 @@ __device__ __forceinline__ void rmsnorm_forward_row(const Vec8<S> (&v)[kCache], 
 }
 
 template <class S, int kCache>
-__global__ void __launch_bounds__(kThreads, sizeof(S) == 2 ? 2 : 1)  // F32: two 8 KB rows need > 128 registers
+__global__ void __launch_bounds__(kThreads, kRmsNormForwardCtas<S>)
     rmsnorm_forward_cached_kernel(RmsNormArgs p, const S* x, const float* w, S* y, float* rstd) {
   using T = Team<true>;
   const int64_t step = T::row_step();
@@ -502,8 +503,11 @@ cudaError_t rmsnorm_forward_t(const RmsNormArgs& p, const void* x, const float* 
   const bool warp = p.dim <= kWarpRowDim;
   const unsigned blocks = team_blocks(p.rows, warp);
   if (vec && rmsnorm_cached(p.dim)) {
+    int device = 0, sms = 132;
+    if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    const int64_t rows_per_warp = ceil_div(p.rows, int64_t{sms} * kRmsNormForwardCtas<S> * (kThreads / 32));
     rmsnorm_forward_cached_kernel<S, kRmsNormCache>
-        <<<team_blocks(ceil_div(p.rows, kRmsNormRowsPerWarp), true), kThreads, 0, stream>>>(p, px, w, py, rstd);
+        <<<team_blocks(ceil_div(p.rows, rows_per_warp), true), kThreads, 0, stream>>>(p, px, w, py, rstd);
   } else if (vec && warp)
     rmsnorm_forward_kernel<S, true, true><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
   else if (vec) rmsnorm_forward_kernel<S, true, false><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
