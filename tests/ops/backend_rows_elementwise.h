@@ -508,8 +508,9 @@ inline void elementwise_op_cases(std::vector<BackendOpCase>& out) {
   ew_rows::add_rmsnorm_backward_case(out, BF16, 150, 512, 520, true, true);
   ew_rows::add_rmsnorm_backward_case(out, F32, 70, 2048, 2048, false, true);
   // The one-pass backward's software-pipelined row groups (8 BF16 / 4 F32 rows, half that when accumulating):
-  // ragged last chunks (203 rows: 11; 200: 8; 133: 5) and groups, threads without columns (dim 1000); dw also
-  // held bit for bit to the CPU's.
+  // ragged last chunks (203 rows: 11; 200: 8; 133: 5; 5: less than a group) and groups, threads without columns
+  // (dim 1000); dw also held bit for bit to the CPU's.
+  ew_rows::add_rmsnorm_backward_case(out, BF16, 5, 2048, 2048, false, true, /*dw_bits=*/true);
   ew_rows::add_rmsnorm_backward_case(out, BF16, 203, 2048, 2048, false, true);
   ew_rows::add_rmsnorm_backward_case(out, BF16, 203, 2048, 2048, false, true, /*dw_bits=*/true);
   ew_rows::add_rmsnorm_backward_case(out, BF16, 200, 2048, 2056, true, true);
