@@ -308,16 +308,18 @@ inline void add_rmsnorm_forward_case(std::vector<BackendOpCase>& out, DType t, i
   out.push_back(std::move(c));
 }
 
+// dw_bits: only dw is compared, and on CUDA bit for bit with the CPU (the same per-chunk sums in the same order).
 inline void add_rmsnorm_backward_case(std::vector<BackendOpCase>& out, DType t, int64_t rows, int64_t dim, int64_t ld,
-                                      bool accumulate, bool with_dw) {
+                                      bool accumulate, bool with_dw, bool dw_bits = false) {
   constexpr double eps = 1e-6;
+  FP8T_CHECK(with_dw || !dw_bits, "add_rmsnorm_backward_case: dw_bits needs dw");
   BackendOpCase c;
   c.op = "rmsnorm_backward";
-  c.name = fmt::format("{} [{}x{}] ld {}{}{}", dt(t), rows, dim, ld, accumulate ? " dx +=" : "",
-                       with_dw ? " dw +=" : " no dw");
+  c.name = fmt::format("{} [{}x{}] ld {}{}{}{}", dt(t), rows, dim, ld, accumulate ? " dx +=" : "",
+                       with_dw ? " dw +=" : " no dw", dw_bits ? " (dw bits)" : "");
   c.cpu = bound_for(t, 1e-10, 1e-5);
-  c.cuda = bound_for(t, 1e-10, 1e-5);             // dx: the row dot's order differs (dw is the CPU's order)
-  const int64_t ld_dx = ld + (ld > dim ? 8 : 0);  // dx with its own stride
+  c.cuda = dw_bits ? Compare::bits() : bound_for(t, 1e-10, 1e-5);  // dx: the row dot's order differs
+  const int64_t ld_dx = ld + (ld > dim ? 8 : 0);                   // dx with its own stride
   // rstd: the rows' F32 rstd (an input here).
   auto rstd_f = [=](uint64_t seed) {
     std::vector<float> x = random_values(rows, dim, seed);
@@ -335,6 +337,7 @@ inline void add_rmsnorm_backward_case(std::vector<BackendOpCase>& out, DType t, 
     Tensor dw;
     if (with_dw) dw = device_tensor(ctx, random_values(1, dim, seed + 4), {dim}, DType::F32);
     ops::rmsnorm_backward(ctx, x.view, w, rstd, dy.view, dx.view, dw, accumulate);
+    if (dw_bits) return std::vector<OpResult>{result("dw", dw, true)};
     std::vector<OpResult> r{result("dx", dx.parent, true)};
     if (with_dw) r.push_back(result("dw", dw, true));
     return r;
@@ -360,8 +363,10 @@ inline void add_rmsnorm_backward_case(std::vector<BackendOpCase>& out, DType t, 
         dw[static_cast<size_t>(j)] += static_cast<double>(dy[e]) * x[e] * r;
       }
     }
+    OpResult dw_r = host_result("dw", std::vector<float>(dw.begin(), dw.end()), DType::F32, true);
+    if (dw_bits) return std::vector<OpResult>{dw_r};
     std::vector<OpResult> out_r{host_result("dx", padded(dx, rows, dim, ld_dx, kPad), t, true)};
-    if (with_dw) out_r.push_back(host_result("dw", std::vector<float>(dw.begin(), dw.end()), DType::F32, true));
+    if (with_dw) out_r.push_back(std::move(dw_r));
     return out_r;
   };
   out.push_back(std::move(c));
@@ -495,14 +500,29 @@ inline void elementwise_op_cases(std::vector<BackendOpCase>& out) {
   // The CUDA kernels' fast paths: the row in registers (dims ≤ 2048), the one-pass backward with dw (150 rows: a
   // partial last chunk and group).
   ew_rows::add_rmsnorm_forward_case(out, BF16, 64, 2048, 2056, true);
+  // The forward's two-row pipeline per warp (one wave of 2 BF16 / 1 F32 CTAs per SM, so on 132 SMs 2 or 3 rows
+  // a warp here), lanes without columns (dims 1000, 256).
+  ew_rows::add_rmsnorm_forward_case(out, BF16, 4500, 2048, 2048, true);
+  ew_rows::add_rmsnorm_forward_case(out, BF16, 150, 1000, 1008, true);
+  ew_rows::add_rmsnorm_forward_case(out, F32, 2300, 256, 264, false);
   ew_rows::add_rmsnorm_backward_case(out, BF16, 150, 512, 520, true, true);
   ew_rows::add_rmsnorm_backward_case(out, F32, 70, 2048, 2048, false, true);
+  // The one-pass backward's software-pipelined row groups (8 BF16 / 4 F32 rows, half that when accumulating):
+  // ragged last chunks (203 rows: 11; 200: 8; 133: 5; 5: less than a group) and groups, threads without columns
+  // (dim 1000); dw also held bit for bit to the CPU's.
+  ew_rows::add_rmsnorm_backward_case(out, BF16, 5, 2048, 2048, false, true, /*dw_bits=*/true);
+  ew_rows::add_rmsnorm_backward_case(out, BF16, 203, 2048, 2048, false, true);
+  ew_rows::add_rmsnorm_backward_case(out, BF16, 203, 2048, 2048, false, true, /*dw_bits=*/true);
+  ew_rows::add_rmsnorm_backward_case(out, BF16, 200, 2048, 2056, true, true);
+  ew_rows::add_rmsnorm_backward_case(out, BF16, 200, 2048, 2056, true, true, /*dw_bits=*/true);
+  ew_rows::add_rmsnorm_backward_case(out, F32, 133, 1000, 1000, true, true);
+  ew_rows::add_rmsnorm_backward_case(out, F32, 133, 1000, 1000, true, true, /*dw_bits=*/true);
   // RoPE: the rope part of wider heads (strided), whole heads, inverse (the backward).
   ew_rows::add_rope_case(out, F32, 2, 19, 3, 96, 64, false);
   ew_rows::add_rope_case(out, F32, 3, 16, 4, 64, 64, true);
   ew_rows::add_rope_case(out, BF16, 2, 19, 3, 96, 64, true);
   ew_rows::add_rope_case(out, BF16, 1, 37, 2, 128, 128, false);
-  ew_rows::add_rope_case(out, BF16, 2, 5, 3, 40, 12, false);  // 6 pairs: not whole 4-pair vectors
+  ew_rows::add_rope_case(out, BF16, 2, 5, 3, 40, 12, false);       // 6 pairs: not whole 4-pair vectors
   ew_rows::add_rope_case(out, F32, 1, 3, 4, 96, 64, false, 1000);  // decoding: new tokens after a cache
   // SwiGLU.
   for (bool backward : {false, true}) {

@@ -1,10 +1,14 @@
 // CUDA kernels of RMSNorm (forward, backward), RoPE and SwiGLU (forward, backward) (elementwise_launch.h).
-//   RMSNorm  one warp per row holding the row in registers for 16-byte-aligned rows up to dim 2048; otherwise one
-//            warp per row up to dim 1024 (8 rows per CTA), else one CTA of 256 threads per row (grid-stride over
+//   RMSNorm  one warp per row holding the row in registers for 16-byte-aligned rows up to dim 2048 (the forward:
+//            one wave, several rows a warp, the next row's loads issued before the current row is reduced); otherwise
+//            one warp per row up to dim 1024 (8 rows per CTA), else one CTA of 256 threads per row (grid-stride over
 //            rows), reading the row again (L1/L2) to write y or dx. Σx² by warp shuffles and a fixed tree (the
 //            order differs from the CPU's sequential sum: rstd, y and dx within rounding of it). dw: per 64-row chunk a
 //            column-parallel sequential sum into F32 scratch, then the chunks added into dw in order — the CPU's exact
-//            order, so dw is bit-exact.
+//            order, so dw is bit-exact. The backward with dw of 16-byte-aligned rows up to dim 2048 is one pass over
+//            x and dy: one CTA per 64-row chunk, a thread per 8 columns, the rows in groups software-pipelined over
+//            two register sets (the next group's loads in flight while the current group is reduced over the CTA,
+//            one barrier per group, and written), so an SM's memory pipe does not idle through the reductions.
 //   RoPE     a cos/sin table [seq_len, rope_dim/2] computed in double and rounded to F32 (the CPU's table; device
 //            pow/sin/cos are within 2 ulp of double, so an entry can differ from the CPU's by 1 F32 ulp only
 //            when the double lands within ~2^-28 relative of an F32 rounding boundary; the launcher keeps it per
@@ -158,42 +162,83 @@ struct alignas(16) Raw8 {
 __device__ __forceinline__ float widen(float v) { return v; }
 __device__ __forceinline__ float widen(uint16_t v) { return bf16_widen(v); }
 
+// 8 values as loaded (16 bytes of BF16 kept as 4 words, so a register holds two values until they are widened).
+template <class S>
+struct Vec8;
+template <>
+struct alignas(16) Vec8<uint16_t> {
+  uint32_t w[4];
+  __device__ __forceinline__ float at(int k) const {
+    return __uint_as_float(k % 2 == 0 ? w[k / 2] << 16 : w[k / 2] & 0xFFFF0000u);
+  }
+};
+template <>
+struct alignas(16) Vec8<float> {
+  float e[8];
+  __device__ __forceinline__ float at(int k) const { return e[k]; }
+};
+
+// The forward's warp keeps two rows in registers, software-pipelined: the next row's loads are issued before the
+// current row is reduced and written, so a warp's loads stay in flight through its reduction and stores. The grid
+// is one wave (kRmsNormForwardCtas per SM, every warp the same number of rows, grid-stride): at [8192, 2048] BF16
+// 256 CTAs of 4 rows a warp, up to 128 KB of x in flight per SM, the warps finishing together.
+template <class S>
+inline constexpr int kRmsNormForwardCtas = sizeof(S) == 2 ? 2 : 1;  // F32: two 8 KB rows need > 128 registers
 template <class S, int kCache>
-__global__ void __launch_bounds__(kThreads)
+__device__ __forceinline__ void rmsnorm_load_row(Vec8<S> (&v)[kCache], const RmsNormArgs& p, const S* x, int64_t r) {
+  if (r >= p.rows) return;
+  const auto* xr = reinterpret_cast<const Vec8<S>*>(x + r * p.ld_x);
+#pragma unroll
+  for (int j = 0; j < kCache; ++j) {
+    const int64_t i = threadIdx.x % 32 + 32 * j;
+    if (i < p.dim / 8) v[j] = xr[i];
+  }
+}
+template <class S, int kCache>
+__device__ __forceinline__ void rmsnorm_forward_row(const Vec8<S> (&v)[kCache], const RmsNormArgs& p, const float* w,
+                                                    S* y, float* rstd, int64_t r) {
+  const int lane = threadIdx.x % 32;
+  const int64_t nvec = p.dim / 8;
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kCache; ++j) {
+    if (lane + 32 * j < nvec) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) ss = fmaf(v[j].at(k), v[j].at(k), ss);
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+  const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(p.dim)), p.eps)));
+  if (rstd != nullptr && lane == 0) rstd[r] = rs;
+  S* yr = y + r * p.ld_y;
+#pragma unroll
+  for (int j = 0; j < kCache; ++j) {
+    const int64_t i = lane + 32 * j;
+    if (i < nvec) {
+      float g[8], o[8];
+      ld8(w + 8 * i, g);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) o[k] = __fmul_rn(__fmul_rn(v[j].at(k), rs), g[k]);
+      st8(yr + 8 * i, o);
+    }
+  }
+}
+
+template <class S, int kCache>
+__global__ void __launch_bounds__(kThreads, kRmsNormForwardCtas<S>)
     rmsnorm_forward_cached_kernel(RmsNormArgs p, const S* x, const float* w, S* y, float* rstd) {
   using T = Team<true>;
-  const int64_t nvec = p.dim / 8;
-  for (int64_t r = T::first_row(); r < p.rows; r += T::row_step()) {
-    const auto* xr = reinterpret_cast<const Raw8<S>*>(x + r * p.ld_x);
-    S* yr = y + r * p.ld_y;
-    Raw8<S> v[kCache];
-#pragma unroll
-    for (int j = 0; j < kCache; ++j) {
-      const int64_t i = T::lane() + 32 * j;
-      if (i < nvec) v[j] = xr[i];
-    }
-    float ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kCache; ++j) {
-      if (T::lane() + 32 * j < nvec) {
-#pragma unroll
-        for (int k = 0; k < 8; ++k) ss = fmaf(widen(v[j].e[k]), widen(v[j].e[k]), ss);
-      }
-    }
-    ss = T::sum(ss, nullptr);
-    const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(p.dim)), p.eps)));
-    if (rstd != nullptr && T::lane() == 0) rstd[r] = rs;
-#pragma unroll
-    for (int j = 0; j < kCache; ++j) {
-      const int64_t i = T::lane() + 32 * j;
-      if (i < nvec) {
-        float g[8], o[8];
-        ld8(w + 8 * i, g);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) o[k] = __fmul_rn(__fmul_rn(widen(v[j].e[k]), rs), g[k]);
-        st8(yr + 8 * i, o);
-      }
-    }
+  const int64_t step = T::row_step();
+  Vec8<S> even[kCache], odd[kCache];  // the warp's rows 0, 2, 4, ... and 1, 3, 5, ...
+  int64_t r = T::first_row();
+  rmsnorm_load_row(even, p, x, r);
+  for (; r < p.rows; r += 2 * step) {
+    rmsnorm_load_row(odd, p, x, r + step);
+    rmsnorm_forward_row(even, p, w, y, rstd, r);
+    if (r + step >= p.rows) break;
+    rmsnorm_load_row(even, p, x, r + 2 * step);
+    rmsnorm_forward_row(odd, p, w, y, rstd, r + step);
   }
 }
 
@@ -253,77 +298,138 @@ inline constexpr int kRmsNormCache = 8;
 bool rmsnorm_cached(int64_t dim) { return dim % 8 == 0 && dim / 8 <= int64_t{kRmsNormCache} * 32; }
 
 // The whole backward of 16-byte-aligned rows of up to 2048 values in one pass over x and dy: one CTA per
-// 64-row chunk of the dw order, each thread owning one 8-column vector. Rows go in groups of kGroup (all their
-// loads in flight at once); each row's Σ dy·w·x is reduced over the CTA (per thread over its 8 columns, then the
-// warp's shuffle tree, then the warps in order), dx written, and the thread's dw partial sums advanced in row
-// order — the partial kernel's exact sums, so dw stays bit-exact. The chunk's partials go to `partial`; the sum
-// kernel adds them into dw as before.
-inline constexpr int kRmsNormGroup = 8;
-template <class S>
+// 64-row chunk of the dw order, each thread owning one 8-column vector. Rows go in groups of kG, software-pipelined
+// over two register sets: the next group's loads (x, dy, and the old dx when accumulating) are issued before the
+// current group is reduced and written, so the SM's loads stay in flight through the reductions and barriers. A
+// group is 128 bytes each of x and dy per thread (64 KB per CTA: 8 BF16 or 4 F32 rows), half that when
+// accumulating (x, dy and dx: 48 KB per CTA), so two sets fit in the registers; the chunk's rstd waits in shared
+// memory. Each row's Σ dy·w·x is reduced over the CTA (per thread over its 8 columns, then the warp's shuffle tree,
+// then the warps in order: one barrier per group, the per-warp sums double-buffered by group parity so no barrier
+// is needed before they are overwritten), dx written, and the thread's dw partial sums advanced in row order — the
+// partial kernel's exact sums, so dw stays bit-exact. The chunk's partials go to `partial`; the sum kernel adds
+// them into dw.
+template <class S, bool kAcc>
+inline constexpr int kRmsNormGroup = (kAcc ? 64 : 128) / static_cast<int>(sizeof(Vec8<S>));
+template <class S, bool kAcc>
+struct RmsNormRows {
+  static constexpr int kG = kRmsNormGroup<S, kAcc>;
+  Vec8<S> dy[kG], x[kG], dx[kAcc ? kG : 1];  // dx: the old values (kAcc)
+};
+
+// Issues the loads of rows r0.. (those below r_end; kFull: all kG of them) of this thread's vector i.
+template <bool kFull, class S, bool kAcc>
+__device__ __forceinline__ void rmsnorm_load_rows(RmsNormRows<S, kAcc>& g, const RmsNormArgs& p, const S* x,
+                                                  const S* dy, const S* dx, int64_t i, bool mine, int64_t r0,
+                                                  int64_t r_end) {
+  if (!mine) return;
+#pragma unroll
+  for (int q = 0; q < g.kG; ++q)
+    if (kFull || r0 + q < r_end) {
+      g.dy[q] = *reinterpret_cast<const Vec8<S>*>(dy + (r0 + q) * p.ld_dy + 8 * i);
+      g.x[q] = *reinterpret_cast<const Vec8<S>*>(x + (r0 + q) * p.ld_x + 8 * i);
+      if constexpr (kAcc) g.dx[q] = *reinterpret_cast<const Vec8<S>*>(dx + (r0 + q) * p.ld_dx + 8 * i);
+    }
+}
+
+// Reduces rows r0.. of `g` over the CTA (red: this group parity's [warp][row] sums; rs_chunk: rstd of the chunk's
+// rows from its first row c0), writes their dx and advances acc. One barrier: red of this parity was last read two
+// groups ago, before the previous group's barrier. kFull (every group but a ragged last one) drops the per-row
+// bounds checks, so the rows' shuffle chains and arithmetic interleave instead of running row after row.
+template <bool kFull, class S, bool kAcc>
+__device__ __forceinline__ void rmsnorm_rows(const RmsNormRows<S, kAcc>& g, const RmsNormArgs& p, S* dx, int64_t i,
+                                             bool mine, int64_t r0, int64_t r_end, const float (&w)[8], float (&acc)[8],
+                                             float inv_dim, float (*red)[RmsNormRows<S, kAcc>::kG],
+                                             const float* rs_chunk, int64_t c0) {
+  constexpr int kG = RmsNormRows<S, kAcc>::kG;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float dot[kG];
+#pragma unroll
+  for (int q = 0; q < kG; ++q) dot[q] = 0.0f;
+  if (mine) {
+#pragma unroll
+    for (int q = 0; q < kG; ++q)
+      if (kFull || r0 + q < r_end) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) dot[q] = fmaf(__fmul_rn(g.dy[q].at(k), w[k]), g.x[q].at(k), dot[q]);
+      }
+  }
+#pragma unroll
+  for (int q = 0; q < kG; ++q) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) dot[q] += __shfl_xor_sync(0xFFFFFFFFu, dot[q], o);
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int q = 0; q < kG; ++q) red[warp][q] = dot[q];
+  }
+  __syncthreads();
+  if (!mine) return;
+#pragma unroll
+  for (int q = 0; q < kG; ++q) {
+    if (!kFull && r0 + q >= r_end) continue;
+    float t = 0.0f;
+#pragma unroll
+    for (int w8 = 0; w8 < kThreads / 32; ++w8) t = __fadd_rn(t, red[w8][q]);
+    // dx (+)= rstd·dy·w − x·k with k = rstd³·(Σ dy·w·x)/dim.
+    const float rs = rs_chunk[r0 + q - c0];
+    const float kk = __fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(rs, rs), rs), t), inv_dim);
+    float o[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float av = g.dy[q].at(k), bv = g.x[q].at(k);
+      const float d = __fsub_rn(__fmul_rn(__fmul_rn(rs, av), w[k]), __fmul_rn(bv, kk));
+      if constexpr (kAcc)
+        o[k] = __fadd_rn(g.dx[q].at(k), d);
+      else
+        o[k] = d;
+      acc[k] = __fadd_rn(acc[k], __fmul_rn(__fmul_rn(av, bv), rs));
+    }
+    st8(dx + (r0 + q) * p.ld_dx + 8 * i, o);
+  }
+}
+
+template <class S, bool kAcc>
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_backward_fused_kernel(RmsNormArgs p, const S* x, const float* w, const float* rstd, const S* dy, S* dx,
                                   float* partial) {
-  __shared__ float red[kThreads / 32][kRmsNormGroup];
-  __shared__ float dots[kRmsNormGroup];
+  using Rows = RmsNormRows<S, kAcc>;
+  constexpr int kG = Rows::kG;
+  __shared__ float red[2][kThreads / 32][kG];  // per group parity: [warp][row]
+  __shared__ float rs_chunk[kRmsNormRowsPerChunk];  // rstd of the chunk's rows (read after the first barrier)
+  // The dw sum kernel (launched as this grid's programmatic dependent) may be scheduled now: it waits for this
+  // grid's completion and memory before it reads anything, and is small enough to sit beside these CTAs.
+  asm volatile("griddepcontrol.launch_dependents;");
   const int64_t i = threadIdx.x;  // this thread's vector
   const bool mine = i < p.dim / 8;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float inv_dim = __fdiv_rn(1.0f, static_cast<float>(p.dim));
   float g[8], acc[8];
   if (mine) ld8(w + 8 * i, g);
 #pragma unroll
   for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
-  const int64_t ch = blockIdx.x;
-  const int64_t r_end = std::min(p.rows, (ch + 1) * kRmsNormRowsPerChunk);
-  for (int64_t r0 = ch * kRmsNormRowsPerChunk; r0 < r_end; r0 += kRmsNormGroup) {
-    Raw8<S> a[kRmsNormGroup], b[kRmsNormGroup];
-#pragma unroll
-    for (int q = 0; q < kRmsNormGroup; ++q)
-      if (mine && r0 + q < r_end) {
-        a[q] = *reinterpret_cast<const Raw8<S>*>(dy + (r0 + q) * p.ld_dy + 8 * i);
-        b[q] = *reinterpret_cast<const Raw8<S>*>(x + (r0 + q) * p.ld_x + 8 * i);
-      }
-    float dot[kRmsNormGroup];
-#pragma unroll
-    for (int q = 0; q < kRmsNormGroup; ++q) {
-      dot[q] = 0.0f;
-      if (mine && r0 + q < r_end) {
-#pragma unroll
-        for (int k = 0; k < 8; ++k) dot[q] = fmaf(__fmul_rn(widen(a[q].e[k]), g[k]), widen(b[q].e[k]), dot[q]);
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) dot[q] += __shfl_xor_sync(0xFFFFFFFFu, dot[q], o);
-    }
-    __syncthreads();  // red and dots may still be read for the previous group
-    if (lane == 0) {
-#pragma unroll
-      for (int q = 0; q < kRmsNormGroup; ++q) red[warp][q] = dot[q];
-    }
-    __syncthreads();
-    if (threadIdx.x < kRmsNormGroup) {
-      float t = 0.0f;
-      for (int w8 = 0; w8 < kThreads / 32; ++w8) t = __fadd_rn(t, red[w8][threadIdx.x]);
-      dots[threadIdx.x] = t;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int q = 0; q < kRmsNormGroup; ++q) {
-      const int64_t r = r0 + q;
-      if (!mine || r >= r_end) continue;
-      const float rs = rstd[r];
-      const float kk = __fmul_rn(__fmul_rn(__fmul_rn(__fmul_rn(rs, rs), rs), dots[q]), inv_dim);
-      S* dxr = dx + r * p.ld_dx + 8 * i;
-      float o[8];
-      if (p.accumulate_dx) ld8(dxr, o);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const float av = widen(a[q].e[k]), bv = widen(b[q].e[k]);
-        const float d = __fsub_rn(__fmul_rn(__fmul_rn(rs, av), g[k]), __fmul_rn(bv, kk));
-        o[k] = p.accumulate_dx ? __fadd_rn(o[k], d) : d;
-        acc[k] = __fadd_rn(acc[k], __fmul_rn(__fmul_rn(av, bv), rs));
-      }
-      st8(dxr, o);
-    }
+  const int64_t ch = blockIdx.x, c0 = ch * kRmsNormRowsPerChunk;
+  const int64_t r_end = std::min(p.rows, c0 + kRmsNormRowsPerChunk);
+  if (c0 + threadIdx.x < r_end && threadIdx.x < kRmsNormRowsPerChunk) rs_chunk[threadIdx.x] = rstd[c0 + threadIdx.x];
+  const auto load = [&](Rows& rows, int64_t r) {
+    if (r + kG <= r_end)
+      rmsnorm_load_rows<true>(rows, p, x, dy, dx, i, mine, r, r_end);
+    else if (r < r_end)
+      rmsnorm_load_rows<false>(rows, p, x, dy, dx, i, mine, r, r_end);
+  };
+  const auto reduce_write = [&](const Rows& rows, int64_t r, float(*red_parity)[kG]) {
+    if (r + kG <= r_end)
+      rmsnorm_rows<true>(rows, p, dx, i, mine, r, r_end, g, acc, inv_dim, red_parity, rs_chunk, c0);
+    else
+      rmsnorm_rows<false>(rows, p, dx, i, mine, r, r_end, g, acc, inv_dim, red_parity, rs_chunk, c0);
+  };
+  Rows even, odd;  // the chunk's groups 0, 2, 4, ... and 1, 3, 5, ...
+  int64_t r0 = c0;
+  load(even, r0);
+  for (; r0 < r_end; r0 += 2 * kG) {
+    load(odd, r0 + kG);
+    reduce_write(even, r0, red[0]);
+    if (r0 + kG >= r_end) break;
+    load(even, r0 + 2 * kG);
+    reduce_write(odd, r0 + kG, red[1]);
   }
   if (mine) st8(partial + ch * p.dim + 8 * i, acc);
 }
@@ -344,13 +450,47 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__global__ void __launch_bounds__(kThreads)
+// dw[c] += partial[0, c] + partial[1, c] + ... in chunk order: one thread per column, its loads issued kBatch at a
+// time (they are independent; only the sum is sequential), small CTAs to spread the columns over more SMs. Launched
+// after the fused backward as a programmatic dependent (rmsnorm_dw_sum), it waits here for that grid's completion
+// and memory (a no-op after an ordinary launch), so its launch latency overlaps the backward.
+inline constexpr int kDwSumThreads = 64;
+__global__ void __launch_bounds__(kDwSumThreads)
     rmsnorm_dw_sum_kernel(int64_t dim, int64_t chunks, const float* partial, float* dw) {
+  constexpr int kBatch = 32;
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= dim) return;
   float acc = dw[c];
-  for (int64_t ch = 0; ch < chunks; ++ch) acc = __fadd_rn(acc, partial[ch * dim + c]);
+  int64_t ch = 0;
+  for (; ch + kBatch <= chunks; ch += kBatch) {
+    float v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) v[j] = partial[(ch + j) * dim + c];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) acc = __fadd_rn(acc, v[j]);
+  }
+  for (; ch < chunks; ++ch) acc = __fadd_rn(acc, partial[ch * dim + c]);
   dw[c] = acc;
+}
+
+// Launches the dw sum; `dependent`: as a programmatic dependent of the stream's previous kernel (the sum still
+// reads nothing before that kernel has completed; only its launch overlaps it).
+cudaError_t rmsnorm_dw_sum(int64_t dim, int64_t chunks, const float* partial, float* dw, bool dependent,
+                           cudaStream_t stream) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(ceil_div(dim, kDwSumThreads)), 1, 1);
+  config.blockDim = dim3(kDwSumThreads, 1, 1);
+  config.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  if (dependent) {
+    config.attrs = &attr;
+    config.numAttrs = 1;
+  }
+  const cudaError_t err = cudaLaunchKernelEx(&config, rmsnorm_dw_sum_kernel, dim, chunks, partial, dw);
+  return err != cudaSuccess ? err : cudaGetLastError();
 }
 
 template <class S>
@@ -363,8 +503,11 @@ cudaError_t rmsnorm_forward_t(const RmsNormArgs& p, const void* x, const float* 
   const bool warp = p.dim <= kWarpRowDim;
   const unsigned blocks = team_blocks(p.rows, warp);
   if (vec && rmsnorm_cached(p.dim)) {
+    int device = 0, sms = 132;
+    if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    const int64_t rows_per_warp = ceil_div(p.rows, int64_t{sms} * kRmsNormForwardCtas<S> * (kThreads / 32));
     rmsnorm_forward_cached_kernel<S, kRmsNormCache>
-        <<<team_blocks(p.rows, true), kThreads, 0, stream>>>(p, px, w, py, rstd);
+        <<<team_blocks(ceil_div(p.rows, rows_per_warp), true), kThreads, 0, stream>>>(p, px, w, py, rstd);
   } else if (vec && warp)
     rmsnorm_forward_kernel<S, true, true><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
   else if (vec) rmsnorm_forward_kernel<S, true, false><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
@@ -385,13 +528,15 @@ cudaError_t rmsnorm_backward_t(const RmsNormArgs& p, const void* x, const float*
   const unsigned blocks = team_blocks(p.rows, warp);
   const int64_t chunks = ceil_div(p.rows, kRmsNormRowsPerChunk);
   if (vec && dw != nullptr && p.dim % 8 == 0 && p.dim / 8 <= kThreads && aligned16(dw_partial) && chunks <= 65535) {
-    rmsnorm_backward_fused_kernel<S>
-        <<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx, dw_partial);
+    if (p.accumulate_dx)
+      rmsnorm_backward_fused_kernel<S, true>
+          <<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx, dw_partial);
+    else
+      rmsnorm_backward_fused_kernel<S, false>
+          <<<static_cast<unsigned>(chunks), kThreads, 0, stream>>>(p, px, w, rstd, pdy, pdx, dw_partial);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
-    rmsnorm_dw_sum_kernel<<<static_cast<unsigned>(ceil_div(p.dim, kThreads)), kThreads, 0, stream>>>(p.dim, chunks,
-                                                                                                     dw_partial, dw);
-    return cudaGetLastError();
+    return rmsnorm_dw_sum(p.dim, chunks, dw_partial, dw, /*dependent=*/true, stream);
   }
   if (vec && rmsnorm_cached(p.dim)) {
     rmsnorm_dx_cached_kernel<S, kRmsNormCache>
@@ -408,9 +553,7 @@ cudaError_t rmsnorm_backward_t(const RmsNormArgs& p, const void* x, const float*
   rmsnorm_dw_partial_kernel<S><<<grid, kThreads, 0, stream>>>(p, px, rstd, pdy, dw_partial);
   err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  rmsnorm_dw_sum_kernel<<<static_cast<unsigned>(ceil_div(p.dim, kThreads)), kThreads, 0, stream>>>(p.dim, chunks,
-                                                                                                   dw_partial, dw);
-  return cudaGetLastError();
+  return rmsnorm_dw_sum(p.dim, chunks, dw_partial, dw, /*dependent=*/false, stream);
 }
 
 // ---- RoPE ------------------------------------------------------------------------------------------------------
