@@ -500,8 +500,8 @@ inline void elementwise_op_cases(std::vector<BackendOpCase>& out) {
   // The CUDA kernels' fast paths: the row in registers (dims ≤ 2048), the one-pass backward with dw (150 rows: a
   // partial last chunk and group).
   ew_rows::add_rmsnorm_forward_case(out, BF16, 64, 2048, 2056, true);
-  // The forward's two-row pipeline per warp (one wave of 2 BF16 / 1 F32 CTAs per SM, so on 132 SMs 2 or 3 rows
-  // a warp here), lanes without columns (dims 1000, 256).
+  // The forward's register rows over many CTAs (a grid-stride tail past 2^20 warps is not reached here), lanes
+  // without columns (dims 1000, 256).
   ew_rows::add_rmsnorm_forward_case(out, BF16, 4500, 2048, 2048, true);
   ew_rows::add_rmsnorm_forward_case(out, BF16, 150, 1000, 1008, true);
   ew_rows::add_rmsnorm_forward_case(out, F32, 2300, 256, 264, false);

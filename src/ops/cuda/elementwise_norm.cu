@@ -1,6 +1,5 @@
 // CUDA kernels of RMSNorm (forward, backward), RoPE and SwiGLU (forward, backward) (elementwise_launch.h).
-//   RMSNorm  one warp per row holding the row in registers for 16-byte-aligned rows up to dim 2048 (the forward:
-//            one wave, several rows a warp, the next row's loads issued before the current row is reduced); otherwise
+//   RMSNorm  one warp per row holding the row in registers for 16-byte-aligned rows up to dim 2048; otherwise
 //            one warp per row up to dim 1024 (8 rows per CTA), else one CTA of 256 threads per row (grid-stride over
 //            rows), reading the row again (L1/L2) to write y or dx. Σx² by warp shuffles and a fixed tree (the
 //            order differs from the CPU's sequential sum: rstd, y and dx within rounding of it). dw: per 64-row chunk a
@@ -178,67 +177,45 @@ struct alignas(16) Vec8<float> {
   __device__ __forceinline__ float at(int k) const { return e[k]; }
 };
 
-// The forward's warp keeps two rows in registers, software-pipelined: the next row's loads are issued before the
-// current row is reduced and written, so a warp's loads stay in flight through its reduction and stores. The grid
-// is one wave (kRmsNormForwardCtas per SM, every warp the same number of rows, grid-stride): at [8192, 2048] BF16
-// 256 CTAs of 4 rows a warp, up to 128 KB of x in flight per SM, the warps finishing together.
-template <class S>
-inline constexpr int kRmsNormForwardCtas = sizeof(S) == 2 ? 2 : 1;  // F32: two 8 KB rows need > 128 registers
+// The forward: one warp per row, the row held in registers between Σx² and the output (one read of x). Measured
+// on an H200: software-pipelining two rows per warp over a one-wave grid made [8192, 2048] slower (0.031 against
+// 0.028 ms, docs/gpu_training.md), so one row per warp over as many CTAs as rows need.
 template <class S, int kCache>
-__device__ __forceinline__ void rmsnorm_load_row(Vec8<S> (&v)[kCache], const RmsNormArgs& p, const S* x, int64_t r) {
-  if (r >= p.rows) return;
-  const auto* xr = reinterpret_cast<const Vec8<S>*>(x + r * p.ld_x);
-#pragma unroll
-  for (int j = 0; j < kCache; ++j) {
-    const int64_t i = threadIdx.x % 32 + 32 * j;
-    if (i < p.dim / 8) v[j] = xr[i];
-  }
-}
-template <class S, int kCache>
-__device__ __forceinline__ void rmsnorm_forward_row(const Vec8<S> (&v)[kCache], const RmsNormArgs& p, const float* w,
-                                                    S* y, float* rstd, int64_t r) {
-  const int lane = threadIdx.x % 32;
-  const int64_t nvec = p.dim / 8;
-  float ss = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kCache; ++j) {
-    if (lane + 32 * j < nvec) {
-#pragma unroll
-      for (int k = 0; k < 8; ++k) ss = fmaf(v[j].at(k), v[j].at(k), ss);
-    }
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
-  const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(p.dim)), p.eps)));
-  if (rstd != nullptr && lane == 0) rstd[r] = rs;
-  S* yr = y + r * p.ld_y;
-#pragma unroll
-  for (int j = 0; j < kCache; ++j) {
-    const int64_t i = lane + 32 * j;
-    if (i < nvec) {
-      float g[8], o[8];
-      ld8(w + 8 * i, g);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) o[k] = __fmul_rn(__fmul_rn(v[j].at(k), rs), g[k]);
-      st8(yr + 8 * i, o);
-    }
-  }
-}
-
-template <class S, int kCache>
-__global__ void __launch_bounds__(kThreads, kRmsNormForwardCtas<S>)
+__global__ void __launch_bounds__(kThreads)
     rmsnorm_forward_cached_kernel(RmsNormArgs p, const S* x, const float* w, S* y, float* rstd) {
   using T = Team<true>;
-  const int64_t step = T::row_step();
-  Vec8<S> even[kCache], odd[kCache];  // the warp's rows 0, 2, 4, ... and 1, 3, 5, ...
-  int64_t r = T::first_row();
-  rmsnorm_load_row(even, p, x, r);
-  for (; r < p.rows; r += 2 * step) {
-    rmsnorm_load_row(odd, p, x, r + step);
-    rmsnorm_forward_row(even, p, w, y, rstd, r);
-    if (r + step >= p.rows) break;
-    rmsnorm_load_row(even, p, x, r + 2 * step);
-    rmsnorm_forward_row(odd, p, w, y, rstd, r + step);
+  const int64_t nvec = p.dim / 8;
+  for (int64_t r = T::first_row(); r < p.rows; r += T::row_step()) {
+    const auto* xr = reinterpret_cast<const Raw8<S>*>(x + r * p.ld_x);
+    S* yr = y + r * p.ld_y;
+    Raw8<S> v[kCache];
+#pragma unroll
+    for (int j = 0; j < kCache; ++j) {
+      const int64_t i = T::lane() + 32 * j;
+      if (i < nvec) v[j] = xr[i];
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kCache; ++j) {
+      if (T::lane() + 32 * j < nvec) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) ss = fmaf(widen(v[j].e[k]), widen(v[j].e[k]), ss);
+      }
+    }
+    ss = T::sum(ss, nullptr);
+    const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(p.dim)), p.eps)));
+    if (rstd != nullptr && T::lane() == 0) rstd[r] = rs;
+#pragma unroll
+    for (int j = 0; j < kCache; ++j) {
+      const int64_t i = T::lane() + 32 * j;
+      if (i < nvec) {
+        float g[8], o[8];
+        ld8(w + 8 * i, g);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) o[k] = __fmul_rn(__fmul_rn(widen(v[j].e[k]), rs), g[k]);
+        st8(yr + 8 * i, o);
+      }
+    }
   }
 }
 
@@ -503,11 +480,8 @@ cudaError_t rmsnorm_forward_t(const RmsNormArgs& p, const void* x, const float* 
   const bool warp = p.dim <= kWarpRowDim;
   const unsigned blocks = team_blocks(p.rows, warp);
   if (vec && rmsnorm_cached(p.dim)) {
-    int device = 0, sms = 132;
-    if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    const int64_t rows_per_warp = ceil_div(p.rows, int64_t{sms} * kRmsNormForwardCtas<S> * (kThreads / 32));
     rmsnorm_forward_cached_kernel<S, kRmsNormCache>
-        <<<team_blocks(ceil_div(p.rows, rows_per_warp), true), kThreads, 0, stream>>>(p, px, w, py, rstd);
+        <<<team_blocks(p.rows, true), kThreads, 0, stream>>>(p, px, w, py, rstd);
   } else if (vec && warp)
     rmsnorm_forward_kernel<S, true, true><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
   else if (vec) rmsnorm_forward_kernel<S, true, false><<<blocks, kThreads, 0, stream>>>(p, px, w, py, rstd);
