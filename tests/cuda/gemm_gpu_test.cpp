@@ -385,6 +385,47 @@ TEST(GemmGpu, PlansAreCachedPerShape) {
               ops::cuda::cublaslt_version().c_str());
 }
 
+// The per-expert BF16 GEMMs meet a new row count almost every call: shapes within one 64-rounded bucket share the
+// bucket's heuristic choice (checked by cuBLASLt for each exact shape) instead of a query each, and compute right.
+TEST(GemmGpu, PlainGemmsShareTheHeuristicWithinA64Bucket) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int64_t n = 392, k = 328;  // shapes no other test plans
+  const auto b16 = to_bf16(random_matrix(n, k, seed + 1, 1.0f));
+  const auto b = from_bf16(b16);
+  DeviceArray<uint16_t> db(b16);
+  auto run = [&](int64_t m) {
+    const auto a16 = to_bf16(random_matrix(m, k, seed + static_cast<uint64_t>(m), 1.0f));
+    const auto a = from_bf16(a16);
+    std::vector<double> ref(static_cast<size_t>(m * n), 0.0);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int64_t q = 0; q < k; ++q) sum += static_cast<double>(a[i * k + q]) * b[j * k + q];
+        ref[i * n + j] = sum;
+      }
+    ops::cuda::CublasLtPlainProblem p;
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.trans_b = true;  // b stored [n, k]
+    p.out = GemmOutput::F32;
+    p.lda = k;
+    p.ldb = k;
+    p.ldc = n;
+    DeviceArray<uint16_t> da(a16);
+    DeviceArray<float> d(m * n);
+    gemm().run_plain(p, da.get(), db.get(), d.get(), nullptr);
+    const auto got = d.download();
+    EXPECT_LT(num::calc_diff(std::span<const float>(got), std::span<const double>(ref)), 1e-6) << "m = " << m;
+    return gemm().plain_heuristic_queries();
+  };
+  const int64_t first = run(200);  // bucket m 256
+  EXPECT_EQ(run(230), first);      // the same bucket: no query
+  EXPECT_EQ(run(256), first);
+  EXPECT_EQ(run(300), first + 1);  // bucket m 320: a query of its own
+}
+
 TEST(GemmGpu, UnservableProblemsThrowClearErrors) {
   auto expect_error = [](CublasLtProblem p, const char* needle) {
     try {

@@ -176,6 +176,14 @@ struct CublasLtGemm::Impl {
   std::mutex mutex;
   std::map<PlanKey, std::unique_ptr<Plan>> plans;
   std::map<PlainKey, std::unique_ptr<Plan>> plain_plans;
+  // The heuristic's choice per plain problem with m, n and k rounded up to kHeuristicBucket: the per-expert GEMMs of
+  // an MoE layer meet a new row count (m, or k for the weight gradient) almost every call, and a heuristic query
+  // costs more host time than the GEMM it plans, inside the step (its first steps on moe_bench took seconds).
+  // A new shape in a known bucket takes the bucket's algorithm once cuBLASLt's own check accepts it for the exact
+  // shape, else its own query.
+  static constexpr int64_t kHeuristicBucket = 64;
+  std::map<PlainKey, cublasLtMatmulAlgo_t> bucket_algos;
+  int64_t heuristic_queries = 0;
 
   // The plain GEMM's plan: cuBLASLt's A = our B, its B = our A, D = C (column-major Cᵀ[n, m]).
   Plan& plain_plan_for(const CublasLtPlainProblem& p, uint32_t align_a, uint32_t align_b, uint32_t align_c) {
@@ -196,9 +204,22 @@ struct CublasLtGemm::Impl {
     FP8T_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in, p.trans_a ? p.m : p.k, p.trans_a ? p.k : p.m, p.lda));
     FP8T_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, cuda_type(p.out), p.n, p.m, p.ldc));
 
+    const uint64_t ws = workspace.bytes();
+    PlainKey bucket = key;
+    for (int64_t* dim : {&bucket.m, &bucket.n, &bucket.k}) *dim = ceil_div(*dim, kHeuristicBucket) * kHeuristicBucket;
+    if (const auto known = bucket_algos.find(bucket); known != bucket_algos.end()) {
+      cublasLtMatmulHeuristicResult_t check{};
+      if (cublasLtMatmulAlgoCheck(handle, plan->desc, plan->a, plan->b, plan->d, plan->d, &known->second, &check) ==
+              CUBLAS_STATUS_SUCCESS &&
+          check.workspaceSize <= ws) {
+        plan->algo = known->second;
+        plan->workspace = check.workspaceSize;
+        plan->algo_text = describe_algo(plan->algo);
+        return *plain_plans.emplace(key, std::move(plan)).first->second;
+      }
+    }
     cublasLtMatmulPreference_t pref = nullptr;
     FP8T_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t ws = workspace.bytes();
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_b, sizeof(align_b));
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_a, sizeof(align_a));
@@ -213,9 +234,11 @@ struct CublasLtGemm::Impl {
                "cuBLASLt has no algorithm for {} (heuristic status {}, {} results); lda={} ldb={} ldc={}, alignments "
                "A {} B {} C {} bytes",
                p.describe(), cublasLtGetStatusName(st), returned, p.lda, p.ldb, p.ldc, align_a, align_b, align_c);
+    ++heuristic_queries;
     plan->algo = results[0].algo;
     plan->workspace = results[0].workspaceSize;
     plan->algo_text = describe_algo(plan->algo);
+    bucket_algos.emplace(bucket, plan->algo);  // the bucket's first query decides it
     return *plain_plans.emplace(key, std::move(plan)).first->second;
   }
 
@@ -289,6 +312,11 @@ CublasLtGemm::~CublasLtGemm() {
 size_t CublasLtGemm::cached_plans() const {
   std::lock_guard<std::mutex> lock(impl_->mutex);
   return impl_->plans.size() + impl_->plain_plans.size();
+}
+
+int64_t CublasLtGemm::plain_heuristic_queries() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->heuristic_queries;
 }
 
 void CublasLtGemm::validate(const CublasLtProblem& q) {

@@ -78,11 +78,14 @@ class CublasLtGemm {
   // a_scales / b_scales: device floats in the problem's layouts (ignored for BF16 operands).
   void run(const CublasLtProblem& p, const void* a, const float* a_scales, const void* b, const float* b_scales,
            void* d, cudaStream_t stream);
-  // Plain GEMM (no scales); the algorithm is cached per shape, strides, transposes, types and pointer alignment.
+  // Plain GEMM (no scales); the plan is cached per shape, strides, transposes, types and pointer alignment, its
+  // algorithm per the same with m, n and k rounded up to 64 (checked by cuBLASLt for each exact shape).
   void run_plain(const CublasLtPlainProblem& p, const void* a, const void* b, void* c, cudaStream_t stream);
   // The cached algorithm chosen for p (selecting it if needed) as "algo 66 tile 23 stages 19 ...".
   std::string algorithm(const CublasLtProblem& p, size_t alignment = 256);
   size_t cached_plans() const;
+  // cuBLASLt heuristic queries run for plain GEMMs so far (shapes whose 64-rounded bucket was known skip them).
+  int64_t plain_heuristic_queries() const;
 
   struct Impl;
 
