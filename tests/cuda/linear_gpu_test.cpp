@@ -1,7 +1,8 @@
 // A Linear on the GPU against the same Linear on the CPU, on the same weights, input and output gradient: under
-// the dgrad_block ablation (fp8-deepseek:dgrad_block=on: dy quantized in 128×128 blocks for Dgrad, the block
-// scales repeated per row for the 1×128 · 128×128 GEMM) the three products — y, dx and dW — are the CPU's bit for
-// bit, as for every other FP8 form: the quantizers round alike and the FP8 GEMMs are the CPU's Hopper model.
+// the two ablations -- dgrad_block=on (dy quantized in 128×128 blocks for Dgrad, the block scales repeated per row
+// for the 1×128 · 128×128 GEMM) and promote=never (the kernels' pending FP22 sum) -- the three products, y, dx and
+// dW, are the CPU's bit for bit, as for every other FP8 form: the quantizers round alike and the FP8 GEMMs are the
+// CPU's Hopper model.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -61,14 +62,14 @@ Products run_linear(const std::string& spec, Device device, const std::vector<fl
   return {bf16_codes(y), bf16_codes(dx), grad.to(Device::cpu()).to_vector<float>()};
 }
 
-TEST(LinearGpu, DgradBlockAblationMatchesTheCpuBitForBit) {
+TEST(LinearGpu, AblationsMatchTheCpuBitForBit) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   // 320 tokens: two whole 128-row blocks of dy and a short third one; out 384: three 128-column blocks.
   const int64_t tokens = 320, in = 256, out = 384;
   const std::vector<float> w = random_matrix(out, in, seed, 1.0f), x = random_matrix(tokens, in, seed + 1);
   const std::vector<float> dy = random_matrix(tokens, out, seed + 2);
-  for (const std::string spec : {"fp8-deepseek", "fp8-deepseek:dgrad_block=on"}) {
+  for (const std::string spec : {"fp8-deepseek", "fp8-deepseek:dgrad_block=on", "fp8-deepseek:promote=never"}) {
     SCOPED_TRACE(spec);
     const Products cpu = run_linear(spec, Device::cpu(), w, x, dy, tokens, in, out);
     const Products gpu = run_linear(spec, Device::cuda(0), w, x, dy, tokens, in, out);
