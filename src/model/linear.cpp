@@ -46,18 +46,24 @@ Tensor f32_matrix(const StepContext& ctx, int64_t rows, int64_t cols) {
 
 // A 128×128-block quantization of dy re-expressed with one scale per row per 128 columns (each row of a block
 // repeats the block's scale): the same values in the 1×128 · 128×128 pairing the scaled GEMMs accept. Only the
-// dgrad_block ablation (DeepSeek-V3 report, App. B.2) uses it; CPU tensors.
+// dgrad_block ablation (DeepSeek-V3 report, App. B.2) uses it, on any device. Blocks never straddle two experts:
+// the MoE pads each expert's rows to 128 in the quantized recipes (moe.cpp), so a grouped Dgrad reads the same
+// scales. On a GPU the small scale grid (rows/128 × cols/128 floats) makes a host round trip (one synchronisation
+// per Dgrad) instead of a device kernel: acceptable for an ablation, which measures accuracy, not speed.
 quant::QTensor blocks_as_row_tiles(const quant::QTensor& q) {
-  FP8T_CHECK(q.device().is_cpu() && q.groups == 1 && q.rowwise.layout == quant::ScaleLayout::RowMajor,
-             "the dgrad_block ablation runs on the CPU reference only");
+  FP8T_CHECK(q.groups == 1 && !q.spec.granularity.per_tensor && q.rowwise.defined(),
+             "the dgrad_block ablation expects one block-quantized dy matrix");
   quant::QTensor t = q.rowwise_only();
   t.spec.granularity = quant::Granularity::row_tile(q.spec.granularity.block_cols);
-  const int64_t sc = q.scale_cols();
-  t.rowwise.scales = Tensor::empty({q.rows, sc}, DType::F32, MemCategory::Workspace, Device::cpu());
-  const float* src = q.rowwise.scales.data<float>();
-  float* dst = t.rowwise.scales.data<float>();
+  const quant::ScaleGrid from = q.rowwise_grid();
+  const quant::ScaleGrid to = t.rowwise_grid();
+  const std::vector<float> src = q.rowwise.scales.to_vector<float>();
+  std::vector<float> dst(static_cast<size_t>(to.numel()), 0.0f);
+  const int64_t bc = q.spec.granularity.block_cols;
   for (int64_t r = 0; r < q.rows; ++r)
-    for (int64_t c = 0; c < sc; ++c) dst[r * sc + c] = src[(r / q.spec.granularity.block_rows) * sc + c];
+    for (int64_t c = 0; c < q.cols; c += bc) dst[to.offset_of(r, c)] = src[from.offset_of(r, c)];
+  const Tensor host = Tensor::from_vector(dst, to.shape(), MemCategory::Workspace, Device::cpu());
+  t.rowwise.scales = q.device().is_cpu() ? host : host.to(q.device(), MemCategory::Workspace);
   return t;
 }
 

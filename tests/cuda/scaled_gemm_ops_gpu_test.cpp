@@ -269,6 +269,123 @@ TEST(ScaledGemmOpsGpu, Int8FormsBitExactOnTheOwnKernels) {
   }
 }
 
+// The promote=never ablation's GEMMs: E4M3 with 1x128 / 128x128 scales, each 128-block's scaled partial added into
+// a pending sum with the truncating FP22 adder (quant/ref_gemm.h) -- every form the training step runs (Fprop,
+// Dgrad, Dgrad +=, their F32 health views, Wgrad +=; the experts' grouped form over M into BF16 and F32 and over K
+// into F32), bit for bit the CPU model, with both scale layouts, K of many blocks and partial last blocks. Either
+// backend setting runs fp8train's kernels (cuBLASLt has no such arithmetic).
+TEST(ScaledGemmOpsGpu, NeverPromoteFormsBitExactOnTheOwnKernels) {
+  const Device gpu = Device::cuda(0);
+  const ExecCtx ctx = ExecCtx::on(gpu);
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  ops::ScaledGemmOptions never;
+  never.numerics = hopper_config();
+  never.numerics.promote_interval = num::kNeverPromote;
+  ops::ScaledGemmOptions never_acc = never;
+  never_acc.accumulate = true;
+  ops::ScaledGemmOptions promoted;
+  promoted.numerics = hopper_config();
+  const auto host = [](const quant::QTensor& q) { return q.to(Device::cpu()); };
+  // Fprop K = 1280 (ten blocks) and Wgrad K = 1152 tokens (nine); then partial last K blocks in Fprop (k = 592)
+  // and Dgrad (n = 576).
+  for (const auto [m, n, k] : {std::array<int64_t, 3>{1152, 384, 1280}, std::array<int64_t, 3>{384, 576, 592}}) {
+    SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k));
+    const Tensor x = bf16_matrix(random_matrix(m, k, seed), m, k, gpu);
+    const Tensor w = bf16_matrix(random_matrix(n, k, seed + 1), n, k, gpu);
+    const Tensor dy = bf16_matrix(random_matrix(m, n, seed + 2), m, n, gpu);
+    for (quant::ScaleLayout layout : {quant::ScaleLayout::RowMajor, quant::ScaleLayout::GemmNative}) {
+      SCOPED_TRACE(std::string(quant::scale_layout_name(layout)));
+      const auto xq = ops::quantize(ctx, x, spec(quant::Granularity::tile_1x128()), ops::QuantizeOutputs::Both, layout);
+      const auto wq =
+          ops::quantize(ctx, w, spec(quant::Granularity::block_128x128()), ops::QuantizeOutputs::Both, layout);
+      const auto dyq =
+          ops::quantize(ctx, dy, spec(quant::Granularity::tile_1x128()), ops::QuantizeOutputs::Both, layout);
+      const quant::QTensor wt = wq.transposed(), dyt = dyq.transposed(), xt = xq.transposed();
+      const std::vector<float> nan_y(static_cast<size_t>(m * n), std::numeric_limits<float>::quiet_NaN());
+      const std::vector<float> nan_dx(static_cast<size_t>(m * k), std::numeric_limits<float>::quiet_NaN());
+      const std::vector<float> dx0 = random_matrix(m, k, seed + 4), c0 = random_matrix(n, k, seed + 3);
+      struct Form {
+        const char* name;
+        const quant::QTensor &a, &b;
+        DType out;
+        const std::vector<float>& init;
+        const ops::ScaledGemmOptions& o;
+      };
+      const Form forms[] = {
+          {"fprop", xq, wq, DType::BF16, nan_y, never},          {"dgrad", dyq, wt, DType::BF16, nan_dx, never},
+          {"dgrad +=", dyq, wt, DType::BF16, dx0, never_acc},    {"fprop f32", xq, wq, DType::F32, nan_y, never},
+          {"dgrad f32 +=", dyq, wt, DType::F32, dx0, never_acc}, {"wgrad +=", dyt, xt, DType::F32, c0, never_acc}};
+      for (const Form& f : forms) {
+        const std::vector<float> want =
+            run(ExecCtx::cpu(), host(f.a).rowwise_only(), host(f.b).rowwise_only(), f.out, f.init, f.o);
+        for (Fp8GemmBackend be : {Fp8GemmBackend::Own, Fp8GemmBackend::CublasLt}) {
+          SCOPED_TRACE(std::string(f.name) + " " + ops::cuda::fp8_gemm_backend_name(be));
+          ops::cuda::set_fp8_gemm_backend(be);
+          EXPECT_TRUE(same_bits_f32(run(ctx, f.a, f.b, f.out, f.init, f.o), want, f.b.rows));
+        }
+        ops::cuda::set_fp8_gemm_backend(Fp8GemmBackend::Auto);
+      }
+      // The arithmetic differs from promoting every 128 (else the rows above would not test it).
+      const std::vector<float> fp22 =
+          run(ExecCtx::cpu(), host(xq).rowwise_only(), host(wq).rowwise_only(), DType::F32, nan_y, never);
+      const std::vector<float> fp32 =
+          run(ExecCtx::cpu(), host(xq).rowwise_only(), host(wq).rowwise_only(), DType::F32, nan_y, promoted);
+      EXPECT_FALSE(same_bits_f32(fp22, fp32, n));
+    }
+  }
+
+  // The experts: 3 of them, the middle one empty, 128 spare rows past the last offset; K of five blocks, the last
+  // partial.
+  const int64_t experts = 3, rows = 512, n = 256, k = 592;
+  const std::vector<int32_t> off = {0, 128, 128, 384};
+  std::vector<float> xa = random_matrix(rows, k, seed + 5);
+  std::fill(xa.begin() + 384 * k, xa.end(), 0.0f);
+  const Tensor x = bf16_matrix(xa, rows, k, gpu);
+  const Tensor w = bf16_matrix(random_matrix(experts * n, k, seed + 6), experts * n, k, gpu);
+  const Tensor offsets = Tensor::from_vector(off, {experts + 1}, MemCategory::Workspace, Device::cpu());
+  const auto xq = ops::quantize(ctx, x, spec(quant::Granularity::tile_1x128()), ops::QuantizeOutputs::Both,
+                                quant::ScaleLayout::GemmNative);
+  const auto wq = ops::quantize(ctx, w, spec(quant::Granularity::block_128x128()), ops::QuantizeOutputs::Rowwise,
+                                quant::ScaleLayout::GemmNative, experts);
+  for (DType out : {DType::BF16, DType::F32}) {
+    SCOPED_TRACE("grouped over M into " + std::string(dtype_name(out)));
+    auto product = [&](const ExecCtx& c, const quant::QTensor& a, const quant::QTensor& b, const Tensor& offs) {
+      Tensor d = out == DType::F32 ? Tensor::from_vector(std::vector<float>(rows * n, 0.25f), {rows, n},
+                                                         MemCategory::Workspace, Device::cpu())
+                                   : Tensor::from_vector(std::vector<bf16>(rows * n, bf16(0.5f)), {rows, n},
+                                                         MemCategory::Workspace, Device::cpu());
+      d = d.to(c.device);
+      ops::scaled_gemm_grouped(c, a, b, offs, d, never);
+      const Tensor h = d.to(Device::cpu());
+      if (out == DType::F32) return h.to_vector<float>();
+      std::vector<float> f;
+      for (bf16 v : h.to_vector<bf16>()) f.push_back(static_cast<float>(v));
+      return f;
+    };
+    const std::vector<float> want = product(ExecCtx::cpu(), host(xq).rowwise_only(), host(wq), offsets);
+    EXPECT_TRUE(same_bits_f32(product(ctx, xq, wq, offsets.to(gpu)), want, n));
+  }
+  {
+    // Over K: each expert's token range of dyᵀ and xᵀ (1x128 along the tokens) into its own [n2, k] gradient,
+    // accumulated into it.
+    SCOPED_TRACE("grouped over K");
+    const int64_t n2 = 128;
+    const Tensor dy = bf16_matrix(random_matrix(rows, n2, seed + 7), rows, n2, gpu);
+    const auto dyq = ops::quantize(ctx, dy, spec(quant::Granularity::tile_1x128()), ops::QuantizeOutputs::Both,
+                                   quant::ScaleLayout::GemmNative);
+    const quant::QTensor a = dyq.transposed(), b = xq.transposed();  // [n2, rows], [k, rows]
+    const std::vector<float> init = random_matrix(experts * n2, k, seed + 8);
+    auto product = [&](const ExecCtx& c, const quant::QTensor& qa, const quant::QTensor& qb, const Tensor& offs) {
+      Tensor d = Tensor::from_vector(init, {experts, n2, k}, MemCategory::Workspace, Device::cpu()).to(c.device);
+      ops::scaled_gemm_grouped_k(c, qa, qb, offs, d, never_acc);
+      return d.to(Device::cpu()).to_vector<float>();
+    };
+    const std::vector<float> want = product(ExecCtx::cpu(), host(a).rowwise_only(), host(b).rowwise_only(), offsets);
+    EXPECT_TRUE(same_bits_f32(product(ctx, a, b, offsets.to(gpu)), want, k));
+  }
+}
+
 TEST(ScaledGemmOpsGpu, BfSixteenGemmEntryOnCublasLt) {
   const Device gpu = Device::cuda(0);
   const ExecCtx ctx = ExecCtx::on(gpu);

@@ -171,6 +171,21 @@ TEST_F(TrainGpu, Fp8DeepseekTwentyStepsMatchTheCpu) {
   compare_devices("fp8-deepseek", {5e-4, 1e-3}, {2e-2, 1.0}, std::string(kFp8Model) + " --health-every 10", 5e-2);
 }
 
+// The dgrad_block ablation (dy quantized in 128×128 blocks for Dgrad, the block scales repeated per row for the
+// 1×128 Dgrad kernel) on the GPU: the same FP8 GEMMs, bit for bit the CPU's, on a dy the quantizers round alike,
+// so the same bounds as fp8-deepseek (the sampled health steps run the Dgrad's block path too).
+TEST_F(TrainGpu, Fp8DeepseekDgradBlockTwentyStepsMatchTheCpu) {
+  compare_devices("fp8-deepseek:dgrad_block=on", {5e-4, 1e-3}, {2e-2, 1.0},
+                  std::string(kFp8Model) + " --health-every 10", 5e-2);
+}
+
+// The promote=never ablation on the GPU: fp8train's kernels built with the pending FP22 sum, bit for bit the CPU
+// model (ScaledGemmOpsGpu.NeverPromoteForms...), so the same bounds as fp8-deepseek.
+TEST_F(TrainGpu, Fp8DeepseekPromoteNeverTwentyStepsMatchTheCpu) {
+  compare_devices("fp8-deepseek:promote=never", {5e-4, 1e-3}, {2e-2, 1.0},
+                  std::string(kFp8Model) + " --health-every 10", 5e-2);
+}
+
 // fp8-tensorwise: cuBLASLt's per-tensor FP8 GEMMs (not bit-exact to the CPU model: its own accumulation order and
 // scaling after the sum) with delayed scaling whose amax histories live on the device. Measured on an H100: step 1
 // loss 1.8e-6, gradient norm 4.5e-4 relative; over 20 steps loss at most 6.9e-3, gradient norms a median of 6.6e-3
@@ -198,13 +213,18 @@ TEST_F(TrainGpu, Fp8RecipesResumeOnTheGpuBitForBit) {
   }
 }
 
-// `--device auto` with a Hopper GPU: fp8-deepseek and int8-blockwise train on it; an FP8 option the kernels do not
+// `--device auto` with a Hopper GPU: fp8-deepseek (with its two ablations, dgrad_block=on and promote=never) and
+// int8-blockwise train on it; an FP8 option the kernels do not
 // compute stays on the CPU emulation, saying why; config.json records where each ran.
 TEST_F(TrainGpu, AutoTrainsTheFp8RecipesOnTheGpuAndSaysWhyNotForTheOthers) {
   struct Want {
     std::string recipe, device;
   };
-  const Want wants[] = {{"fp8-deepseek", "cuda"}, {"int8-blockwise", "cuda"}, {"fp8-deepseek:promote=256", "cpu"}};
+  const Want wants[] = {{"fp8-deepseek", "cuda"},
+                        {"int8-blockwise", "cuda"},
+                        {"fp8-deepseek:dgrad_block=on", "cuda"},
+                        {"fp8-deepseek:promote=never", "cuda"},
+                        {"fp8-deepseek:promote=256", "cpu"}};
   for (size_t i = 0; i < std::size(wants); ++i) {
     const Want& w = wants[i];
     SCOPED_TRACE(w.recipe);

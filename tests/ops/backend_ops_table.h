@@ -15,6 +15,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -740,6 +741,19 @@ inline void scaled_gemm_cases(std::vector<BackendOpCase>& out) {
   }
   add_scaled_gemm_case(out, {i8a, 256, GN}, {i8a, 384, GN}, 512, DType::F32, true, numerics(AccumMode::Exact), bits,
                        true);
+  // promote=never (the ablation): each 128 block's scaled partial added into a pending sum with the truncating FP22
+  // adder (quant/ref_gemm.h). CUDA: fp8train's kernels built so, bit-exact. Fprop with K of ten blocks, K with a
+  // partial last block accumulating into BF16, into F32 (health samples); Wgrad += C over K of nine blocks.
+  for (auto layout : {RM, GN}) {
+    add_scaled_gemm_case(out, {act, 64, layout}, {wgt, 272, layout}, 1280, DType::BF16, false,
+                         numerics(AccumMode::Hopper, num::kNeverPromote), bits, true);
+    add_scaled_gemm_case(out, {act, 130, layout}, {wgt, 160, layout}, 576, DType::BF16, true,
+                         numerics(AccumMode::Hopper, num::kNeverPromote), bits, true);
+    add_scaled_gemm_case(out, {act, 130, layout}, {wgt, 160, layout}, 640, DType::F32, true,
+                         numerics(AccumMode::Hopper, num::kNeverPromote), bits, true);
+  }
+  add_scaled_gemm_case(out, {act, 128, GN}, {act, 256, GN}, 1152, DType::F32, true,
+                       numerics(AccumMode::Hopper, num::kNeverPromote), bits, true);
   // CPU-only forms: other promotion intervals, exact and fp32 accumulation of FP8.
   add_scaled_gemm_case(out, {act, 64, RM}, {wgt, 128, RM}, 512, DType::BF16, false, numerics(AccumMode::Hopper, 64),
                        bits, false);
@@ -749,22 +763,25 @@ inline void scaled_gemm_cases(std::vector<BackendOpCase>& out) {
                        false);
 }
 
-// MoE experts over M, E4M3 and INT8: E = 3 experts of N = 160 rows each (padded 128x128 blocks per expert), one
-// expert empty.
+// MoE experts over M, E4M3 (promoting every 128, and never: the promote=never ablation) and INT8: E = 3 experts of
+// N = 160 rows each (padded 128x128 blocks per expert), one expert empty.
 inline void grouped_cases(std::vector<BackendOpCase>& out) {
   using quant::AccumMode;
   using quant::Format;
   using quant::Granularity;
-  for (Format f : {Format::E4M3, Format::INT8})
+  for (const auto& [f, never] :
+       {std::pair{Format::E4M3, false}, std::pair{Format::E4M3, true}, std::pair{Format::INT8, false}})
     for (auto layout : {quant::ScaleLayout::RowMajor, quant::ScaleLayout::GemmNative})
       for (DType dtype : {DType::BF16, DType::F32}) {
+        if (never && layout == quant::ScaleLayout::RowMajor) continue;  // the scale layout is the default rows'
         const int E = 3;
         const int64_t n = 160, k = 384;
         const std::vector<int32_t> offsets = {0, 128, 128, 384};
         const int64_t m = offsets.back();
         const detail::GemmSide a{detail::make_spec(f, Granularity::tile_1x128(), false), m, layout};
         const detail::GemmSide b{detail::make_spec(f, Granularity::block_128x128(), false), E * n, layout, E};
-        const quant::GemmConfig g = detail::numerics(f == Format::INT8 ? AccumMode::Exact : AccumMode::Hopper);
+        const quant::GemmConfig g = detail::numerics(f == Format::INT8 ? AccumMode::Exact : AccumMode::Hopper,
+                                                     never ? num::kNeverPromote : 128);
         BackendOpCase c;
         c.op = "scaled_gemm_grouped";
         c.name = detail::gemm_name(a, b, k, dtype, false, g) + " experts 3 (rows 128, 0, 256)";
@@ -801,21 +818,23 @@ inline void grouped_cases(std::vector<BackendOpCase>& out) {
       }
 }
 
-// MoE expert Wgrad over K, E4M3 and INT8: E = 3, K ranges 256, 0, 256; += C.
+// MoE expert Wgrad over K, E4M3 (promoting every 128, and never) and INT8: E = 3, K ranges 256, 0, 256; += C.
 inline void grouped_k_cases(std::vector<BackendOpCase>& out) {
   using quant::Format;
   using quant::Granularity;
-  for (Format f : {Format::E4M3, Format::INT8})
+  for (const auto& [f, never] :
+       {std::pair{Format::E4M3, false}, std::pair{Format::E4M3, true}, std::pair{Format::INT8, false}})
     for (auto layout : {quant::ScaleLayout::RowMajor, quant::ScaleLayout::GemmNative})
       for (bool accumulate : {true, false}) {
+        if (never && (layout == quant::ScaleLayout::RowMajor || !accumulate)) continue;  // the training form
         const int E = 3;
         const int64_t m = 128, n = 256;
         const std::vector<int32_t> offsets = {0, 256, 256, 512};
         const int64_t k = offsets.back();
         const detail::GemmSide a{detail::make_spec(f, Granularity::tile_1x128(), true), m, layout};
         const detail::GemmSide b{detail::make_spec(f, Granularity::tile_1x128(), true), n, layout};
-        const quant::GemmConfig g =
-            detail::numerics(f == Format::INT8 ? quant::AccumMode::Exact : quant::AccumMode::Hopper);
+        const quant::GemmConfig g = detail::numerics(
+            f == Format::INT8 ? quant::AccumMode::Exact : quant::AccumMode::Hopper, never ? num::kNeverPromote : 128);
         BackendOpCase c;
         c.op = "scaled_gemm_grouped_k";
         c.name = detail::gemm_name(a, b, k, DType::F32, accumulate, g) + " experts 3 (K 256, 0, 256)";

@@ -18,6 +18,12 @@
 // (partial = that sum, exact in FP32 as well: |partial| < 2^21), then promoted as above -- the CPU model's INT8
 // arithmetic (quant/ref_gemm.h) bit for bit. Built for block_n 128, 128-row tiles, no multicast, no split-K.
 //
+// Never promoting (each problem's `never_promote`, FP8 only; the recipe option promote=never, an ablation): the
+// CPU model of ref_gemm.h for kNeverPromote with block scales -- per 128-wide K block t = scale_a[g] * scale_b[g]
+// * partial (FP32: the scale product, then the product with the partial, each rounded), pending = fp22_add(
+// pending, t) (the truncating FP22 adder, ops/cuda/fp22_add.cuh), and at the end acc = pending; the epilogues
+// as above. Built as INT8 is: block_n 128, 128-row tiles, no multicast, no split-K.
+//
 // Layouts: A, B row-major with K contiguous ("TN"), FP8 E4M3 bytes, 16-byte aligned; K a multiple of 16 (a
 // partial last 128-block is zero-filled by TMA, and zero products leave the CPU model's chain unchanged);
 // N a multiple of 16; M any positive size. Scales are FP32, addressed through ScaleView so both the
@@ -87,6 +93,7 @@ struct Fp8GemmDenseProblem {
   const uint8_t* b = nullptr;  // [n, k] E4M3
   ScaleView b_scales;          // 128x128: (n / 128, kb)
   bool int8 = false;           // A and B hold INT8 codes instead of E4M3 (see the top of this file)
+  bool never_promote = false;  // FP8: the pending FP22 sum instead of promotion (see the top of this file)
   uint16_t* d = nullptr;       // [m, n] BF16 bits, row-major
   // Optional BF16 addend [m, n] (may equal d): d = bf16_rn(float(c) + acc), one FP32 add -- a Dgrad adding into an
   // input gradient. Runs the direct epilogue without split-K or multicast (the CPU model's accumulate-into-C).
@@ -129,6 +136,7 @@ struct Fp8GemmGroupedProblem {
   ScaleView a_scales;                    // 1x128: (row, kb)
   const uint8_t* b = nullptr;            // [num_groups, n, k] E4M3
   bool int8 = false;                     // A and B hold INT8 codes instead of E4M3 (see the top of this file)
+  bool never_promote = false;            // FP8: the pending FP22 sum instead of promotion (see the top)
   ScaleView b_scales;                    // 128x128: (group, n / 128, kb)
   uint16_t* d = nullptr;                 // [m_total, n] BF16
   std::string describe() const;
@@ -152,6 +160,7 @@ struct Fp8GemmWgradProblem {
   const uint8_t* b = nullptr;  // [n, k] E4M3
   ScaleView b_scales;          // 1x128: (row of B, kb)
   bool int8 = false;           // A and B hold INT8 codes instead of E4M3 (see the top of this file)
+  bool never_promote = false;  // FP8: the pending FP22 sum instead of promotion (see the top of this file)
   const float* c = nullptr;    // [num_groups, m, n] or null
   float* d = nullptr;          // [num_groups, m, n]
   std::string describe() const;

@@ -91,20 +91,20 @@ cudaError_t launch_dense_path(const LaunchSpec& spec, const CUtensorMap& a, cons
   return cudaErrorInvalidValue;
 }
 
-// INT8 operands: block_n kInt8BlockN, 128-row tiles, no multicast, no split-K; the TMA-store epilogue, or the
-// direct one (accumulating into C).
-template <bool kBulkScales>
-cudaError_t launch_dense_int8(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
-                              const KernelArgs& args, cudaStream_t stream) {
+// The fixed builds -- INT8 operands, or FP8 never promoting (the promote=never ablation) --: block_n kInt8BlockN,
+// 128-row tiles, no multicast, no split-K; the TMA-store epilogue, or the direct one (accumulating into C).
+template <bool kBulkScales, bool kInt8, bool kNever>
+cudaError_t launch_dense_fixed(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
+                               const KernelArgs& args, cudaStream_t stream) {
   constexpr int BN = kInt8BlockN;
   constexpr ScaleB kScaleB = block_scale_b(BN);
   if (spec.block_n != BN || spec.warpgroups != 2 || spec.multicast != Multicast::None) return cudaErrorInvalidValue;
   if (spec.out == Output::Bf16Tma)
-    return launch_kernel<BN, kScaleB, Schedule::Dense, Output::Bf16Tma, Multicast::None, kBulkScales, 2, true>(
+    return launch_kernel<BN, kScaleB, Schedule::Dense, Output::Bf16Tma, Multicast::None, kBulkScales, 2, kInt8, kNever>(
         a, b, d, args, spec.max_ctas, stream);
   if (spec.out == Output::Bf16Direct)
-    return launch_kernel<BN, kScaleB, Schedule::Dense, Output::Bf16Direct, Multicast::None, kBulkScales, 2, true>(
-        a, b, d, args, spec.max_ctas, stream);
+    return launch_kernel<BN, kScaleB, Schedule::Dense, Output::Bf16Direct, Multicast::None, kBulkScales, 2, kInt8,
+                         kNever>(a, b, d, args, spec.max_ctas, stream);
   return cudaErrorInvalidValue;
 }
 
@@ -120,8 +120,13 @@ cudaError_t launch_dense(const LaunchSpec& spec, const CUtensorMap& a, const CUt
 cudaError_t launch_dense_kernel(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b,
                                 const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream) {
   if (spec.int8)
-    return with_scale_path<block_scale_b(kInt8BlockN)>(
-        args, [&]<bool kBulkScales>() { return launch_dense_int8<kBulkScales>(spec, a, b, d, args, stream); });
+    return with_scale_path<block_scale_b(kInt8BlockN)>(args, [&]<bool kBulkScales>() {
+      return launch_dense_fixed<kBulkScales, true, false>(spec, a, b, d, args, stream);
+    });
+  if (spec.never_promote)
+    return with_scale_path<block_scale_b(kInt8BlockN)>(args, [&]<bool kBulkScales>() {
+      return launch_dense_fixed<kBulkScales, false, true>(spec, a, b, d, args, stream);
+    });
   switch (spec.block_n) {
     case 32: return launch_dense<32>(spec, a, b, d, args, stream);
     case 64: return launch_dense<64>(spec, a, b, d, args, stream);

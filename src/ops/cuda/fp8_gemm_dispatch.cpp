@@ -75,8 +75,9 @@ Fp8GemmBackend fp8_gemm_backend() {
 }
 
 void fp8_scaled_gemm(const Fp8GemmDenseProblem& p, cudaStream_t stream) {
-  // cuBLASLt has no block-scaled INT8 GEMM: INT8 always runs on fp8train's kernels.
-  if (p.int8 || fp8_gemm_backend() == Fp8GemmBackend::Own) return fp8_gemm_dense(p, Fp8GemmConfig{}, stream);
+  // cuBLASLt has no block-scaled INT8 GEMM and never leaves block scales unpromoted: those run on fp8train's kernels.
+  if (p.int8 || p.never_promote || fp8_gemm_backend() == Fp8GemmBackend::Own)
+    return fp8_gemm_dense(p, Fp8GemmConfig{}, stream);
   if (p.m == 0) return;
   const int64_t kb = (p.k + 127) / 128;
   CublasLtProblem q;
@@ -95,7 +96,8 @@ void fp8_scaled_gemm(const Fp8GemmDenseProblem& p, cudaStream_t stream) {
 
 void fp8_scaled_gemm_wgrad(const Fp8GemmWgradProblem& p, cudaStream_t stream) {
   const bool grouped = p.num_groups != 1 || p.k_offsets != nullptr;
-  if (grouped || p.int8 || fp8_gemm_backend() == Fp8GemmBackend::Own) return fp8_gemm_wgrad(p, Fp8GemmConfig{}, stream);
+  if (grouped || p.int8 || p.never_promote || fp8_gemm_backend() == Fp8GemmBackend::Own)
+    return fp8_gemm_wgrad(p, Fp8GemmConfig{}, stream);
   if (p.m == 0) return;
   const int64_t kb = (p.k + 127) / 128;
   CublasLtProblem q;

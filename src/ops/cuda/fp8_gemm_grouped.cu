@@ -37,19 +37,20 @@ cudaError_t launch_grouped_path(const LaunchSpec& spec, const CUtensorMap& a, co
       a, b, d, args, spec.max_ctas, stream);
 }
 
-// INT8 operands: block_n kInt8BlockN, no multicast.
-template <bool kBulkScales>
-cudaError_t launch_grouped_int8(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b,
-                                const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream) {
+// The fixed builds -- INT8 operands, or FP8 never promoting (the promote=never ablation) --: block_n kInt8BlockN,
+// no multicast.
+template <bool kBulkScales, bool kInt8, bool kNever>
+cudaError_t launch_grouped_fixed(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b,
+                                 const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream) {
   constexpr int BN = kInt8BlockN;
   constexpr ScaleB kScaleB = block_scale_b(BN);
   if (spec.block_n != BN || spec.multicast != Multicast::None) return cudaErrorInvalidValue;
   if (spec.out == Output::Bf16Tma)
-    return launch_kernel<BN, kScaleB, Schedule::GroupedM, Output::Bf16Tma, Multicast::None, kBulkScales, 2, true>(
-        a, b, d, args, spec.max_ctas, stream);
+    return launch_kernel<BN, kScaleB, Schedule::GroupedM, Output::Bf16Tma, Multicast::None, kBulkScales, 2, kInt8,
+                         kNever>(a, b, d, args, spec.max_ctas, stream);
   if (spec.out == Output::Bf16Direct)
-    return launch_kernel<BN, kScaleB, Schedule::GroupedM, Output::Bf16Direct, Multicast::None, kBulkScales, 2, true>(
-        a, b, d, args, spec.max_ctas, stream);
+    return launch_kernel<BN, kScaleB, Schedule::GroupedM, Output::Bf16Direct, Multicast::None, kBulkScales, 2, kInt8,
+                         kNever>(a, b, d, args, spec.max_ctas, stream);
   return cudaErrorInvalidValue;
 }
 
@@ -65,8 +66,13 @@ cudaError_t launch_grouped(const LaunchSpec& spec, const CUtensorMap& a, const C
 cudaError_t launch_grouped_kernel(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b,
                                   const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream) {
   if (spec.int8)
-    return with_scale_path<block_scale_b(kInt8BlockN)>(
-        args, [&]<bool kBulkScales>() { return launch_grouped_int8<kBulkScales>(spec, a, b, d, args, stream); });
+    return with_scale_path<block_scale_b(kInt8BlockN)>(args, [&]<bool kBulkScales>() {
+      return launch_grouped_fixed<kBulkScales, true, false>(spec, a, b, d, args, stream);
+    });
+  if (spec.never_promote)
+    return with_scale_path<block_scale_b(kInt8BlockN)>(args, [&]<bool kBulkScales>() {
+      return launch_grouped_fixed<kBulkScales, false, true>(spec, a, b, d, args, stream);
+    });
   switch (spec.block_n) {
     case 64: return launch_grouped<64>(spec, a, b, d, args, stream);
     case 128: return launch_grouped<128>(spec, a, b, d, args, stream);

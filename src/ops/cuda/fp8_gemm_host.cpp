@@ -443,13 +443,13 @@ Fp8GemmConfig fp8_gemm_dense_heuristic(int64_t m, int64_t n, int64_t k, int num_
 
 namespace fp8gemm {
 
-// INT8 operands run the one INT8 build of each family (kInt8BlockN wide, 128-row tiles, no multicast, no split-K);
-// a config asking for anything else is refused, naming it.
-Fp8GemmConfig int8_config(Fp8GemmConfig c, const char* family) {
+// INT8 operands, and FP8 never promoting, run the one fixed build of each family (kInt8BlockN wide, 128-row tiles,
+// no multicast, no split-K); a config asking for anything else is refused, naming it.
+Fp8GemmConfig fixed_config(Fp8GemmConfig c, const char* family, bool int8) {
   FP8T_CHECK((c.block_n == 0 || c.block_n == kInt8BlockN) && (c.block_m == 0 || c.block_m == kBlockM) &&
                  c.k_splits <= 1 && (c.multicast == Fp8GemmMulticast::Auto || c.multicast == Fp8GemmMulticast::None),
-             "{} INT8 GEMM: built for block_n {}, 128-row tiles, no multicast and no split-K (asked for {})", family,
-             kInt8BlockN, c.describe());
+             "{} {} GEMM: built for block_n {}, 128-row tiles, no multicast and no split-K (asked for {})", family,
+             int8 ? "INT8" : "never-promoting FP8", kInt8BlockN, c.describe());
   c.block_n = kInt8BlockN;
   c.block_m = kBlockM;
   c.k_splits = 1;
@@ -467,7 +467,8 @@ PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& 
   check_operand(p.d, "dense", "D");
   check_scales(p.a_scales, "dense", "A");
   check_scales(p.b_scales, "dense", "B");
-  Fp8GemmConfig config = p.int8 ? int8_config(config_in, "dense") : config_in;
+  FP8T_CHECK(!(p.int8 && p.never_promote), "dense FP8 GEMM: never_promote is for FP8 operands");
+  Fp8GemmConfig config = p.int8 || p.never_promote ? fixed_config(config_in, "dense", p.int8) : config_in;
   if (p.c != nullptr) {  // accumulate-into-C: the direct epilogue reads C; one K chain, no clusters
     check_operand(p.c, "dense", "C");
     FP8T_CHECK(config.k_splits <= 1 && config.multicast != Fp8GemmMulticast::ShareA &&
@@ -535,6 +536,7 @@ PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& 
   args.d = p.d;
   args.c_bf16 = p.c;
   L.spec.int8 = p.int8;
+  L.spec.never_promote = p.never_promote;
   L.spec.block_n = config.block_n;
   L.spec.warpgroups = rows192 ? 3 : 2;
   L.spec.out = split ? Output::Bf16SplitK : (tma ? Output::Bf16Tma : Output::Bf16Direct);
@@ -599,7 +601,8 @@ PreparedLaunch prepare_grouped(const Fp8GemmGroupedProblem& p, const Fp8GemmConf
   check_operand(p.d, "grouped", "D");
   check_scales(p.a_scales, "grouped", "A");
   check_scales(p.b_scales, "grouped", "B");
-  Fp8GemmConfig config = p.int8 ? int8_config(config_in, "grouped") : config_in;
+  FP8T_CHECK(!(p.int8 && p.never_promote), "grouped FP8 GEMM: never_promote is for FP8 operands");
+  Fp8GemmConfig config = p.int8 || p.never_promote ? fixed_config(config_in, "grouped", p.int8) : config_in;
   if (config.block_n == 0) {
     const Fp8GemmConfig heuristic = fp8_gemm_grouped_heuristic(p.m_total, p.n, p.k, fp8_gemm_num_sms());
     config.block_n = heuristic.block_n;
@@ -633,6 +636,7 @@ PreparedLaunch prepare_grouped(const Fp8GemmGroupedProblem& p, const Fp8GemmConf
   fill_scales(args, p.a_scales, p.b_scales);
   args.d = p.d;
   L.spec.int8 = p.int8;
+  L.spec.never_promote = p.never_promote;
   L.spec.block_n = config.block_n;
   L.spec.out = tma ? Output::Bf16Tma : Output::Bf16Direct;
   L.a = operand_map(p.a, p.m_total, p.k, L.spec.multicast == Multicast::ShareA ? kBlockM / 2 : kBlockM);
@@ -693,7 +697,8 @@ PreparedLaunch prepare_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& 
   FP8T_CHECK(p.c == nullptr || reinterpret_cast<uintptr_t>(p.c) % 8 == 0, "Wgrad FP8 GEMM: C must be 8-byte aligned");
   check_scales(p.a_scales, "Wgrad", "A");
   check_scales(p.b_scales, "Wgrad", "B");
-  Fp8GemmConfig config = p.int8 ? int8_config(config_in, "Wgrad") : config_in;
+  FP8T_CHECK(!(p.int8 && p.never_promote), "Wgrad FP8 GEMM: never_promote is for FP8 operands");
+  Fp8GemmConfig config = p.int8 || p.never_promote ? fixed_config(config_in, "Wgrad", p.int8) : config_in;
   if (config.block_n == 0) {
     const Fp8GemmConfig heuristic = fp8_gemm_wgrad_heuristic(p.m, p.n, p.k, p.num_groups, fp8_gemm_num_sms());
     config.block_n = heuristic.block_n;
@@ -731,6 +736,7 @@ PreparedLaunch prepare_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& 
   args.d = p.d;
   args.c = p.c;
   L.spec.int8 = p.int8;
+  L.spec.never_promote = p.never_promote;
   L.spec.block_n = config.block_n;
   // The staged TMA epilogue (epilogue "tma", the default) needs C absent or in place, no multicast and a 16-byte
   // aligned D; otherwise, or with epilogue "direct", st.global from registers. Same arithmetic either way.

@@ -37,7 +37,8 @@
 //       boundaries. ptxas 13.0 alternates the yield hint on the promotion's FFMAs by itself (the SASS patch
 //       DeepGEMM describes; patching the SASS to force all set measured -11 %, all clear -2 %).
 //   This is exactly the CPU Hopper model num::hopper_dot_scaled with promote_interval 128: four FP22 blocks
-//   of 32 products chained from zero, then acc = fma(sa*sb, chain, acc) in K order.
+//   of 32 products chained from zero, then acc = fma(sa*sb, chain, acc) in K order. (kNeverPromote, the
+//   promote=never ablation, replaces that FMA with the CPU model's pending FP22 sum: promote_block.)
 // Register budget (per math thread): BN/2 partial + BN/2 acc FP32 registers (BN = 192: 192) + ~30 for
 // addresses and scales (+ BN/4 column scales for the two-warpgroup Wgrad), under the 232 setmaxnreg grants;
 // 128*40 + 256*232 = 64512 <= 65536 registers. ptxas reports no spills for the production instantiations.
@@ -63,6 +64,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ops/cuda/fp22_add.cuh"
 #include "ops/cuda/fp8_gemm_plan.h"
 #include "ops/cuda/fp8_gemm_ptx.cuh"
 #include "ops/cuda/fp8_gemm_wgmma.cuh"
@@ -128,13 +130,26 @@ __device__ __forceinline__ TileCoord tile_coord(const KernelArgs& a, int unit, i
   return t;
 }
 
+// One K block's promotion of an element: acc = fma(s, partial, acc) (promotion every 128), or with kNeverPromote
+// (the recipe option promote=never, an ablation) the CPU model's pending FP22 sum: t = s * partial rounded to
+// FP32, acc = fp22_add(acc, t) -- acc starts at zero and is the pending sum, so the CPU's final acc = 0 + pending
+// is acc itself (fp22_add never returns -0). The default instantiations compile to the FMA alone.
+template <bool kNeverPromote>
+__device__ __forceinline__ float promote_block(float s, float partial, float acc) {
+  if constexpr (kNeverPromote) {
+    return fp22_add(acc, __fmul_rn(s, partial));
+  } else {
+    return __fmaf_rn(s, partial, acc);
+  }
+}
+
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 template <int BN, ScaleB kScaleB, Schedule kSched, Output kOut, Multicast kMc, bool kBulkScales, int kWgs = 2,
-          bool kInt8 = false>
+          bool kInt8 = false, bool kNeverPromote = false>
 __global__ void __launch_bounds__(threads_of(kWgs), 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                     const __grid_constant__ CUtensorMap tmap_d, const KernelArgs args) {
@@ -143,6 +158,9 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
   // kInt8: the operands are INT8 codes; the WGMMAs sum each K block's products exactly into 32-bit integers,
   // which the partial registers hold as raw bits until widen() converts them (exactly: |sum| < 2^21).
   using Mma = std::conditional_t<kInt8, Int8Wgmma<BN>, Fp8Wgmma<BN>>;
+  // kNeverPromote: each K block's scaled partial goes into the pending FP22 sum instead (promote_block); built
+  // like INT8 (one tile width, 128-row tiles, no multicast, no split-K: fp8_gemm_host.cpp fixed_config).
+  static_assert(!kNeverPromote || (!kInt8 && kOut != Output::Bf16SplitK), "never-promote: FP8, no split-K");
   constexpr int kBM = block_m_of(kWgs);
   constexpr int kMathThr = 128 * kWgs;
   static_assert(kWgs == 2 || (kWgs == 3 && kSched != Schedule::GroupedM && kMc != Multicast::ShareA &&
@@ -374,10 +392,10 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
       };
       // Per-column promotion (Wgrad) of 8-column chunk j: two products sa*sb per element (the model's order).
       auto fma_column_chunk = [&](float (&P)[kAcc], int j, float2 sa, float2 sb) {
-        acc[4 * j + 0] = __fmaf_rn(__fmul_rn(sa.x, sb.x), P[4 * j + 0], acc[4 * j + 0]);
-        acc[4 * j + 1] = __fmaf_rn(__fmul_rn(sa.x, sb.y), P[4 * j + 1], acc[4 * j + 1]);
-        acc[4 * j + 2] = __fmaf_rn(__fmul_rn(sa.y, sb.x), P[4 * j + 2], acc[4 * j + 2]);
-        acc[4 * j + 3] = __fmaf_rn(__fmul_rn(sa.y, sb.y), P[4 * j + 3], acc[4 * j + 3]);
+        acc[4 * j + 0] = promote_block<kNeverPromote>(__fmul_rn(sa.x, sb.x), P[4 * j + 0], acc[4 * j + 0]);
+        acc[4 * j + 1] = promote_block<kNeverPromote>(__fmul_rn(sa.x, sb.y), P[4 * j + 1], acc[4 * j + 1]);
+        acc[4 * j + 2] = promote_block<kNeverPromote>(__fmul_rn(sa.y, sb.x), P[4 * j + 2], acc[4 * j + 2]);
+        acc[4 * j + 3] = promote_block<kNeverPromote>(__fmul_rn(sa.y, sb.y), P[4 * j + 3], acc[4 * j + 3]);
       };
       // The scale products of a K block for this thread's two rows: (sa0*sb, sa1*sb) for ScaleB::Uniform,
       // (sa0*sb0, sa1*sb0, sa0*sb1, sa1*sb1) for ScaleB::TwoBlocks (sb0: block n0/128, sb1: the next one).
@@ -408,10 +426,10 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
 #pragma unroll
           for (int j = 0; j < kAcc / 4; ++j) {
             const float q0 = j < kSplit ? q.x : q.z, q1 = j < kSplit ? q.y : q.w;
-            acc[4 * j + 0] = __fmaf_rn(q0, P[4 * j + 0], acc[4 * j + 0]);
-            acc[4 * j + 1] = __fmaf_rn(q0, P[4 * j + 1], acc[4 * j + 1]);
-            acc[4 * j + 2] = __fmaf_rn(q1, P[4 * j + 2], acc[4 * j + 2]);
-            acc[4 * j + 3] = __fmaf_rn(q1, P[4 * j + 3], acc[4 * j + 3]);
+            acc[4 * j + 0] = promote_block<kNeverPromote>(q0, P[4 * j + 0], acc[4 * j + 0]);
+            acc[4 * j + 1] = promote_block<kNeverPromote>(q0, P[4 * j + 1], acc[4 * j + 1]);
+            acc[4 * j + 2] = promote_block<kNeverPromote>(q1, P[4 * j + 2], acc[4 * j + 2]);
+            acc[4 * j + 3] = promote_block<kNeverPromote>(q1, P[4 * j + 3], acc[4 * j + 3]);
           }
         };
         if constexpr (kScaleB == ScaleB::TwoBlocks && BN == 192) {
@@ -441,10 +459,10 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
           for (int j = 0; j < kAcc / 4; ++j) {
             const float sb = lds_f32(sfb + 4 * j);
             const float p0 = __fmul_rn(sa.x, sb), p1 = __fmul_rn(sa.y, sb);
-            acc[4 * j + 0] = __fmaf_rn(p0, P[4 * j + 0], acc[4 * j + 0]);
-            acc[4 * j + 1] = __fmaf_rn(p0, P[4 * j + 1], acc[4 * j + 1]);
-            acc[4 * j + 2] = __fmaf_rn(p1, P[4 * j + 2], acc[4 * j + 2]);
-            acc[4 * j + 3] = __fmaf_rn(p1, P[4 * j + 3], acc[4 * j + 3]);
+            acc[4 * j + 0] = promote_block<kNeverPromote>(p0, P[4 * j + 0], acc[4 * j + 0]);
+            acc[4 * j + 1] = promote_block<kNeverPromote>(p0, P[4 * j + 1], acc[4 * j + 1]);
+            acc[4 * j + 2] = promote_block<kNeverPromote>(p1, P[4 * j + 2], acc[4 * j + 2]);
+            acc[4 * j + 3] = promote_block<kNeverPromote>(p1, P[4 * j + 3], acc[4 * j + 3]);
           }
         } else {  // ScaleB::PerColumn (Wgrad): two multiplies per element
 #pragma unroll

@@ -25,12 +25,12 @@ cudaError_t with_scale_path(const KernelArgs& args, Launch&& launch) {
 }
 
 template <int BN, ScaleB kScaleB, Schedule kSched, Output kOut, Multicast kMc, bool kBulkScales = false, int kWgs = 2,
-          bool kInt8 = false>
+          bool kInt8 = false, bool kNeverPromote = false>
 cudaError_t launch_kernel(const CUtensorMap& tmap_a, const CUtensorMap& tmap_b, const CUtensorMap& tmap_d,
                           const KernelArgs& args, int max_ctas, cudaStream_t stream) {
   using Plan = SmemPlan<BN, kScaleB, kOut, kWgs>;
   constexpr int kCluster = cluster_size(kMc);
-  auto kernel = fp8_gemm_kernel<BN, kScaleB, kSched, kOut, kMc, kBulkScales, kWgs, kInt8>;
+  auto kernel = fp8_gemm_kernel<BN, kScaleB, kSched, kOut, kMc, kBulkScales, kWgs, kInt8, kNeverPromote>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Plan::kDynamicBytes);
   if (err != cudaSuccess) return err;
   int device = 0;

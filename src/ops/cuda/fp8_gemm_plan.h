@@ -154,6 +154,9 @@ struct LaunchSpec {
   // INT8 operands (wgmma .s32.s8.s8: each K block's products summed exactly as integers, then promoted as FP8's
   // partials are): built for block_n kInt8BlockN, 128-row tiles, no multicast and no split-K only.
   bool int8 = false;
+  // FP8 never promoting (promote=never): each K block's scaled partial added into a pending FP22 sum
+  // (fp8_gemm_kernel.cuh promote_block); built as INT8 is.
+  bool never_promote = false;
   int block_n = 128;
   int warpgroups = 2;  // math warpgroups (2: tiles of 128 rows; 3: 192 rows, dense block_n 128 only)
   Output out = Output::Bf16Tma;

@@ -60,24 +60,26 @@ cudaError_t launch_wgrad(const LaunchSpec& spec, const CUtensorMap& a, const CUt
   return cudaErrorInvalidValue;
 }
 
-// INT8 operands: block_n kInt8BlockN, 128-row tiles, no multicast; the staged or the direct FP32 epilogue.
-template <Schedule kSched, bool kBulkScales>
-cudaError_t launch_wgrad_int8(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
-                              const KernelArgs& args, cudaStream_t stream) {
+// The fixed builds -- INT8 operands, or FP8 never promoting (the promote=never ablation) --: block_n kInt8BlockN,
+// 128-row tiles, no multicast; the staged or the direct FP32 epilogue.
+template <Schedule kSched, bool kBulkScales, bool kInt8, bool kNever>
+cudaError_t launch_wgrad_fixed(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
+                               const KernelArgs& args, cudaStream_t stream) {
   constexpr int BN = kInt8BlockN;
   if (spec.block_n != BN || spec.warpgroups != 2 || spec.multicast != Multicast::None) return cudaErrorInvalidValue;
   if (spec.out == Output::Fp32Tma)
-    return launch_kernel<BN, ScaleB::PerColumn, kSched, Output::Fp32Tma, Multicast::None, kBulkScales, 2, true>(
-        a, b, d, args, spec.max_ctas, stream);
-  return launch_kernel<BN, ScaleB::PerColumn, kSched, Output::Fp32Direct, Multicast::None, kBulkScales, 2, true>(
-      a, b, a, args, spec.max_ctas, stream);
+    return launch_kernel<BN, ScaleB::PerColumn, kSched, Output::Fp32Tma, Multicast::None, kBulkScales, 2, kInt8,
+                         kNever>(a, b, d, args, spec.max_ctas, stream);
+  return launch_kernel<BN, ScaleB::PerColumn, kSched, Output::Fp32Direct, Multicast::None, kBulkScales, 2, kInt8,
+                       kNever>(a, b, a, args, spec.max_ctas, stream);
 }
 
-template <Schedule kSched>
-cudaError_t launch_wgrad_int8(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
-                              const KernelArgs& args, cudaStream_t stream) {
-  return with_scale_path<ScaleB::PerColumn>(
-      args, [&]<bool kBulkScales>() { return launch_wgrad_int8<kSched, kBulkScales>(spec, a, b, d, args, stream); });
+template <Schedule kSched, bool kInt8, bool kNever>
+cudaError_t launch_wgrad_fixed(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b, const CUtensorMap& d,
+                               const KernelArgs& args, cudaStream_t stream) {
+  return with_scale_path<ScaleB::PerColumn>(args, [&]<bool kBulkScales>() {
+    return launch_wgrad_fixed<kSched, kBulkScales, kInt8, kNever>(spec, a, b, d, args, stream);
+  });
 }
 
 // Bulk scale copies when both scale layouts are MN-major and padded (KernelArgs::bulk_scales), else cp.async.
@@ -100,8 +102,11 @@ cudaError_t launch_wgrad(const LaunchSpec& spec, bool k_grouped, const CUtensorM
 cudaError_t launch_wgrad_kernel(const LaunchSpec& spec, bool k_grouped, const CUtensorMap& a, const CUtensorMap& b,
                                 const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream) {
   if (spec.int8)
-    return k_grouped ? launch_wgrad_int8<Schedule::GroupedK>(spec, a, b, d, args, stream)
-                     : launch_wgrad_int8<Schedule::Dense>(spec, a, b, d, args, stream);
+    return k_grouped ? launch_wgrad_fixed<Schedule::GroupedK, true, false>(spec, a, b, d, args, stream)
+                     : launch_wgrad_fixed<Schedule::Dense, true, false>(spec, a, b, d, args, stream);
+  if (spec.never_promote)
+    return k_grouped ? launch_wgrad_fixed<Schedule::GroupedK, false, true>(spec, a, b, d, args, stream)
+                     : launch_wgrad_fixed<Schedule::Dense, false, true>(spec, a, b, d, args, stream);
   switch (spec.block_n) {
     case 64: return launch_wgrad<64>(spec, k_grouped, a, b, d, args, stream);
     case 96: return launch_wgrad<96>(spec, k_grouped, a, b, d, args, stream);

@@ -11,8 +11,12 @@
 //   the same block-scaled forms (dense, grouped over M and over K) with INT8 x INT8 operands, exact or hopper
 //   accumulation (both mean: each 128 block's integer sum, exact, then the same FP32 promotion): fp8train's kernels
 //   on the integer tensor-core instruction, bit for bit the CPU's
+//   the same block-scaled E4M3 forms never promoting (promote=never, an ablation: each 128 block's scaled partial
+//   added into a pending sum with the truncating FP22 adder): fp8train's kernels built so, bit for bit the CPU's
+//   model (quant/ref_gemm.h); cuBLASLt has no such arithmetic, so FP8TRAIN_FP8_GEMM=cublaslt does not apply
 // Every other form throws "not implemented on cuda: <what>": per-tensor INT8, E5M6 / BF16 scaled operands, exact
-// or fp32 accumulation of FP8, other promotion intervals, strided outputs of our kernels.
+// or fp32 accumulation of FP8, block-scaled promotion intervals other than 128 and never, split-K never promoting,
+// strided outputs of our kernels.
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -47,9 +51,9 @@ bool int8_pair(const ops::ScaledGemmProblem& p) {
   return p.a.format == quant::Format::INT8 && p.b.format == quant::Format::INT8;
 }
 
-// The numerics fp8train's kernels compute: hopper accumulation promoting every 128 elements of K; for INT8 x INT8
-// (block-scaled only, no split-K), exact or hopper accumulation, which mean the same there (each 128 block's exact
-// integer sum, then the FP32 promotion).
+// The numerics fp8train's kernels compute: hopper accumulation promoting every 128 elements of K, or never (the
+// pending FP22 sum; no split-K); for INT8 x INT8 (block-scaled only, no split-K), exact or hopper accumulation,
+// which mean the same there (each 128 block's exact integer sum, then the FP32 promotion).
 void check_own_numerics(const char* op, const ops::ScaledGemmProblem& p) {
   if (int8_pair(p)) {
     if (p.a.granularity.per_tensor || p.b.granularity.per_tensor)
@@ -61,9 +65,19 @@ void check_own_numerics(const char* op, const ops::ScaledGemmProblem& p) {
   }
   if (p.numerics.mode != quant::AccumMode::Hopper)
     throw_not_implemented(op, std::string(quant::accum_mode_name(p.numerics.mode)) + " accumulation");
+  if (p.numerics.promote_interval == num::kNeverPromote) {
+    if (p.numerics.k_splits != 1) throw_not_implemented(op, "split-K never promoting");
+    return;
+  }
   if (p.numerics.promote_interval != 128)
     throw_not_implemented(op, "promotion every " + std::to_string(p.numerics.promote_interval) +
-                                  " elements (the kernels promote every 128)");
+                                  " elements (the kernels promote every 128, or never)");
+}
+
+// Whether fp8train's kernels run never promoting (FP8 operands under promote=never; INT8 ignores the interval,
+// as the CPU model does).
+bool never_promote(const ops::ScaledGemmProblem& p) {
+  return !int8_pair(p) && p.numerics.promote_interval == num::kNeverPromote;
 }
 
 void check_fp8(const char* op, const ops::ScaledGemmProblem& p) {
@@ -150,7 +164,7 @@ void per_tensor_grouped(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, con
 // scale product and promotion per 128 -- without the BF16 rounding. The scales are expanded on the host (a copy
 // each way and a stream synchronization: sampled steps only). d: [m, n] F32 (+= when accumulate).
 void f32_block_product(const ExecCtx& ctx, int64_t m, int64_t n, int64_t k, const uint8_t* a, ScaleView sa,
-                       const uint8_t* b, ScaleView sb, bool accumulate, float* d, bool int8) {
+                       const uint8_t* b, ScaleView sb, bool accumulate, float* d, bool int8, bool never) {
   const cudaStream_t stream = stream_of(ctx);
   const int64_t kb = (k + 127) / 128, nb = (n + 127) / 128;
   const int64_t span = (nb - 1) * sb.row_stride + (kb - 1) * sb.kblock_stride + 1;
@@ -170,6 +184,7 @@ void f32_block_product(const ExecCtx& ctx, int64_t m, int64_t n, int64_t k, cons
   q.b = b;
   q.b_scales = row_major_scale_view(row_scales.data<float>(), kb);
   q.int8 = int8;
+  q.never_promote = never;
   q.c = accumulate ? d : nullptr;
   q.d = d;
   fp8_gemm_wgrad(q, Fp8GemmConfig{}, stream);
@@ -180,7 +195,7 @@ void f32_block_product(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, void
   if (p.numerics.k_splits > 1) throw_not_implemented("scaled_gemm", "split-K into F32");
   f32_block_product(ctx, p.m, p.n, p.k, static_cast<const uint8_t*>(p.a.codes), scale_view(p.a),
                     static_cast<const uint8_t*>(p.b.codes), scale_view(p.b), p.accumulate, static_cast<float*>(d),
-                    int8_pair(p));
+                    int8_pair(p), never_promote(p));
 }
 
 // The grouped form into F32 (health samples of the experts' Fprop / Dgrad): one F32 product per expert on its rows.
@@ -199,7 +214,7 @@ void f32_block_product_grouped(const ExecCtx& ctx, const ops::ScaledGemmProblem&
     const ScaleView eb{sb.data + e * sb.group_stride, sb.row_stride, sb.kblock_stride, 0};
     f32_block_product(ctx, len, p.n, p.k, static_cast<const uint8_t*>(p.a.codes) + begin * p.k, ea,
                       static_cast<const uint8_t*>(p.b.codes) + e * p.n * p.k, eb, p.accumulate, out + begin * p.ldd,
-                      int8_pair(p));
+                      int8_pair(p), never_promote(p));
   }
 }
 
@@ -219,7 +234,7 @@ void scaled_gemm(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, void* d) {
     return run_cublaslt(ctx, p, d);
   }
   check_own_numerics(op, p);
-  if (!int8) {
+  if (!int8 && !never_promote(p)) {
     if (p.numerics.k_splits != 1 && fp8_gemm_backend() != Fp8GemmBackend::Own)
       throw_not_implemented(op, "split-K through cuBLASLt");
     if (fp8_gemm_backend() == Fp8GemmBackend::CublasLt) return run_cublaslt(ctx, p, d);
@@ -247,6 +262,7 @@ void scaled_gemm(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, void* d) {
     q.b = static_cast<const uint8_t*>(p.b.codes);
     q.b_scales = scale_view(p.b);
     q.int8 = int8;
+    q.never_promote = never_promote(p);
     q.d = static_cast<uint16_t*>(d);
     if (p.accumulate) q.c = static_cast<const uint16_t*>(d);  // d = bf16(d + a·bᵀ), the CPU's one FP32 add
     Fp8GemmConfig cfg;
@@ -265,6 +281,7 @@ void scaled_gemm(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, void* d) {
   q.b = static_cast<const uint8_t*>(p.b.codes);
   q.b_scales = scale_view(p.b);
   q.int8 = int8;
+  q.never_promote = never_promote(p);
   q.c = p.accumulate ? static_cast<const float*>(d) : nullptr;
   q.d = static_cast<float*>(d);
   fp8_gemm_wgrad(q, Fp8GemmConfig{}, stream_of(ctx));
@@ -300,6 +317,7 @@ void scaled_gemm_grouped(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, co
   q.b = static_cast<const uint8_t*>(p.b.codes);
   q.b_scales = scale_view(p.b);
   q.int8 = int8;
+  q.never_promote = never_promote(p);
   q.d = static_cast<uint16_t*>(d);
   fp8_gemm_grouped(q, Fp8GemmConfig{}, stream_of(ctx));
 }
@@ -327,6 +345,7 @@ void scaled_gemm_grouped_k(const ExecCtx& ctx, const ops::ScaledGemmProblem& p, 
   q.b = static_cast<const uint8_t*>(p.b.codes);
   q.b_scales = scale_view(p.b);
   q.int8 = int8;
+  q.never_promote = never_promote(p);
   q.c = p.accumulate ? static_cast<const float*>(d) : nullptr;
   q.d = static_cast<float*>(d);
   fp8_gemm_wgrad(q, Fp8GemmConfig{}, stream_of(ctx));
