@@ -24,14 +24,13 @@
 // records per GEMM kind.
 //
 // Where the sample is computed: on the tensors' device, through two ops (ops/health_stats.h) — the per-row sums
-// Σ(Y − R)², ΣR² (FP64, [rows, 2]) and each quantized operand's counts and scale range — and only those few numbers
-// are read back (the rows' sums are added on the host in row order). On the CPU the ops are the arithmetic this
-// file has always run on the host, bit for bit. On a GPU the counts and the scale range equal the CPU's exactly and
-// the row sums agree to the last bits (another summation order); nothing of the operand or product size crosses
-// to the host, so a sample costs one SGEMM per recipe GEMM (and the recipe's product into F32 for the quantized
-// Dgrad / Wgrad) plus a few passes over device memory at bandwidth — milliseconds at the loss-parity study's size,
-// where copying the tensors to the host cost ~70 s per sample. (A payload dimension of 2^31 or more, which the CUDA
-// counts do not take, is counted on the host.)
+// Σ(Y − R)², ΣR² (FP64, [rows, 2]) and each quantized operand's counts and scale range. Only those cross to the
+// host (16 bytes per product row, 20 bytes per operand), where the rows' sums are added in row order. On the CPU the
+// ops are the arithmetic this file has always run on the host, bit for bit. On a GPU the counts and the scale range
+// equal the CPU's exactly and the row sums agree to the last bits (another summation order). The reductions read
+// each tensor once at device bandwidth (milliseconds for an expert GEMM of ~10^8 values), so a sampled step costs
+// mostly its FP32 reference GEMMs: ~0.3–0.4 s at the loss-parity study's size, where copying the tensors to the
+// host cost ~70 s. (A payload dimension of 2^31 or more, which the CUDA counts do not take, is counted on the host.)
 #pragma once
 #include <cstdint>
 #include <limits>
