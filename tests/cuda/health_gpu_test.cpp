@@ -73,7 +73,7 @@ TEST(HealthGpu, OperandHealthAndAccuracyEqualTheCpus) {
   const Device gpu = Device::cuda(0);
   const ExecCtx ctx = ExecCtx::on(gpu);
   // An activation [T, d] in BF16 with tiny values (underflow), its 1x128 quantization and the 128x1 Wgrad copy.
-  const int64_t T = 1000, d = 520;
+  const int64_t T = 1024, d = 520;
   std::vector<float> x = random_matrix(T, d, seed);
   for (size_t i = 0; i < x.size(); i += 11) x[i] *= 1e-6f;
   const quant::QTensor q = ops::quantize(ctx, bf16_on(x, T, d, gpu), spec(quant::Granularity::tile_1x128()),
