@@ -11,7 +11,8 @@
 namespace fp8train::recipe {
 
 namespace {
-// A device copy for the operands the device op does not take (see measure_health).
+// t on device d: itself, or a copy when it lives elsewhere (an operand whose quantization lives on another device,
+// or the host fallback of measure_health).
 Tensor on_device(const Tensor& t, Device d) { return t.device() == d ? t : t.to(d); }
 
 // A matrix view (unit column stride) of t: t itself, or a contiguous copy of another layout.
@@ -83,9 +84,11 @@ double GemmAccuracy::relative_error() const {
   return error_sq > 0 ? std::numeric_limits<double>::infinity() : 0.0;
 }
 
+// Host arrays: through the CPU op (one copy into tensors), so both forms share one arithmetic.
 GemmAccuracy measure_accuracy(const float* y, const float* y_ref, int64_t rows, int64_t cols) {
   const std::vector<float> a(y, y + rows * cols), b(y_ref, y_ref + rows * cols);
-  return measure_accuracy(ExecCtx::cpu(), Tensor::from_vector(a, {rows, cols}), Tensor::from_vector(b, {rows, cols}));
+  return measure_accuracy(ExecCtx::cpu(), Tensor::from_vector(a, {rows, cols}, MemCategory::Workspace, Device::cpu()),
+                          Tensor::from_vector(b, {rows, cols}, MemCategory::Workspace, Device::cpu()));
 }
 
 GemmAccuracy measure_accuracy(const ExecCtx& ctx_in, const Tensor& y_in, const Tensor& ref_in) {
