@@ -3,8 +3,8 @@
 // to run it on an ExecCtx, and how to compare. tests/ops/backend_ops_test.cpp runs every row on the CPU against
 // its reference (the quant/ reference functions, or an FP64 evaluation for the reducing ops);
 // tests/cuda/backend_ops_gpu_test.cpp runs every row on CUDA against the CPU op of the same name when a GPU is
-// present. Comparisons: exact (code bytes equal; floats equal bit for bit, NaN equal to NaN), or the normalized
-// error 1 − 2Σxy / Σ(x² + y²) below a stated bound.
+// present. Comparisons: exact (code bytes equal; floats equal bit for bit, NaN equal to NaN), the normalized
+// error 1 − 2Σxy / Σ(x² + y²) below a stated bound, or FP64 outputs value by value within a relative bound.
 // Adding a row: append a BackendOpCase in the function of its op family (or a new family function listed in
 // backend_cases()).
 #pragma once
