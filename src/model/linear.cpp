@@ -540,13 +540,13 @@ void Linear::observe_fprop(const StepContext& ctx, const LinearInput& x, const T
   } else {
     ops::gemm(ctx.exec, x.x, false, weight_, true, ref);
   }
-  const recipe::GemmAccuracy acc = recipe::measure_accuracy(y, ref);
+  const recipe::GemmAccuracy acc = recipe::measure_accuracy(ctx.exec, y, ref);
   if (!s.plan.quantized) {
     ctx.health->record(site_, GemmKind::Fprop, acc);
     return;
   }
-  ctx.health->record(site_, GemmKind::Fprop, recipe::measure_health(x.x, x.q),
-                     recipe::measure_health(weight_, s.weight_q), acc);
+  ctx.health->record(site_, GemmKind::Fprop, recipe::measure_health(ctx.exec, x.x, x.q),
+                     recipe::measure_health(ctx.exec, weight_, s.weight_q), acc);
 }
 
 void Linear::observe_backward(const StepContext& ctx, const Tensor& dy, const quant::QTensor* dyq,
@@ -570,7 +570,7 @@ void Linear::observe_backward(const StepContext& ctx, const Tensor& dy, const qu
       } else {
         ops::gemm(ctx.exec, dy, false, s.weight_plain, false, y);
       }
-      ctx.health->record(site_, GemmKind::Dgrad, recipe::measure_accuracy(y, ref));
+      ctx.health->record(site_, GemmKind::Dgrad, recipe::measure_accuracy(ctx.exec, y, ref));
     } else {
       const quant::QTensor a =
           dyq->spec.granularity.block_rows > 1 && !dyq->spec.granularity.per_tensor ? blocks_as_row_tiles(*dyq) : *dyq;
@@ -580,8 +580,9 @@ void Linear::observe_backward(const StepContext& ctx, const Tensor& dy, const qu
       } else {
         ops::scaled_gemm(ctx.exec, a, s.weight_q.transposed(), y, o);
       }
-      ctx.health->record(site_, GemmKind::Dgrad, recipe::measure_health(dy, *dyq),
-                         recipe::measure_health(weight_, s.weight_q), recipe::measure_accuracy(y, ref));
+      ctx.health->record(site_, GemmKind::Dgrad, recipe::measure_health(ctx.exec, dy, *dyq),
+                         recipe::measure_health(ctx.exec, weight_, s.weight_q),
+                         recipe::measure_accuracy(ctx.exec, y, ref));
     }
   }
   // Wgrad: dyᵀ·x with x as backward holds it (the unquantized x: a sampled step keeps it).
@@ -595,7 +596,7 @@ void Linear::observe_backward(const StepContext& ctx, const Tensor& dy, const qu
       ops::gemm(ctx.exec, dy, true, x.x, false, ref);
     }
     if (!s.plan.quantized) {
-      ctx.health->record(site_, GemmKind::Wgrad, recipe::measure_accuracy(ref, ref));  // the same product
+      ctx.health->record(site_, GemmKind::Wgrad, recipe::measure_accuracy(ctx.exec, ref, ref));  // the same product
     } else {
       const ops::ScaledGemmOptions o{s.plan.wgrad.gemm, false};
       if (grouped) {
@@ -603,8 +604,8 @@ void Linear::observe_backward(const StepContext& ctx, const Tensor& dy, const qu
       } else {
         ops::scaled_gemm(ctx.exec, *dyt, *xt, y, o);
       }
-      ctx.health->record(site_, GemmKind::Wgrad, recipe::measure_health(dy, *dyt, true),
-                         recipe::measure_health(x.x, *xt, true), recipe::measure_accuracy(y, ref));
+      ctx.health->record(site_, GemmKind::Wgrad, recipe::measure_health(ctx.exec, dy, *dyt, true),
+                         recipe::measure_health(ctx.exec, x.x, *xt, true), recipe::measure_accuracy(ctx.exec, y, ref));
     }
   }
 }

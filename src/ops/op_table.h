@@ -49,6 +49,8 @@ struct AdamWProblem;         // ops/adamw.h
 struct SumSquaresProblem;    // ops/sum_squares.h
 struct HeadsProblem;         // ops/heads.h
 struct AttentionCachedProblem;  // ops/attention_cached.h
+struct RowErrorSumsProblem;     // ops/health_stats.h
+struct OperandCountsProblem;    // ops/health_stats.h
 
 // ---- launcher types (tier 2) -------------------------------------------------------------------------
 using GemmFn = void(const ExecCtx&, const GemmProblem&, const void* a, const void* b, void* c);
@@ -121,6 +123,11 @@ using SumHeadsFn = void(const ExecCtx&, const HeadsProblem&, const void* src, vo
 // Incremental decoding: new tokens' queries against a key/value cache shared by every head.
 using AttentionCachedFn = void(const ExecCtx&, const AttentionCachedProblem&, const void* q, const void* k,
                                const void* v, void* o);
+// Numerics-health samples (ops/health_stats.h): per-row error sums of a product against its reference (out F64
+// [rows, 2]), and a quantized operand's counts (I64 [3]) and scale range (F32 [2]).
+using RowErrorSumsFn = void(const ExecCtx&, const RowErrorSumsProblem&, const void* y, const void* y_ref, double* out);
+using OperandCountsFn = void(const ExecCtx&, const OperandCountsProblem&, const void* x, const void* codes,
+                             const float* scales, int64_t* counts, float* scale_range);
 
 struct OpTable {
   std::string_view backend;  // "cpu", "cuda"
@@ -167,6 +174,9 @@ struct OpTable {
   SumHeadsFn* sum_heads = nullptr;
   // Incremental decoding.
   AttentionCachedFn* attention_cached = nullptr;
+  // Numerics-health samples.
+  RowErrorSumsFn* row_error_sums = nullptr;
+  OperandCountsFn* quantized_operand_counts = nullptr;
 };
 
 // The table of a device type: the CPU's is built in; another backend's exists once registered.

@@ -6,20 +6,34 @@
 #include <vector>
 
 #include "common/error.h"
-#include "ops/elementwise.h"
+#include "ops/health_stats.h"
 
 namespace fp8train::recipe {
 
 namespace {
-// x as FP32 values on the host, contiguous [rows, cols].
-std::vector<float> host_values(const Tensor& x) {
-  FP8T_CHECK(x.defined() && x.dim() == 2, "numerics health: expected a matrix, got {}",
-             x.defined() ? x.str() : std::string("an undefined tensor"));
-  const Tensor h = x.device().is_cpu() ? x : x.to(Device::cpu());
-  if (h.dtype() == DType::F32) return h.to_vector<float>();
-  const Tensor f = Tensor::empty(h.shape(), DType::F32, MemCategory::Workspace, Device::cpu());
-  ops::copy(ExecCtx::cpu(), h, f);
-  return f.to_vector<float>();
+// t on device d: itself, or a copy when it lives elsewhere (an operand whose quantization lives on another device,
+// or the host fallback of measure_health).
+Tensor on_device(const Tensor& t, Device d) { return t.device() == d ? t : t.to(d); }
+
+// A matrix view (unit column stride) of t: t itself, or a contiguous copy of another layout.
+Tensor matrix_view(const Tensor& t) { return t.is_matrix() ? t : t.clone(); }
+
+// The context the measurement runs on: the caller's when it is on the tensors' device, else that device's own.
+ExecCtx ctx_for(const ExecCtx& ctx, Device d) { return ctx.device == d ? ctx : ExecCtx::on(d); }
+
+// The per-row sums (ops::row_error_sums, [rows, 2]) added up: rows in row order, as the host has always done.
+GemmAccuracy accuracy_of_rows(const std::vector<double>& sums) {
+  GemmAccuracy a;
+  for (size_t i = 0; i + 1 < sums.size(); i += 2) {
+    const double err = sums[i], ref = sums[i + 1];
+    a.error_sq += err;
+    a.reference_sq += ref;
+    if (ref > 0) {
+      a.row_rel_sum += std::sqrt(err / ref);
+      ++a.rows;
+    }
+  }
+  return a;
 }
 }  // namespace
 
@@ -32,55 +46,37 @@ void OperandHealth::merge(const OperandHealth& o) {
   scale_max = std::max(scale_max, o.scale_max);
 }
 
-OperandHealth measure_health(const Tensor& x_in, const quant::QTensor& q_in, bool transposed) {
+OperandHealth measure_health(const ExecCtx& ctx_in, const Tensor& x_in, const quant::QTensor& q_in, bool transposed) {
   const int64_t xr = transposed ? q_in.cols : q_in.rows, xc = transposed ? q_in.rows : q_in.cols;
-  FP8T_CHECK(x_in.dim() == 2 && x_in.size(0) == xr && x_in.size(1) == xc && q_in.rowwise.defined(),
-             "numerics health: operand {} does not match its quantization [{}, {}]{}", x_in.str(), q_in.rows, q_in.cols,
+  FP8T_CHECK(x_in.defined() && x_in.dim() == 2 && x_in.size(0) == xr && x_in.size(1) == xc && q_in.rowwise.defined(),
+             "numerics health: operand {} does not match its quantization [{}, {}]{}",
+             x_in.defined() ? x_in.str() : std::string("(undefined)"), q_in.rows, q_in.cols,
              transposed ? " (transposed)" : "");
-  const std::vector<float> x = host_values(x_in);
-  const quant::QTensor q = q_in.device().is_cpu() ? q_in : q_in.to(Device::cpu());
+  // The counts run where q lives (x moved there if it is elsewhere), except a payload dimension of 2^31 or more on
+  // a GPU, which the CUDA op does not take: that is counted on the host.
+  const bool huge = q_in.rows > 0x7FFFFFFF || q_in.cols > 0x7FFFFFFF;
+  const Device d = huge ? Device::cpu() : q_in.device();
+  const ExecCtx ctx = ctx_for(ctx_in, d);
+  const quant::QTensor q = q_in.device() == d ? q_in : q_in.to(d);
+  const Tensor x = matrix_view(on_device(x_in, d));
+  const Tensor counts = Tensor::empty({3}, DType::I64, MemCategory::Workspace, d);
+  const Tensor range = Tensor::empty({2}, DType::F32, MemCategory::Workspace, d);
+  ops::quantized_operand_counts(ctx, x, q, transposed, counts, range);
+  ctx.synchronize();  // the read-backs below run on the device's own stream, which ctx's may not be
+  const std::vector<int64_t> c = counts.to_vector<int64_t>();
+  const std::vector<float> r = range.to_vector<float>();
   OperandHealth h;
   h.elements = q.rows * q.cols;
-  for (float s : q.row_major_scales()) {
-    if (!std::isfinite(s)) continue;
-    h.scale_min = std::min(h.scale_min, s);
-    h.scale_max = std::max(h.scale_max, s);
-  }
-  // A value saturates when it would have rounded above the largest code: beyond fmax plus half its ulp
-  // (a scale one float ulp off its ideal value must not count).
-  float limit = quant::format_max(q.spec.format);
-  switch (q.spec.format) {
-    case quant::Format::E4M3:
-      limit = 464.0f;
-      break;  // 448 + 32 / 2
-    case quant::Format::E5M2:
-      limit = 61440.0f;
-      break;  // 57344 + 8192 / 2
-    case quant::Format::E5M6:
-      limit = 65280.0f;
-      break;  // 65024 + 512 / 2
-    case quant::Format::INT8:
-      limit = 127.5f;
-      break;
-    case quant::Format::BF16:
-      break;
-  }
-  int64_t nonzero = 0, saturated = 0, underflow = 0;
-#pragma omp parallel for schedule(static) reduction(+ : nonzero, saturated, underflow)
-  for (int64_t r = 0; r < q.rows; ++r) {
-    for (int64_t c = 0; c < q.cols; ++c) {
-      const float v = transposed ? x[c * q.rows + r] : x[r * q.cols + c];
-      if (v == 0.0f || std::isnan(v)) continue;
-      ++nonzero;
-      const float s = q.scale_of(r, c);
-      if (std::fabs(v) / s > limit) ++saturated;
-      if (q.decoded_at(r, c) == 0.0f) ++underflow;
-    }
-  }
-  h.nonzero = nonzero;
-  h.saturated = saturated;
-  h.underflow = underflow;
+  h.nonzero = c[0];
+  h.saturated = c[1];
+  h.underflow = c[2];
+  h.scale_min = r[0];
+  h.scale_max = r[1];
   return h;
+}
+
+OperandHealth measure_health(const Tensor& x, const quant::QTensor& q, bool transposed) {
+  return measure_health(ExecCtx::on(q.rowwise.defined() ? q.device() : x.device()), x, q, transposed);
 }
 
 double GemmAccuracy::relative_error() const {
@@ -88,38 +84,32 @@ double GemmAccuracy::relative_error() const {
   return error_sq > 0 ? std::numeric_limits<double>::infinity() : 0.0;
 }
 
-// Double-precision sums that do not depend on the thread count (the runs do not): each row's sums in column order
-// (rows in parallel), then the rows' in row order. (The expert GEMMs of a sampled step are ~10^8 values each.)
+// Host arrays: through the CPU op (one copy into tensors), so both forms share one arithmetic.
 GemmAccuracy measure_accuracy(const float* y, const float* y_ref, int64_t rows, int64_t cols) {
-  std::vector<double> err(static_cast<size_t>(rows)), ref(static_cast<size_t>(rows));
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < rows; ++i) {
-    double e = 0, r2 = 0;
-    for (int64_t j = 0; j < cols; ++j) {
-      const double r = y_ref[i * cols + j], d = static_cast<double>(y[i * cols + j]) - r;
-      e += d * d;
-      r2 += r * r;
-    }
-    err[static_cast<size_t>(i)] = e;
-    ref[static_cast<size_t>(i)] = r2;
-  }
-  GemmAccuracy a;
-  for (size_t i = 0; i < err.size(); ++i) {
-    a.error_sq += err[i];
-    a.reference_sq += ref[i];
-    if (ref[i] > 0) {
-      a.row_rel_sum += std::sqrt(err[i] / ref[i]);
-      ++a.rows;
-    }
-  }
-  return a;
+  const std::vector<float> a(y, y + rows * cols), b(y_ref, y_ref + rows * cols);
+  return measure_accuracy(ExecCtx::cpu(), Tensor::from_vector(a, {rows, cols}, MemCategory::Workspace, Device::cpu()),
+                          Tensor::from_vector(b, {rows, cols}, MemCategory::Workspace, Device::cpu()));
+}
+
+GemmAccuracy measure_accuracy(const ExecCtx& ctx_in, const Tensor& y_in, const Tensor& ref_in) {
+  FP8T_CHECK(y_in.defined() && ref_in.defined() && y_in.dim() == 2 && y_in.shape() == ref_in.shape(),
+             "gemm accuracy: product {} and reference {} differ",
+             y_in.defined() ? y_in.str() : std::string("(undefined)"),
+             ref_in.defined() ? ref_in.str() : std::string("(undefined)"));
+  const Device d = y_in.device();
+  const ExecCtx ctx = ctx_for(ctx_in, d);
+  const Tensor y = matrix_view(y_in), ref = matrix_view(on_device(ref_in, d));
+  const int64_t rows = y.size(0);
+  if (rows == 0) return {};
+  const Tensor sums = Tensor::empty({rows, 2}, DType::F64, MemCategory::Workspace, d);
+  ops::row_error_sums(ctx, y, ref, sums);
+  ctx.synchronize();  // the read-back runs on the device's own stream, which ctx's may not be
+  return accuracy_of_rows(sums.to_vector<double>());
 }
 
 GemmAccuracy measure_accuracy(const Tensor& y, const Tensor& y_ref) {
-  FP8T_CHECK(y.dim() == 2 && y.shape() == y_ref.shape(), "gemm accuracy: product {} and reference {} differ", y.str(),
-             y_ref.str());
-  const std::vector<float> a = host_values(y), b = host_values(y_ref);
-  return measure_accuracy(a.data(), b.data(), y.size(0), y.size(1));
+  FP8T_CHECK(y.defined(), "gemm accuracy: the product is undefined");
+  return measure_accuracy(ExecCtx::on(y.device()), y, y_ref);
 }
 
 void HealthRecorder::record(const std::string& linear, GemmKind kind, const OperandHealth& a, const OperandHealth& b,

@@ -20,8 +20,17 @@
 // Wgrad: an output feature) with ‖R_r‖ > 0,
 //   row_rel_error = mean over the rows of the calls of ‖Y_r − R_r‖ / ‖R_r‖.
 // The reference's own error (FP32 accumulation, ~1e-7 relative) is far below what the low-precision recipes
-// show (1e-3 and more), so it does not limit the figure. Cost: one SGEMM per recipe GEMM and two passes over its
-// output, sampled steps only. train/metrics.h gemm_error_summary() aggregates the records per GEMM kind.
+// show (1e-3 and more), so it does not limit the figure. train/metrics.h gemm_error_summary() aggregates the
+// records per GEMM kind.
+//
+// Where the sample is computed: on the tensors' device, through two ops (ops/health_stats.h) — the per-row sums
+// Σ(Y − R)², ΣR² (FP64, [rows, 2]) and each quantized operand's counts and scale range. Only those cross to the
+// host (16 bytes per product row, 20 bytes per operand), where the rows' sums are added in row order. On the CPU the
+// ops are the arithmetic this file has always run on the host, bit for bit. On a GPU the counts and the scale range
+// equal the CPU's exactly and the row sums agree to the last bits (another summation order). The reductions read
+// each tensor once at device bandwidth (milliseconds for an expert GEMM of ~10^8 values), so a sampled step costs
+// mostly its FP32 reference GEMMs: ~0.3–0.4 s at the loss-parity study's size, where copying the tensors to the
+// host cost ~70 s. (A payload dimension of 2^31 or more, which the CUDA counts do not take, is counted on the host.)
 #pragma once
 #include <cstdint>
 #include <limits>
@@ -32,6 +41,7 @@
 
 #include "quant/qtensor.h"
 #include "recipe/recipe.h"
+#include "tensor/exec_ctx.h"
 #include "tensor/tensor.h"
 
 namespace fp8train::recipe {
@@ -47,8 +57,11 @@ struct OperandHealth {
   float scale_max = 0.0f;
   void merge(const OperandHealth& o);
 };
-// Measures x [rows, cols] (any float dtype, any device: copied to the host) against its quantization q's
-// row-wise payload (same orientation and shape; with `transposed`, q quantizes xᵀ: [cols, rows]).
+// Measures x [rows, cols] (F32, BF16 or F64, as FP32 values) against its quantization q's row-wise payload (same
+// orientation and shape; with `transposed`, q quantizes xᵀ: [cols, rows]), on q's device through ctx (or that
+// device's own context when ctx is elsewhere). Waits for ctx's stream.
+OperandHealth measure_health(const ExecCtx& ctx, const Tensor& x, const quant::QTensor& q, bool transposed = false);
+// The same on the default context of q's device.
 OperandHealth measure_health(const Tensor& x, const quant::QTensor& q, bool transposed = false);
 
 // A recipe GEMM's product against its FP32 reference (see the top of this file).
@@ -68,9 +81,12 @@ struct GemmAccuracy {
   // The mean row-wise relative error (0 when no row has a non-zero reference).
   double row_relative_error() const { return rows > 0 ? row_rel_sum / static_cast<double>(rows) : 0.0; }
 };
-// Compares y [rows, cols] with y_ref [rows, cols] (both contiguous, row-major).
+// Compares y [rows, cols] with y_ref [rows, cols] (both contiguous, row-major, on the host).
 GemmAccuracy measure_accuracy(const float* y, const float* y_ref, int64_t rows, int64_t cols);
-// The same on two [rows, cols] matrices of any float dtype and device (copied to the host).
+// The same on two [rows, cols] matrices (F32, BF16 or F64, each its own) on y's device, through ctx (or that
+// device's own context when ctx is elsewhere). Waits for ctx's stream.
+GemmAccuracy measure_accuracy(const ExecCtx& ctx, const Tensor& y, const Tensor& y_ref);
+// The same on the default context of y's device.
 GemmAccuracy measure_accuracy(const Tensor& y, const Tensor& y_ref);
 
 struct GemmHealth {

@@ -3,8 +3,8 @@
 // to run it on an ExecCtx, and how to compare. tests/ops/backend_ops_test.cpp runs every row on the CPU against
 // its reference (the quant/ reference functions, or an FP64 evaluation for the reducing ops);
 // tests/cuda/backend_ops_gpu_test.cpp runs every row on CUDA against the CPU op of the same name when a GPU is
-// present. Comparisons: exact (code bytes equal; floats equal bit for bit, NaN equal to NaN), or the normalized
-// error 1 − 2Σxy / Σ(x² + y²) below a stated bound.
+// present. Comparisons: exact (code bytes equal; floats equal bit for bit, NaN equal to NaN), the normalized
+// error 1 − 2Σxy / Σ(x² + y²) below a stated bound, or FP64 outputs value by value within a relative bound.
 // Adding a row: append a BackendOpCase in the function of its op family (or a new family function listed in
 // backend_cases()).
 #pragma once
@@ -41,8 +41,12 @@ struct OpResult {
 struct Compare {
   bool exact = true;
   double bound = 0.0;  // normalized error bound when not exact
-  static Compare bits() { return {true, 0.0}; }
-  static Compare normalized(double b) { return {false, b}; }
+  // FP64 outputs returned as bytes (8 per value): compared value by value, |got − want| <= bound·|want| (NaN equal
+  // to NaN), instead of byte for byte.
+  bool f64_relative = false;
+  static Compare bits() { return {true, 0.0, false}; }
+  static Compare normalized(double b) { return {false, b, false}; }
+  static Compare f64_within(double relative) { return {false, relative, true}; }
 };
 
 struct BackendOpCase {
@@ -142,10 +146,23 @@ inline std::string compare_results(const std::vector<OpResult>& got, const std::
     if (g.bytes.size() != w.bytes.size() || g.floats.size() != w.floats.size())
       return w.name + ": " + std::to_string(g.bytes.size() + g.floats.size()) + " elements, want " +
              std::to_string(w.bytes.size() + w.floats.size());
-    for (size_t j = 0; j < w.bytes.size(); ++j)
-      if (g.bytes[j] != w.bytes[j])
-        return w.name + ": byte " + std::to_string(j) + " is " + std::to_string(g.bytes[j]) + ", want " +
-               std::to_string(w.bytes[j]);
+    if (compare.f64_relative && w.bytes.size() % sizeof(double) == 0) {
+      for (size_t j = 0; j < w.bytes.size() / sizeof(double); ++j) {
+        double gv, wv;
+        std::memcpy(&gv, g.bytes.data() + j * sizeof(double), sizeof(double));
+        std::memcpy(&wv, w.bytes.data() + j * sizeof(double), sizeof(double));
+        const bool same =
+            (std::isnan(gv) && std::isnan(wv)) || gv == wv || std::abs(gv - wv) <= compare.bound * std::abs(wv);
+        if (!same)
+          return w.name + ": value " + std::to_string(j) + " is " + fmt::format("{:.17g}", gv) + ", want " +
+                 fmt::format("{:.17g}", wv) + " (relative bound " + fmt::format("{:g}", compare.bound) + ")";
+      }
+    } else {
+      for (size_t j = 0; j < w.bytes.size(); ++j)
+        if (g.bytes[j] != w.bytes[j])
+          return w.name + ": byte " + std::to_string(j) + " is " + std::to_string(g.bytes[j]) + ", want " +
+                 std::to_string(w.bytes[j]);
+    }
     if (compare.exact) {
       for (size_t j = 0; j < w.floats.size(); ++j) {
         const bool same = (std::isnan(g.floats[j]) && std::isnan(w.floats[j])) ||
@@ -929,6 +946,7 @@ inline void gemm_cases(std::vector<BackendOpCase>& out) {
 #include "backend_rows_elementwise.h"
 #include "backend_rows_gemm.h"
 #include "backend_rows_heads.h"
+#include "backend_rows_health.h"
 #include "backend_rows_moe.h"
 #include "backend_rows_train.h"
 
@@ -952,6 +970,7 @@ inline std::vector<BackendOpCase> backend_cases() {
   attention_op_cases(out);
   moe_op_cases(out);
   train_op_cases(out);
+  health_op_cases(out);
   return out;
 }
 

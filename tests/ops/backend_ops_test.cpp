@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -62,6 +64,18 @@ TEST(BackendOps, TheComparisonsCanFail) {
   b.floats[1] = 3.0f;
   EXPECT_NE(compare_results({a}, {b}, Compare::normalized(1e-6)), "");
   EXPECT_NE(compare_results({a}, {}, Compare::bits()), "");
+  // FP64 values carried as bytes, compared within a relative bound.
+  auto f64 = [](std::vector<double> d) {
+    OpResult r{"d", std::vector<uint8_t>(d.size() * sizeof(double)), {}};
+    std::memcpy(r.bytes.data(), d.data(), r.bytes.size());
+    return r;
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_EQ(compare_results({f64({1.0, 2.0, nan})}, {f64({1.0, 2.0 * (1 + 1e-14), nan})}, Compare::f64_within(1e-12)),
+            "");
+  EXPECT_NE(compare_results({f64({1.0, 2.0})}, {f64({1.0, 2.0 * (1 + 1e-10)})}, Compare::f64_within(1e-12)), "");
+  EXPECT_NE(compare_results({f64({1.0, nan})}, {f64({1.0, 2.0})}, Compare::f64_within(1e-12)), "");
+  EXPECT_NE(compare_results({f64({1.0, 2.0})}, {f64({1.0, 2.0 * (1 + 1e-14)})}, Compare::bits()), "");
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 // once, every output written once), and `of_copy` is that bandwidth over cudaMemcpy's (read + write bytes per
 // second). The target: every memory-bound kernel at >= 80 % of copy. Cross-entropy also runs through its
 // launcher (ops/op_table.h) alone, "cross_entropy kernel": the entry point reads the row losses and the targets
-// back to the host after the kernel, and the event timing includes those copies and the host's round trips.
+// back to the host after the kernel, and the event timing includes those copies and the host's round trips. The
+// numerics-health rows (the sampled steps' reductions) say what one health sample's reductions cost at these shapes.
 // Output: one JSON line per op on stdout, a table on stderr.
 #ifdef FP8TRAIN_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -26,12 +27,15 @@
 #include "ops/cross_entropy.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
+#include "ops/health_stats.h"
 #include "ops/moe_dispatch.h"
 #include "ops/op_table.h"
+#include "ops/quantize.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/router.h"
 #include "ops/swiglu.h"
+#include "recipe/health.h"
 #include "tensor/backend.h"
 #include "tensor/cuda/cuda_check.h"
 #include "tensor/cuda/device.h"
@@ -203,6 +207,31 @@ void bench_ops(const BenchOpsOptions& o) {
     h.weight_decay = 0.1;
     record("adamw (fp32 moments)", fmt::format("{} parameters", n), 28.0 * static_cast<double>(n),
            [&] { ops::adamw_update(ctx, p, g, m, v, h); });
+  }
+  // The numerics-health sample (recipe/health.h): an expert GEMM's F32 product against its F32 reference (rows: the
+  // expert rows of T·(top_k + 1), about what the plan pads T·top_k to; columns: gate|up), and a [T, hidden] BF16
+  // operand against its 1x128 E4M3 quantization (GEMM-native scales), as read by Fprop and, transposed, by Wgrad.
+  // The ops alone, then recipe::measure_* whole: op + read-back of the few results + the host's sum over the rows.
+  {
+    const int64_t R = T * (o.top_k + 1), n = 2 * o.ffn;
+    const Tensor y = random_tensor(ctx, R, n, f32, 16), ref = random_tensor(ctx, R, n, f32, 17);
+    const Tensor sums = Tensor::empty({R, 2}, DType::F64, MemCategory::Workspace, ctx.device);
+    const std::string rs = fmt::format("[{}, {}] f32 vs f32", R, n);
+    const double bytes = 8.0 * static_cast<double>(R * n) + 16.0 * static_cast<double>(R);
+    record("row_error_sums", rs, bytes, [&] { ops::row_error_sums(ctx, y, ref, sums); });
+    record("measure_accuracy", rs, bytes, [&] { (void)recipe::measure_accuracy(ctx, y, ref); });
+    const Tensor x = random_tensor(ctx, T, d, bf, 18);
+    quant::QuantSpec spec;  // e4m3 1x128 amax
+    const quant::QTensor q = ops::quantize(ctx, x, spec, ops::QuantizeOutputs::Both, quant::ScaleLayout::GemmNative);
+    const quant::QTensor qt = q.transposed().rowwise_only();
+    const Tensor counts = Tensor::empty({3}, DType::I64, MemCategory::Workspace, ctx.device);
+    const Tensor range = Tensor::empty({2}, f32, MemCategory::Workspace, ctx.device);
+    const double qbytes = 3.0 * static_cast<double>(T * d) + 4.0 * static_cast<double>(T * ((d + 127) / 128));
+    record("quantized_operand_counts", td + " e4m3 1x128", qbytes,
+           [&] { ops::quantized_operand_counts(ctx, x, q.rowwise_only(), false, counts, range); });
+    record("quantized_operand_counts", td + " e4m3 128x1 (transposed)", qbytes,
+           [&] { ops::quantized_operand_counts(ctx, x, qt, true, counts, range); });
+    record("measure_health", td + " e4m3 1x128", qbytes, [&] { (void)recipe::measure_health(ctx, x, q); });
   }
   std::fprintf(stderr, "bench ops: %s, device-to-device copy %.0f GB/s (read + write)\n", where.c_str(), copy_gbs);
   for (const auto& j : rows)

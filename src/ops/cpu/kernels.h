@@ -56,6 +56,9 @@ SumSquaresFn sum_squares;
 RepeatHeadsFn repeat_heads;
 SumHeadsFn sum_heads;
 AttentionCachedFn attention_cached;
+// Numerics-health samples (health_stats.cpp).
+RowErrorSumsFn row_error_sums;
+OperandCountsFn quantized_operand_counts;
 
 // The CPU table (built on first use; pins OpenBLAS to one thread).
 const OpTable& cpu_op_table();

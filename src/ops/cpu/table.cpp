@@ -60,6 +60,9 @@ OpTable make_table() {
   t.repeat_heads = repeat_heads;
   t.attention_cached = attention_cached;
   t.sum_heads = sum_heads;
+  // Numerics-health samples.
+  t.row_error_sums = row_error_sums;
+  t.quantized_operand_counts = quantized_operand_counts;
   return t;
 }
 }  // namespace

@@ -29,10 +29,12 @@ const OpTable& cuda_op_table();
 //   attention_ops.cpp   the attention core (forward, backward) and the cached decoding attention
 //   moe_ops.cpp         router, sequence balance loss, MoE plan / permute / unpermute
 //   train_ops.cpp       cross-entropy, AdamW, sum of squares
+//   health_ops.cpp      the numerics-health reductions (row error sums, quantized operand counts)
 void install_elementwise_ops(OpTable& t);
 void install_attention_ops(OpTable& t);
 void install_moe_ops(OpTable& t);
 void install_train_ops(OpTable& t);
+void install_health_ops(OpTable& t);
 
 // gemm_grouped's backend: the offsets read to the host and one cuBLASLt GEMM per expert (CublasLt, the default:
 // faster at MoE shapes, one stream synchronization per call), or fp8train's kernels that read the offsets on the

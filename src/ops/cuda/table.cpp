@@ -26,6 +26,7 @@ OpTable make_table() {
   install_attention_ops(t);
   install_moe_ops(t);
   install_train_ops(t);
+  install_health_ops(t);
   return t;
 }
 }  // namespace
