@@ -69,6 +69,12 @@ class Backend {
   virtual void fill_zero(void* dst, size_t bytes) = 0;
   // Waits until every queued operation on the device has finished (a no-op on the CPU).
   virtual void synchronize() = 0;
+  // Waits until everything queued on `queue` (a queue of this device, e.g. a side queue's stream; null: the default
+  // one) has finished.
+  virtual void synchronize_queue(void* queue) {
+    (void)queue;
+    synchronize();
+  }
   // The queue ops launch on by default (ExecCtx::on): a cudaStream_t on CUDA, null on the CPU.
   virtual void* stream() const { return nullptr; }
   // A staging buffer of `bytes` for asynchronous device-to-host copies (HostStaging); null where the device's

@@ -33,6 +33,7 @@ const ExecCtx& ExecCtx::cpu() {
   return c;
 }
 
-void ExecCtx::synchronize() const { backend(device).synchronize(); }
+// This context's queue, which with_stream may have made another than the backend's default one.
+void ExecCtx::synchronize() const { backend(device).synchronize_queue(stream); }
 
 }  // namespace fp8train

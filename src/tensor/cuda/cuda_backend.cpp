@@ -130,6 +130,10 @@ void CudaBackend::fill_zero(void* dst, size_t bytes) {
 
 void CudaBackend::synchronize() { FP8T_CUDA_CHECK(cudaStreamSynchronize(stream_.get())); }
 
+void CudaBackend::synchronize_queue(void* queue) {
+  FP8T_CUDA_CHECK(cudaStreamSynchronize(queue != nullptr ? static_cast<cudaStream_t>(queue) : stream_.get()));
+}
+
 std::unique_ptr<HostStaging> CudaBackend::host_staging(size_t bytes) {
   select_device(device_);  // the side stream and events belong to this backend's device
   return std::make_unique<CudaHostStaging>(stream_.get(), bytes);

@@ -39,6 +39,7 @@ class CudaBackend final : public Backend {
   void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) override;
   void fill_zero(void* dst, size_t bytes) override;
   void synchronize() override;
+  void synchronize_queue(void* queue) override;
   void* stream() const override { return stream_.get(); }
   // Pinned host memory (cudaMallocHost), copied into on a side stream of its own after an event on the compute
   // stream; order_before_compute makes the compute stream wait for the copy's event.
