@@ -171,17 +171,19 @@ TEST_F(TrainGpu, Fp8DeepseekTwentyStepsMatchTheCpu) {
   compare_devices("fp8-deepseek", {5e-4, 1e-3}, {2e-2, 1.0}, std::string(kFp8Model) + " --health-every 10", 5e-2);
 }
 
-// The dgrad_block ablation (dy quantized in 128×128 blocks for Dgrad, the block scales repeated per row for the
-// 1×128 Dgrad kernel) on the GPU: the same FP8 GEMMs, bit for bit the CPU's, on a dy the quantizers round alike,
-// so the same bounds as fp8-deepseek (the sampled health steps run the Dgrad's block path too).
-TEST_F(TrainGpu, Fp8DeepseekDgradBlockTwentyStepsMatchTheCpu) {
+// The two ablations on the GPU, against the CPU emulation, with fp8-deepseek's bounds. Disabled: both fail them on
+// an H200 (2026-11-28), and not only by this tiny model's chaos. Each GEMM form is bit for bit the CPU's
+// (LinearGpu.AblationsMatchTheCpuBitForBit, ScaledGemmOpsGpu.NeverPromoteForms..., Fp22AddGpu.*), but at step 1
+// (same weights, same batch) promote=never moves the gradient norm from fp8-deepseek's by 1.4e-3 on the CPU and
+// only 1.9e-4 on the GPU (GPU against CPU: 1.2e-3, where fp8-deepseek's two devices differ by 6e-5), and
+// dgrad_block=on by 1e-6 on the CPU and 4e-4 on the GPU: some GEMM of a real step takes a different path on
+// the two devices. Until that is found, `--device auto` keeps both ablations on the CPU (cmd_train.cpp).
+TEST_F(TrainGpu, DISABLED_Fp8DeepseekDgradBlockTwentyStepsMatchTheCpu) {
   compare_devices("fp8-deepseek:dgrad_block=on", {5e-4, 1e-3}, {2e-2, 1.0},
                   std::string(kFp8Model) + " --health-every 10", 5e-2);
 }
 
-// The promote=never ablation on the GPU: fp8train's kernels built with the pending FP22 sum, bit for bit the CPU
-// model (ScaledGemmOpsGpu.NeverPromoteForms...), so the same bounds as fp8-deepseek.
-TEST_F(TrainGpu, Fp8DeepseekPromoteNeverTwentyStepsMatchTheCpu) {
+TEST_F(TrainGpu, DISABLED_Fp8DeepseekPromoteNeverTwentyStepsMatchTheCpu) {
   compare_devices("fp8-deepseek:promote=never", {5e-4, 1e-3}, {2e-2, 1.0},
                   std::string(kFp8Model) + " --health-every 10", 5e-2);
 }
@@ -213,17 +215,16 @@ TEST_F(TrainGpu, Fp8RecipesResumeOnTheGpuBitForBit) {
   }
 }
 
-// `--device auto` with a Hopper GPU: fp8-deepseek (with its two ablations, dgrad_block=on and promote=never) and
-// int8-blockwise train on it; an FP8 option the kernels do not
-// compute stays on the CPU emulation, saying why; config.json records where each ran.
+// `--device auto` with a Hopper GPU: fp8-deepseek and int8-blockwise train on it; an FP8 option the kernels do not
+// compute, and the two ablations (above), stay on the CPU emulation, saying why; config.json records where each ran.
 TEST_F(TrainGpu, AutoTrainsTheFp8RecipesOnTheGpuAndSaysWhyNotForTheOthers) {
   struct Want {
     std::string recipe, device;
   };
   const Want wants[] = {{"fp8-deepseek", "cuda"},
                         {"int8-blockwise", "cuda"},
-                        {"fp8-deepseek:dgrad_block=on", "cuda"},
-                        {"fp8-deepseek:promote=never", "cuda"},
+                        {"fp8-deepseek:dgrad_block=on", "cpu"},
+                        {"fp8-deepseek:promote=never", "cpu"},
                         {"fp8-deepseek:promote=256", "cpu"}};
   for (size_t i = 0; i < std::size(wants); ++i) {
     const Want& w = wants[i];
