@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "ops/cpu/kernels.h"
 #include "ops/health_stats.h"
+#include "quant/quant.h"
 
 namespace fp8train::ops::cpu {
 namespace {
@@ -30,32 +32,12 @@ void row_error_sums_impl(const RowErrorSumsProblem& p, const Y* y, const R* ref,
   }
 }
 
-// The code of element `flat` (row-major over the payload) of a row-wise payload.
-uint32_t code_at(quant::Format f, const uint8_t* codes, int64_t flat) {
-  switch (f) {
-    case quant::Format::E4M3:
-    case quant::Format::E5M2:
-    case quant::Format::INT8:
-      return codes[flat];
-    case quant::Format::BF16:
-      return static_cast<uint32_t>(codes[2 * flat]) | (static_cast<uint32_t>(codes[2 * flat + 1]) << 8);
-    case quant::Format::E5M6: {
-      // Value i of a group of 8 holds bits [12·i, 12·i + 12) of the group's 12 little-endian bytes.
-      const int64_t bit = 12 * (flat % 8);
-      const uint8_t* b = codes + 12 * (flat / 8) + bit / 8;
-      return ((static_cast<uint32_t>(b[0]) | (static_cast<uint32_t>(b[1]) << 8)) >> (bit % 8)) & 0xFFFu;
-    }
-  }
-  return 0;
-}
-
 template <class X>
 void operand_counts_impl(const OperandCountsProblem& p, const X* x, const uint8_t* codes, const float* scales,
                          int64_t* counts, float* scale_range) {
   const quant::ScaleGrid& grid = p.grid;
   const quant::ScaleStrides st = grid.strides();
-  const quant::Granularity& gr = grid.granularity;
-  const int64_t rows = grid.rows, cols = grid.cols, rg = grid.group_rows();
+  const int64_t rows = grid.rows, cols = grid.cols;
   float smin = std::numeric_limits<float>::infinity(), smax = 0.0f;
   const int64_t sr = grid.block_rows_per_group(), sc = grid.block_cols();
   for (int64_t g = 0; g < grid.groups; ++g)
@@ -67,17 +49,19 @@ void operand_counts_impl(const OperandCountsProblem& p, const X* x, const uint8_
         smax = std::max(smax, s);
       }
   int64_t nonzero = 0, saturated = 0, underflow = 0;
-#pragma omp parallel for schedule(static) reduction(+ : nonzero, saturated, underflow)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t g = rg > 0 ? r / rg : 0, rl = rg > 0 ? r % rg : 0;
-    const int64_t row_base = gr.per_tensor ? g * st.group : g * st.group + (rl / gr.block_rows) * st.row;
-    for (int64_t c = 0; c < cols; ++c) {
-      const float v = static_cast<float>(load(p.transposed ? x[c * p.ld_x + r] : x[r * p.ld_x + c]));
-      if (v == 0.0f || std::isnan(v)) continue;
-      ++nonzero;
-      const float s = scales[gr.per_tensor ? row_base : row_base + (c / gr.block_cols) * st.col];
-      if (std::fabs(v) / s > p.limit) ++saturated;
-      if (quant::decode(p.format, code_at(p.format, codes, r * cols + c)) == 0.0f) ++underflow;
+#pragma omp parallel reduction(+ : nonzero, saturated, underflow)
+  {
+    std::vector<uint16_t> row_codes(static_cast<size_t>(cols));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      quant::unpack_row_codes(codes, p.format, cols, r, row_codes.data());
+      for (int64_t c = 0; c < cols; ++c) {
+        const float v = static_cast<float>(load(p.transposed ? x[c * p.ld_x + r] : x[r * p.ld_x + c]));
+        if (v == 0.0f || std::isnan(v)) continue;
+        ++nonzero;
+        if (std::fabs(v) / scales[grid.offset_of(r, c)] > p.limit) ++saturated;
+        if (quant::decode(p.format, row_codes[static_cast<size_t>(c)]) == 0.0f) ++underflow;
+      }
     }
   }
   counts[0] = nonzero;
