@@ -1,6 +1,10 @@
 // Elementwise entry points (see elementwise.h).
 #include "ops/elementwise.h"
 
+#include <fmt/format.h>
+
+#include <string>
+
 #include "ops/checks.h"
 
 namespace fp8train::ops {
@@ -36,7 +40,11 @@ void run_axpby(const ExecCtx& ctx, const char* op, double alpha, const Tensor& a
   p.ld_out = mo.ld();
   p.alpha = alpha;
   p.beta = beta;
-  launcher(ctx, &OpTable::axpby, "axpby")(ctx, p, ma.raw(), b ? mb.raw() : nullptr, mo.raw());
+  // A shape-recording profile tells the axpby family's uses apart ("axpby add 8192x2048 bf16").
+  const std::string key = ctx.profile != nullptr && ctx.profile->shapes()
+                              ? fmt::format("axpby {} {}x{} {}", op, p.rows, p.cols, dtype_name(p.dtype))
+                              : std::string("axpby");
+  launcher(ctx, &OpTable::axpby, key)(ctx, p, ma.raw(), b ? mb.raw() : nullptr, mo.raw());
 }
 }  // namespace
 
