@@ -203,22 +203,26 @@ inline void add_fill_case(std::vector<BackendOpCase>& out, DType t, int64_t rows
 }
 
 // ---- embedding ---------------------------------------------------------------------------------------------------
-// Ids in [0, vocab) with many repeats (tokens > vocab), from the seed.
-inline std::vector<int32_t> random_ids(int64_t tokens, int64_t vocab, uint64_t seed) {
+// Ids in [0, vocab) with many repeats (tokens > vocab), from the seed; `skewed`: most tokens take id 0, a run
+// longer than a CTA's window (as the space is in a byte-level corpus).
+inline std::vector<int32_t> random_ids(int64_t tokens, int64_t vocab, uint64_t seed, bool skewed = false) {
   std::mt19937_64 gen(seed);
   std::uniform_int_distribution<int32_t> d(0, static_cast<int32_t>(vocab - 1));
   std::vector<int32_t> ids(static_cast<size_t>(tokens));
   for (auto& i : ids) i = d(gen);
+  if (skewed)
+    for (size_t k = 0; k < ids.size(); ++k)
+      if (k % 5 != 0) ids[k] = 0;
   return ids;
 }
 
 inline void add_embedding_case(std::vector<BackendOpCase>& out, bool backward, DType t, int64_t tokens, int64_t vocab,
-                               int64_t dim, int64_t ld) {
+                               int64_t dim, int64_t ld, bool skewed = false) {
   BackendOpCase c;
   c.op = backward ? "embedding_backward" : "embedding_forward";
-  c.name = fmt::format("{} tokens {} vocab {} dim {} ld {}", dt(t), tokens, vocab, dim, ld);
+  c.name = fmt::format("{} tokens {} vocab {} dim {} ld {}{}", dt(t), tokens, vocab, dim, ld, skewed ? " skewed" : "");
   c.run = [=](const ExecCtx& ctx, uint64_t seed) {
-    const std::vector<int32_t> ids = random_ids(tokens, vocab, seed);
+    const std::vector<int32_t> ids = random_ids(tokens, vocab, seed, skewed);
     const Tensor tids = Tensor::from_vector(ids, {tokens}, MemCategory::Workspace, Device::cpu()).to(ctx.device);
     const std::vector<float> table = random_values(vocab, dim, seed + 1);
     const Tensor ttable = device_tensor(ctx, table, {vocab, dim}, DType::F32);
@@ -234,7 +238,7 @@ inline void add_embedding_case(std::vector<BackendOpCase>& out, bool backward, D
   // Forward: a copy (rounded once). Backward: each table row plus its tokens' rows in token order, in F32 — the
   // op's specified order, so exact.
   c.reference = [=](uint64_t seed) {
-    const std::vector<int32_t> ids = random_ids(tokens, vocab, seed);
+    const std::vector<int32_t> ids = random_ids(tokens, vocab, seed, skewed);
     std::vector<float> table = random_values(vocab, dim, seed + 1);
     if (!backward) {
       std::vector<float> o(static_cast<size_t>(tokens * dim));
@@ -488,6 +492,9 @@ inline void elementwise_op_cases(std::vector<BackendOpCase>& out) {
     ew_rows::add_embedding_case(out, backward, BF16, 37, 11, 100, 101);
   }
   ew_rows::add_embedding_case(out, true, F32, 64, 7, 7168, 7168);
+  // A run of 1,600 equal ids (several of the kernel's 256-position windows) over three column chunks, the last
+  // partial, and a remainder after the eight-row loads.
+  ew_rows::add_embedding_case(out, true, BF16, 2003, 40, 600, 600, /*skewed=*/true);
   // RMSNorm.
   ew_rows::add_rmsnorm_forward_case(out, F32, 37, 130, 136, true);
   ew_rows::add_rmsnorm_forward_case(out, BF16, 37, 7168, 7168, true);

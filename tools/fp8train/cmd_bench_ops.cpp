@@ -194,6 +194,17 @@ void bench_ops(const BenchOpsOptions& o) {
     const Tensor id = Tensor::from_vector(ids, {T}, MemCategory::Workspace, ctx.device);
     const Tensor out = Tensor::empty({T, d}, bf, MemCategory::Workspace, ctx.device);
     record("embedding_forward", td, 6.0 * static_cast<double>(T * d), [&] { ops::embedding_forward(ctx, id, table, out); });
+    // Backward: dout read once, each touched table row read and written in F32. Uniform ids, then ids of a
+    // byte-level corpus' shape (one token in six the same id, the rest over 259 symbols): one long run.
+    const Tensor dout = random_tensor(ctx, T, d, bf, 14);
+    const double touched = static_cast<double>(std::min<int64_t>(o.vocab, T));
+    record("embedding_backward", td + ", uniform ids", 2.0 * static_cast<double>(T * d) + 8.0 * touched * d,
+           [&] { ops::embedding_backward(ctx, id, dout, table); });
+    std::vector<int32_t> bytes(static_cast<size_t>(T));
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = i % 6 == 0 ? 32 : static_cast<int32_t>((i * 104729) % 259);
+    const Tensor bid = Tensor::from_vector(bytes, {T}, MemCategory::Workspace, ctx.device);
+    record("embedding_backward", td + ", one id in six tokens", 2.0 * static_cast<double>(T * d) + 8.0 * 259.0 * d,
+           [&] { ops::embedding_backward(ctx, bid, dout, table); });
   }
   // AdamW over an arena of FP32 parameters with FP32 moments.
   {

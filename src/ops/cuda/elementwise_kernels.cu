@@ -157,8 +157,11 @@ __global__ void iota_kernel(int32_t n, int32_t* out) {
   for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = i;
 }
 
-// One CTA per sorted position; the CTA at the first position of a run of equal ids adds that run's dout rows to
-// the id's table row in token order (sequential per column: the CPU's order and rounding).
+// One CTA per (sorted position, kThreads-column chunk); the CTAs at the first position of a run of equal ids add
+// that run's dout rows to the id's table row in token order (sequential per column: the CPU's order and rounding).
+// A byte-level corpus makes one run long (the space: about one token in six), and a run's CTA is then the whole
+// kernel's tail: so the columns are split over CTAs, the run's end is found by the whole CTA a window at a time,
+// and each thread loads eight rows ahead of its in-order adds.
 template <class S>
 __global__ void __launch_bounds__(kThreads)
     embedding_backward_kernel(int32_t tokens, int64_t vocab, int64_t dim, int64_t ld, const int32_t* sorted_ids,
@@ -167,14 +170,33 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t id = sorted_ids[i];
   if (i > 0 && sorted_ids[i - 1] == id) return;
   if (id < 0 || id >= vocab) return;
-  int32_t end = i + 1;
-  while (end < tokens && sorted_ids[end] == id) ++end;
-  float* row = dtable + static_cast<int64_t>(id) * dim;
-  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
-    float acc = row[c];
-    for (int32_t j = i; j < end; ++j) acc = __fadd_rn(acc, ld1(dout + static_cast<int64_t>(sorted_tokens[j]) * ld + c));
-    row[c] = acc;
+  __shared__ int32_t run_end;
+  if (threadIdx.x == 0) run_end = tokens;
+  __syncthreads();
+  for (int32_t base = i + 1; base < tokens; base += static_cast<int32_t>(blockDim.x)) {
+    const int32_t j = base + static_cast<int32_t>(threadIdx.x);
+    if (j < tokens && sorted_ids[j] != id) atomicMin(&run_end, j);
+    __syncthreads();
+    const bool found = run_end < tokens;
+    __syncthreads();
+    if (found) break;
   }
+  const int32_t end = run_end;
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (c >= dim) return;
+  float* row = dtable + static_cast<int64_t>(id) * dim;
+  float acc = row[c];
+  int32_t j = i;
+  constexpr int kAhead = 8;
+  for (; j + kAhead <= end; j += kAhead) {
+    float v[kAhead];
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) v[k] = ld1(dout + static_cast<int64_t>(sorted_tokens[j + k]) * ld + c);
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) acc = __fadd_rn(acc, v[k]);
+  }
+  for (; j < end; ++j) acc = __fadd_rn(acc, ld1(dout + static_cast<int64_t>(sorted_tokens[j]) * ld + c));
+  row[c] = acc;
 }
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
@@ -227,12 +249,13 @@ cudaError_t embedding_backward(Ty dout_type, int64_t tokens, int64_t vocab, int6
   err =
       cub::DeviceRadixSort::SortPairs(temp, temp_bytes, ids, sorted_ids, token_index, sorted_tokens, n, 0, 32, stream);
   if (err != cudaSuccess) return err;
+  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(ceil_div(dim, kThreads)));
   if (dout_type == Ty::BF16)
-    embedding_backward_kernel<uint16_t><<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(
+    embedding_backward_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(
         n, vocab, dim, ld_dout, sorted_ids, sorted_tokens, static_cast<const uint16_t*>(dout), dtable);
   else
-    embedding_backward_kernel<float><<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(
-        n, vocab, dim, ld_dout, sorted_ids, sorted_tokens, static_cast<const float*>(dout), dtable);
+    embedding_backward_kernel<float><<<grid, kThreads, 0, stream>>>(n, vocab, dim, ld_dout, sorted_ids, sorted_tokens,
+                                                                    static_cast<const float*>(dout), dtable);
   return cudaGetLastError();
 }
 
