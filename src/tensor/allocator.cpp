@@ -1,7 +1,9 @@
 // Allocator bookkeeping and the CPU allocator (see allocator.h).
 #include "tensor/allocator.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <new>
 
 #include "common/error.h"
@@ -30,6 +32,15 @@ void Allocator::add(MemCategory c, int64_t delta) {
   if (stats_.total_current > stats_.total_peak) {
     stats_.total_peak = stats_.total_current;
     stats_.at_total_peak = stats_.current;
+    if (track_workspace_) {
+      std::array<int64_t, 8>& top = stats_.largest_workspace_at_peak;
+      top.fill(0);
+      for (const auto& [ptr, size] : workspace_blocks_) {
+        if (size <= top.back()) continue;
+        top.back() = size;
+        std::sort(top.begin(), top.end(), std::greater<>());
+      }
+    }
   }
 }
 
@@ -37,6 +48,7 @@ void* Allocator::allocate(size_t bytes, MemCategory category) {
   FP8T_CHECK(category != MemCategory::kCount, "allocate: kCount is not a memory category");
   void* p = raw_allocate(bytes);
   std::lock_guard lock(mutex_);
+  if (track_workspace_ && category == MemCategory::Workspace) workspace_blocks_[p] = static_cast<int64_t>(bytes);
   add(category, static_cast<int64_t>(bytes));
   ++stats_.allocations;
   return p;
@@ -45,12 +57,15 @@ void* Allocator::allocate(size_t bytes, MemCategory category) {
 void Allocator::deallocate(void* ptr, size_t bytes, MemCategory category) {
   raw_deallocate(ptr, bytes);
   std::lock_guard lock(mutex_);
+  if (category == MemCategory::Workspace) workspace_blocks_.erase(ptr);
   add(category, -static_cast<int64_t>(bytes));
 }
 
-void Allocator::move_bytes(size_t bytes, MemCategory from, MemCategory to) {
+void Allocator::move_bytes(const void* ptr, size_t bytes, MemCategory from, MemCategory to) {
   if (from == to) return;
   std::lock_guard lock(mutex_);
+  if (from == MemCategory::Workspace) workspace_blocks_.erase(ptr);
+  if (track_workspace_ && to == MemCategory::Workspace) workspace_blocks_[ptr] = static_cast<int64_t>(bytes);
   add(from, -static_cast<int64_t>(bytes));
   add(to, static_cast<int64_t>(bytes));
 }
@@ -65,6 +80,13 @@ void Allocator::reset_peaks() {
   stats_.peak = stats_.current;
   stats_.total_peak = stats_.total_current;
   stats_.at_total_peak = stats_.current;
+  stats_.largest_workspace_at_peak.fill(0);
+}
+
+void Allocator::track_workspace_blocks(bool on) {
+  std::lock_guard lock(mutex_);
+  track_workspace_ = on;
+  if (!on) workspace_blocks_.clear();
 }
 
 namespace {

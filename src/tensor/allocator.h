@@ -35,6 +35,9 @@ struct MemoryStats {
   int64_t total_peak = 0;
   std::array<int64_t, kNumMemCategories>
       at_total_peak{};      // `current` when total_peak was reached: what the peak is made of
+  // With Allocator::track_workspace_blocks on: the sizes of the largest workspace blocks live when total_peak was
+  // reached, largest first (zeros pad), so a peak's workspace can be traced to the tensors that make it.
+  std::array<int64_t, 8> largest_workspace_at_peak{};
   int64_t allocations = 0;  // allocate() calls since construction
   int64_t current_of(MemCategory c) const { return current[static_cast<int>(c)]; }
   int64_t peak_of(MemCategory c) const { return peak[static_cast<int>(c)]; }
@@ -51,11 +54,14 @@ class Allocator {
   // Returns memory aligned to at least 64 bytes; bytes == 0 gives a valid unique pointer too.
   void* allocate(size_t bytes, MemCategory category);
   void deallocate(void* ptr, size_t bytes, MemCategory category);
-  // Re-books `bytes` from one category to another (the bytes stay where they are).
-  void move_bytes(size_t bytes, MemCategory from, MemCategory to);
+  // Re-books the block at `ptr` (`bytes`) from one category to another (the bytes stay where they are).
+  void move_bytes(const void* ptr, size_t bytes, MemCategory from, MemCategory to);
   MemoryStats stats() const;
   // Sets every peak to the current value (e.g. at the start of a training step).
   void reset_peaks();
+  // Keeps a map of the live workspace blocks so that a new total peak records its largest ones. Off by default:
+  // every new peak then walks the map. Blocks allocated while it was off are not in the map.
+  void track_workspace_blocks(bool on);
 
  protected:
   virtual void* raw_allocate(size_t bytes) = 0;
@@ -66,6 +72,8 @@ class Allocator {
   Device device_;
   mutable std::mutex mutex_;
   MemoryStats stats_;
+  bool track_workspace_ = false;
+  std::map<const void*, int64_t> workspace_blocks_;  // live workspace blocks while tracked
 };
 
 // Host memory, 64-byte aligned (one cache line / one AVX-512 vector). Freed blocks are kept in a cache keyed

@@ -31,7 +31,7 @@ Storage::~Storage() {
 void Storage::set_category(MemCategory category) {
   if (category == category_) return;
   FP8T_CHECK(!parent_, "set_category: this storage lives inside a parent storage, whose category it shares");
-  backend_->allocator().move_bytes(bytes_, category_, category);
+  backend_->allocator().move_bytes(data_, bytes_, category_, category);
   category_ = category;
 }
 

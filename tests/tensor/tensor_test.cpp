@@ -110,6 +110,29 @@ TEST(Allocator, RecordsWhatTheTotalPeakIsMadeOf) {
   EXPECT_EQ(sum, after.total_peak);
 }
 
+TEST(Allocator, TracksTheLargestWorkspaceBlocksAtThePeak) {
+  Allocator& a = backend(Device::cpu()).allocator();
+  a.track_workspace_blocks(true);
+  a.reset_peaks();
+  {
+    const Tensor w1 = Tensor::empty({1 << 12}, DType::F32, MemCategory::Workspace);  // 16 KiB
+    const Tensor w2 = Tensor::empty({1 << 14}, DType::F32, MemCategory::Workspace);  // 64 KiB
+    Tensor kept = Tensor::empty({1 << 13}, DType::F32, MemCategory::Workspace);      // 32 KiB, re-booked below
+    kept.storage().set_category(MemCategory::ActivationCache);
+    const Tensor w3 = Tensor::empty({1 << 10}, DType::F32, MemCategory::Workspace);  // 4 KiB: the peak
+  }
+  { const Tensor later = Tensor::empty({1 << 8}, DType::F32, MemCategory::Workspace); }  // below the peak
+  const MemoryStats s = a.stats();
+  a.track_workspace_blocks(false);
+  // At the peak: 64, 16 and 4 KiB in the workspace; the 32 KiB block had become an activation-cache block.
+  EXPECT_EQ(s.largest_workspace_at_peak[0], 1 << 16);
+  EXPECT_EQ(s.largest_workspace_at_peak[1], 1 << 14);
+  EXPECT_EQ(s.largest_workspace_at_peak[2], 1 << 12);
+  EXPECT_EQ(s.largest_workspace_at_peak[3], 0);
+  a.reset_peaks();
+  EXPECT_EQ(a.stats().largest_workspace_at_peak[0], 0);
+}
+
 TEST(Allocator, AlignsTo64Bytes) {
   for (int64_t n : {1, 3, 17, 1000}) {
     const Tensor t = Tensor::empty({n}, DType::U8);

@@ -155,10 +155,18 @@ nlohmann::ordered_json bench_recipe(const BenchTrainOptions& o, const std::strin
     ExecCtx profiled = ctx;
     profiled.profile = &profile;
     ctx.synchronize();
+    // The profiled step also says which workspace blocks its peak holds (tracking them costs time per allocation,
+    // which this step's synchronized timing does not mind).
+    allocator.reset_peaks();
+    allocator.track_workspace_blocks(true);
     const auto p0 = Clock::now();
     one_step(profiled);
     ctx.synchronize();
     const double profiled_s = std::chrono::duration<double>(Clock::now() - p0).count();
+    const MemoryStats pmem = allocator.stats();
+    allocator.track_workspace_blocks(false);
+    j["profiled_step_peak_bytes"] = pmem.total_peak;
+    j["largest_workspace_at_peak_bytes"] = pmem.largest_workspace_at_peak;
     model.model().set_op_profile(nullptr);
     std::map<std::string, double> families;
     nlohmann::ordered_json ops;
@@ -186,6 +194,13 @@ nlohmann::ordered_json bench_recipe(const BenchTrainOptions& o, const std::strin
     made_of += fmt::format("{}{} {:.2f}", c ? ", " : "", mem_category_name(static_cast<MemCategory>(c)),
                            static_cast<double>(mem.at_total_peak[static_cast<size_t>(c)]) / (1 << 30));
   std::fprintf(stderr, "  at the peak (GiB): %s\n", made_of.c_str());
+  if (profile) {
+    std::string blocks;
+    for (const auto& b : j["largest_workspace_at_peak_bytes"])
+      if (b.get<int64_t>() > 0) blocks += fmt::format(" {:.1f}", b.get<double>() / (1 << 20));
+    std::fprintf(stderr, "  profiled step: peak %.3f GiB, largest workspace blocks at it (MiB):%s\n",
+                 j["profiled_step_peak_bytes"].get<double>() / (1 << 30), blocks.c_str());
+  }
   if (profile)
     for (const auto& [family, ms] : j["breakdown_ms"].items())
       std::fprintf(stderr, "  %-22s %9.2f ms\n", family.c_str(), ms.get<double>());
