@@ -16,6 +16,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -46,7 +47,9 @@ namespace {
 struct BenchOpsOptions {
   int64_t tokens = 8192, hidden = 2048, heads = 16, rope = 64, experts = 64, top_k = 6, ffn = 1408;
   int64_t vocab = 32768, ce_rows = 2048, params = int64_t{1} << 29;
+  int64_t moe_rows = 57344;  // the MoE benchmark's padded expert rows (quantizer rows)
   int repeats = 20, warmup = 3;
+  bool quant_only = false;
 };
 
 // Median milliseconds of `run` on the stream, each call between two events.
@@ -82,6 +85,7 @@ void bench_ops(const BenchOpsOptions& o) {
   FP8T_CHECK(o.params > 0 && o.params % 1024 == 0, "bench ops: --params must be a positive multiple of 1024");
   FP8T_CHECK(o.tokens > 0 && o.hidden > 0 && o.experts % 8 == 0 && o.top_k > 0 && o.ffn > 0 && o.vocab > 0,
              "bench ops: sizes must be positive and --experts a multiple of 8 (8 expert groups)");
+  FP8T_CHECK(o.moe_rows > 0 && o.moe_rows % 128 == 0, "bench ops: --moe-rows must be a positive multiple of 128");
   start_device("cuda");
   const ExecCtx ctx = ExecCtx::on(default_device());
   const auto stream = static_cast<cudaStream_t>(ctx.stream);
@@ -112,7 +116,7 @@ void bench_ops(const BenchOpsOptions& o) {
   const std::string td = fmt::format("[{}, {}] bf16", T, d);
 
   // Casts and residual adds (axpby): the per-step FP32 → BF16 weight copy and x + y.
-  {
+  if (!o.quant_only) {
     const Tensor w = random_tensor(ctx, o.params / 1024, 1024, f32, 1);
     const Tensor wb = Tensor::empty(w.shape(), bf, MemCategory::Workspace, ctx.device);
     record("copy f32->bf16", fmt::format("{} values", w.numel()), 6.0 * static_cast<double>(w.numel()),
@@ -122,7 +126,7 @@ void bench_ops(const BenchOpsOptions& o) {
     record("add", td, 6.0 * static_cast<double>(T * d), [&] { ops::add(ctx, a, b, c); });
   }
   // RMSNorm forward and backward over the hidden size.
-  {
+  if (!o.quant_only) {
     const Tensor x = random_tensor(ctx, T, d, bf, 4), dy = random_tensor(ctx, T, d, bf, 5);
     const Tensor w = random_tensor(ctx, 1, d, f32, 6).view({d});
     const Tensor y = Tensor::empty({T, d}, bf, MemCategory::Workspace, ctx.device);
@@ -136,14 +140,14 @@ void bench_ops(const BenchOpsOptions& o) {
            [&] { ops::rmsnorm_backward(ctx, x, w, rstd, dy, dx, dw, false); });
   }
   // RoPE in place on the rope part of q ([T, heads, rope] of a [T, heads, 192] buffer).
-  {
+  if (!o.quant_only) {
     const int64_t dq = 128 + o.rope;
     const Tensor q = random_tensor(ctx, T, o.heads * dq, bf, 7).view({T, o.heads, dq});
     record("rope", fmt::format("[{}, {}, {}] of [.., {}] bf16", T, o.heads, o.rope, dq),
            4.0 * static_cast<double>(T * o.heads * o.rope), [&] { ops::rope_(ctx, q.narrow(2, 128, o.rope), 2048, 1e4, false); });
   }
   // The MoE: router → plan → permute, SwiGLU over the expert rows, unpermute (+ backward).
-  {
+  if (!o.quant_only) {
     const Tensor logits = random_tensor(ctx, T, o.experts, f32, 8);
     const Tensor bias = Tensor::zeros({o.experts}, f32, MemCategory::Workspace, ctx.device);
     const ops::RouterOutputs r = ops::router_forward(ctx, logits, bias, {o.top_k, 8, 4, 1.0});
@@ -166,7 +170,7 @@ void bench_ops(const BenchOpsOptions& o) {
     record("swiglu_backward", rs, 5.0 * rf, [&] { ops::swiglu_backward(ctx, gu, dact, dgu); });
   }
   // Cross-entropy with the gradient, in place on FP32 logits (one head chunk).
-  {
+  if (!o.quant_only) {
     const Tensor logits = random_tensor(ctx, o.ce_rows, o.vocab, f32, 12);
     std::vector<int32_t> t(static_cast<size_t>(o.ce_rows));
     for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>((i * 7919) % static_cast<size_t>(o.vocab));
@@ -187,7 +191,7 @@ void bench_ops(const BenchOpsOptions& o) {
            });
   }
   // Embedding forward (FP32 table rows gathered into BF16 activations).
-  {
+  if (!o.quant_only) {
     const Tensor table = random_tensor(ctx, o.vocab, d, f32, 13);
     std::vector<int32_t> ids(static_cast<size_t>(T));
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 104729) % static_cast<size_t>(o.vocab));
@@ -207,7 +211,7 @@ void bench_ops(const BenchOpsOptions& o) {
            [&] { ops::embedding_backward(ctx, bid, dout, table); });
   }
   // AdamW over an arena of FP32 parameters with FP32 moments.
-  {
+  if (!o.quant_only) {
     const int64_t n = o.params;
     const Tensor p = random_tensor(ctx, n / 1024, 1024, f32, 14).view({n});
     const Tensor g = random_tensor(ctx, n / 1024, 1024, f32, 15).view({n});
@@ -223,7 +227,7 @@ void bench_ops(const BenchOpsOptions& o) {
   // expert rows of T·(top_k + 1), about what the plan pads T·top_k to; columns: gate|up), and a [T, hidden] BF16
   // operand against its 1x128 E4M3 quantization (GEMM-native scales), as read by Fprop and, transposed, by Wgrad.
   // The ops alone, then recipe::measure_* whole: op + read-back of the few results + the host's sum over the rows.
-  {
+  if (!o.quant_only) {
     const int64_t R = T * (o.top_k + 1), n = 2 * o.ffn;
     const Tensor y = random_tensor(ctx, R, n, f32, 16), ref = random_tensor(ctx, R, n, f32, 17);
     const Tensor sums = Tensor::empty({R, 2}, DType::F64, MemCategory::Workspace, ctx.device);
@@ -243,6 +247,34 @@ void bench_ops(const BenchOpsOptions& o) {
     record("quantized_operand_counts", td + " e4m3 128x1 (transposed)", qbytes,
            [&] { ops::quantized_operand_counts(ctx, x, qt, true, counts, range); });
     record("measure_health", td + " e4m3 1x128", qbytes, [&] { (void)recipe::measure_health(ctx, x, q); });
+  }
+  // The FP8 step's quantizers at the MoE benchmark's shapes (expert rows x F = --ffn, tokens x hidden; E4M3 1x128,
+  // GEMM-native scales), each as the step calls it. FP8TRAIN_QUANT_PREFETCH=0 runs them without their L2 prefetch.
+  {
+    const int64_t R = o.moe_rows, F = o.ffn;
+    const auto native = quant::ScaleLayout::GemmNative;
+    const quant::QuantSpec spec;  // e4m3 1x128 amax
+    const double rf = static_cast<double>(R * F), td_elems = static_cast<double>(T * d);
+    const Tensor gu = random_tensor(ctx, R, 2 * F, bf, 20), dact = random_tensor(ctx, R, F, bf, 21);
+    const std::string gs = fmt::format("[{}, 2x{}]", R, F);
+    record("quantize_swiglu_gate_up", gs + " bf16 -> cache + act e4m3", 7.0 * rf,
+           [&] { (void)ops::quantize_swiglu_gate_up(ctx, gu, &spec, native, MemCategory::Workspace, spec, native); });
+    const quant::QTensor cache =
+        ops::quantize_swiglu_gate_up(ctx, gu, &spec, native, MemCategory::Workspace, spec, native).cache;
+    record("quantize_swiglu_forward", gs + " e4m3 -> colwise", 3.0 * rf,
+           [&] { (void)ops::quantize_swiglu_forward(ctx, cache, bf, spec, ops::QuantizeOutputs::Colwise, native); });
+    record("quantize_swiglu_backward", gs + " e4m3 + dout -> both", 8.0 * rf,
+           [&] { (void)ops::quantize_swiglu_backward(ctx, cache, dact, spec, ops::QuantizeOutputs::Both, native); });
+    const Tensor xe = random_tensor(ctx, R, d, bf, 22);
+    const quant::QTensor qe = ops::quantize(ctx, xe, spec, ops::QuantizeOutputs::Rowwise, native);
+    record("with_colwise", fmt::format("[{}, {}] e4m3", R, d), 2.0 * static_cast<double>(R * d),
+           [&] { (void)ops::with_colwise(ctx, qe); });
+    const Tensor x = random_tensor(ctx, T, d, bf, 23);
+    const std::pair<ops::QuantizeOutputs, double> outs[] = {
+        {ops::QuantizeOutputs::Rowwise, 3.0}, {ops::QuantizeOutputs::Colwise, 3.0}, {ops::QuantizeOutputs::Both, 4.0}};
+    for (const auto& [out, per] : outs)
+      record("quantize", fmt::format("{} -> e4m3 {}", td, ops::quantize_outputs_name(out)), per * td_elems,
+             [&] { (void)ops::quantize(ctx, x, spec, out, native); });
   }
   std::fprintf(stderr, "bench ops: %s, device-to-device copy %.0f GB/s (read + write)\n", where.c_str(), copy_gbs);
   for (const auto& j : rows)
@@ -264,6 +296,9 @@ void add_bench_ops(CLI::App& root) {
   c->add_option("--params", o.params, "parameters in the AdamW and cast benchmarks (a multiple of 1024)")
       ->capture_default_str();
   c->add_option("--repeats", o.repeats, "timed calls per op (median)")->capture_default_str();
+  c->add_option("--moe-rows", o.moe_rows, "expert rows of the quantizer rows (a multiple of 128)")
+      ->capture_default_str();
+  c->add_flag("--quant-only", o.quant_only, "only the copy baseline and the quantizer rows");
   c->callback([] { bench_ops(o); });
 }
 

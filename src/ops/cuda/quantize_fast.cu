@@ -18,11 +18,19 @@
 // rounded to BF16 -- and quantizes them, so neither the BF16 gate|up nor the SwiGLU output exists in memory.
 // The backward's CTA takes a column block of d_gate and the matching one of d_up together: gate, up and dout are
 // read once and σ evaluated once per element for both (swiglu_backward_tiles).
+// L2 prefetch one wave ahead (the 1x128 kernels and the SwiGLU gate|up kernel): a CTA does load -> reduce -> encode
+// -> store with nothing overlapping inside it, and the decoding kernels fit only two or three CTAs per SM, so the
+// SM's loads stall while its CTAs encode. Each CTA therefore first asks L2 for the input rows (and scales) of the
+// tile `ahead` grid positions later -- ahead = the CTAs resident on the GPU, so that tile is the one a CTA of the
+// next wave takes -- with bulk prefetches that hold no registers; the next wave's loads then hit L2 while HBM
+// streams in the background. The codes written do not change (prefetches move no values). FP8TRAIN_QUANT_PREFETCH=0
+// turns it off (the old kernels' timing, for comparison).
 // Layouts and arithmetic: quantize_cuda.h.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <cstdlib>
 #include <type_traits>
 
 #include "ops/cuda/quant_device.cuh"
@@ -35,6 +43,48 @@ namespace {
 constexpr int kTile = 128;
 constexpr int kThreads = 256;
 
+// Grid position (bx, by) of the CTA `ahead` positions after this one in launch order (x fastest); false when none.
+__device__ __forceinline__ bool tile_ahead(int64_t ahead, int64_t& bx, int64_t& by) {
+  if (ahead <= 0) return false;
+  const int64_t n = static_cast<int64_t>(gridDim.x) * gridDim.y;
+  const int64_t l = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x + ahead;
+  if (l >= n) return false;
+  bx = l % gridDim.x;
+  by = l / gridDim.x;
+  return true;
+}
+
+// Into L2, by the CTA's threads: `rows` segments of `bytes` bytes at base + r * pitch. Bulk prefetches need
+// 16-byte alignment; other shapes are not prefetched.
+__device__ __forceinline__ void prefetch_rows(const void* base, int64_t pitch, int64_t rows, uint32_t bytes) {
+  if (((reinterpret_cast<uintptr_t>(base) | static_cast<uint64_t>(pitch) | bytes) & 15u) != 0) return;
+  for (int64_t r = threadIdx.x; r < rows; r += kThreads)
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char*>(base) + r * pitch),
+                 "r"(bytes)
+                 : "memory");
+}
+
+// Into L2: the scales s[r * stride] of `rows` rows (one prefetch per 8 rows, 32 bytes, when they are contiguous).
+__device__ __forceinline__ void prefetch_scales(const float* s, int64_t stride, int64_t rows) {
+  for (int64_t r = threadIdx.x; r < rows; r += kThreads)
+    if (stride != 1 || r % 8 == 0) asm volatile("prefetch.global.L2 [%0];" ::"l"(s + r * stride) : "memory");
+}
+
+// Eight values that are BF16 numbers, held as packed BF16 (exact).
+struct Bf16x8 {
+  uint32_t w[4];
+  __device__ __forceinline__ float get(int i) const {
+    return (i & 1) ? __uint_as_float(w[i / 2] & 0xFFFF0000u) : __uint_as_float(w[i / 2] << 16);
+  }
+  __device__ __forceinline__ void set(int i, float v) {  // v is a BF16 value: its low 16 bits are zero
+    const uint32_t b = __float_as_uint(v);
+    w[i / 2] = (i & 1) ? (w[i / 2] & 0xFFFFu) | b : (w[i / 2] & 0xFFFF0000u) | (b >> 16);
+  }
+  // Values 2k and 2k+1, both BF16 numbers.
+  __device__ __forceinline__ void set2(int k, float lo, float hi) {
+    w[k] = (__float_as_uint(hi) & 0xFFFF0000u) | (__float_as_uint(lo) >> 16);
+  }
+};
 
 // Codes of 8 values of one row (row-major output) or one column (transposed output), as two words.
 template <quant::Format F, Encoder E, bool kStoch>
@@ -77,36 +127,32 @@ __device__ __forceinline__ void write_transposed(const uint8_t* tile, uint8_t* q
   }
 }
 
-// Eight values of one row decoded from one-byte codes times the row's 1x128 scale (re-tiling input).
-struct Codes8 {
-  float f[8];
-  __device__ __forceinline__ float get(int i) const { return f[i]; }
+// Eight codes of one row and the row's 1x128 scale (re-tiling input), decoded on each read -- exact into FP16, times
+// the scale in FP32, the values dequantize writes: 3 registers per row instead of 8 floats, so the kernel fits three
+// CTAs per SM without spilling.
+template <quant::Format F>
+struct CodeRow8 {
+  uint2 raw;
+  float scale;
+  __device__ __forceinline__ float get(int i) const {
+    const uint32_t word = i < 4 ? raw.x : raw.y;
+    const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>((word >> (16 * ((i >> 1) & 1))) & 0xFFFFu);
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, F == quant::Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
+    const float2 v = __half22float2(__half2(h));
+    return __fmul_rn((i & 1) ? v.y : v.x, scale);
+  }
 };
 
 template <quant::Format F, bool kFull>
-__device__ __forceinline__ void load_codes(Codes8 (&in)[8], const FastParams& p, int64_t row0, int64_t col) {
+__device__ __forceinline__ void load_codes(CodeRow8<F> (&in)[8], const FastParams& p, int64_t row0, int64_t col) {
   static_assert(F == quant::Format::E4M3 || F == quant::Format::E5M2, "re-tiling decodes e4m3 or e5m2");
   const uint8_t* base = static_cast<const uint8_t*>(p.x) + row0 * p.cols + col;
   const int64_t block = col / 128;
-  uint2 raw[8];
-  float scale[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) {  // every load issued before the first use
     const bool ok = kFull || (col < p.cols && row0 + i < p.rows);
-    raw[i] = ok ? __ldg(reinterpret_cast<const uint2*>(base + i * p.cols)) : make_uint2(0, 0);
-    scale[i] = ok ? __ldg(p.x_scales + (row0 + i) * p.xs.row + block * p.xs.col) : 0.0f;
-  }
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const uint32_t word = k < 2 ? raw[i].x : raw[i].y;
-      const __nv_fp8x2_storage_t pair = static_cast<__nv_fp8x2_storage_t>((word >> (16 * (k & 1))) & 0xFFFFu);
-      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, F == quant::Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
-      const float2 v = __half22float2(__half2(h));
-      in[i].f[2 * k] = __fmul_rn(v.x, scale[i]);
-      in[i].f[2 * k + 1] = __fmul_rn(v.y, scale[i]);
-    }
+    in[i].raw = ok ? __ldg(reinterpret_cast<const uint2*>(base + i * p.cols)) : make_uint2(0, 0);
+    in[i].scale = ok ? __ldg(p.x_scales + (row0 + i) * p.xs.row + block * p.xs.col) : 0.0f;
   }
 }
 
@@ -130,9 +176,9 @@ __device__ __forceinline__ void decode8_bf16(uint2 raw, float scale, float (&f)[
 
 // SwiGLU's forward values of the thread's 8x8 block (see the top of the file), from gate|up codes [rows, x_cols]:
 // out[:, c] = silu(g_c)·u_c. Rows past the tensor load as zeros (their outputs are zeros, never stored). Columns
-// are whole: F % 128 == 0.
+// are whole: F % 128 == 0. The outputs are BF16 numbers, held packed (exact; half the registers of floats).
 template <bool kFull>
-__device__ __forceinline__ void load_swiglu_forward(Codes8 (&in)[8], const FastParams& p, int64_t row0, int64_t col) {
+__device__ __forceinline__ void load_swiglu_forward(Bf16x8 (&in)[8], const FastParams& p, int64_t row0, int64_t col) {
   const int64_t F = p.x_cols / 2;
   const uint8_t* codes = static_cast<const uint8_t*>(p.x);
   uint2 graw[8], uraw[8];
@@ -152,7 +198,8 @@ __device__ __forceinline__ void load_swiglu_forward(Codes8 (&in)[8], const FastP
     decode8_bf16(graw[i], gs[i], g);
     decode8_bf16(uraw[i], us[i], u);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) in[i].f[j] = bf16r(swiglu_value(g[j], u[j]));
+    for (int k = 0; k < 4; ++k)
+      in[i].set2(k, bf16r(swiglu_value(g[2 * k], u[2 * k])), bf16r(swiglu_value(g[2 * k + 1], u[2 * k + 1])));
   }
 }
 
@@ -182,10 +229,11 @@ __device__ __forceinline__ void encode_rows(const In (&in)[8], uint32_t (&rowmax
   for (int i = 0; i < 8; ++i)
 #pragma unroll
     for (int off = 8; off >= 1; off >>= 1) rowmax[i] = max(rowmax[i], __shfl_xor_sync(0xFFFFFFFFu, rowmax[i], off));
-  uint32_t mine = rowmax[0];
-#pragma unroll
-  for (int i = 1; i < 8; ++i)
-    if ((c & 7) == i) mine = rowmax[i];
+  // rowmax[c % 8] by selects on the bits of c (an indexed read would put rowmax in local memory).
+  const bool b0 = c & 1, b1 = c & 2, b2 = c & 4;
+  const uint32_t s0 = b0 ? rowmax[1] : rowmax[0], s1 = b0 ? rowmax[3] : rowmax[2];
+  const uint32_t s2 = b0 ? rowmax[5] : rowmax[4], s3 = b0 ? rowmax[7] : rowmax[6];
+  const uint32_t mine = b2 ? (b1 ? s3 : s2) : (b1 ? s1 : s0);
   const ScaleInverse s = block_scale_dev(__uint_as_float(mine), FormatTraits<F>::kMax, pow2);
   if (c < 8 && (kFull || row0 + c < rows)) q_scales[(row0 + c) * qs.row + block * qs.col] = s.scale;
   uint8_t* qrow = q + row0 * cols + col;
@@ -275,7 +323,9 @@ __device__ __forceinline__ void quant_1x128_tile(const FastParams& p, int64_t ty
                                                  uint32_t (*colmax_part)[kTile], float* col_inverse) {
   const int t = threadIdx.x, a = t >> 4, c = t & 15;
   const int64_t cb = blockIdx.x, col = cb * kTile + 8 * c, row0 = ty * kTile + 8 * a;
-  std::conditional_t<kSrc != Src::Values, Codes8, Vec8<IT>> in[8];
+  using In = std::conditional_t<kSrc == Src::SwigluForward, Bf16x8,
+                                std::conditional_t<kSrc == Src::Codes, CodeRow8<F>, Vec8<IT>>>;
+  In in[8];
   if constexpr (kSrc == Src::Codes)
     load_codes<F, kFull>(in, p, row0, col);
   else if constexpr (kSrc == Src::SwigluForward)
@@ -284,18 +334,6 @@ __device__ __forceinline__ void quant_1x128_tile(const FastParams& p, int64_t ty
     load_block<IT, kFull>(in, p, row0, col);
   encode_tile<F, E, kStoch, kFull>(p, in, ty, cb, tile, colmax_part, col_inverse);
 }
-
-// Eight values that are BF16 numbers, held as packed BF16 (exact).
-struct Bf16x8 {
-  uint32_t w[4];
-  __device__ __forceinline__ float get(int i) const {
-    return (i & 1) ? __uint_as_float(w[i / 2] & 0xFFFF0000u) : __uint_as_float(w[i / 2] << 16);
-  }
-  __device__ __forceinline__ void set(int i, float v) {  // v is a BF16 value: its low 16 bits are zero
-    const uint32_t b = __float_as_uint(v);
-    w[i / 2] = (i & 1) ? (w[i / 2] & 0xFFFFu) | b : (w[i / 2] & 0xFFFF0000u) | (b >> 16);
-  }
-};
 
 // SwiGLU's backward fused into the quantizer, both halves of a column block per CTA: the thread's 8x8 block of
 // gate, up and dout is read once and σ(g) evaluated once, giving d_gate (column block cb) and d_up (column block
@@ -382,16 +420,45 @@ __device__ __forceinline__ FastParams group_of(const FastParams& p, int64_t in_b
   return q;
 }
 
+// L2 prefetch of the input of the 1x128 kernel's tile `ahead` grid positions later (see the top of the file).
+template <Src kSrc>
+__device__ __forceinline__ void prefetch_1x128(const FastParams& p, int64_t in_bytes, int64_t ahead) {
+  int64_t bx, by;
+  if (!tile_ahead(ahead, bx, by)) return;
+  const int64_t rg = p.groups > 1 ? p.rows / p.groups : p.rows, tiles = (rg + kTile - 1) / kTile, g = by / tiles;
+  const int64_t r0 = (by - g * tiles) * kTile, rows = rg - r0 < kTile ? rg - r0 : kTile;
+  if constexpr (kSrc == Src::SwigluForward || kSrc == Src::SwigluBackward) {  // one group; bx: a column block of F
+    const int64_t F = p.x_cols / 2, c0 = bx * kTile;
+    const uint8_t* codes = static_cast<const uint8_t*>(p.x) + r0 * p.x_cols;
+    prefetch_rows(codes + c0, p.x_cols, rows, kTile);
+    prefetch_rows(codes + F + c0, p.x_cols, rows, kTile);
+    prefetch_scales(p.x_scales + r0 * p.xs.row + bx * p.xs.col, p.xs.row, rows);
+    prefetch_scales(p.x_scales + r0 * p.xs.row + (F / kTile + bx) * p.xs.col, p.xs.row, rows);
+    if constexpr (kSrc == Src::SwigluBackward)
+      prefetch_rows(static_cast<const __nv_bfloat16*>(p.dout) + r0 * p.ld_dout + c0, p.ld_dout * 2, rows, 2 * kTile);
+  } else {
+    const int64_t c0 = bx * kTile;
+    if (c0 + kTile > p.cols) return;  // the last, partial column block: not prefetched
+    const char* x = static_cast<const char*>(p.x) + ((g * rg + r0) * p.cols + c0) * in_bytes;
+    prefetch_rows(x, p.cols * in_bytes, rows, static_cast<uint32_t>(kTile * in_bytes));
+    if constexpr (kSrc == Src::Codes)
+      prefetch_scales(p.x_scales + g * p.xs_group + r0 * p.xs.row + bx * p.xs.col, p.xs.row, rows);
+  }
+}
+
 template <InType IT, quant::Format F, Encoder E, bool kStoch, Src kSrc>
-__global__ void __launch_bounds__(kThreads, kSrc != Src::Values             ? 2
+__global__ void __launch_bounds__(kThreads, kSrc == Src::Codes              ? 3
+                                            : kSrc != Src::Values           ? 2
                                             : IT == InType::BF16 && !kStoch ? 4
                                                                             : 3)
-    quant_1x128_kernel(const FastParams params) {
+    quant_1x128_kernel(const FastParams params, int64_t ahead) {
   __shared__ __align__(16) uint8_t tile[kTile * kTile];
   __shared__ __align__(16) uint32_t colmax_part[kThreads / 32][kTile];
   __shared__ float col_inverse[kTile];
+  constexpr int64_t kInBytes = kSrc != Src::Values ? 1 : static_cast<int64_t>(sizeof(Vec8<IT>) / 8);
+  prefetch_1x128<kSrc>(params, kInBytes, ahead);
   int64_t ty;
-  const FastParams p = group_of(params, kSrc != Src::Values ? 1 : static_cast<int64_t>(sizeof(Vec8<IT>) / 8), ty);
+  const FastParams p = group_of(params, kInBytes, ty);
   if constexpr (kSrc == Src::SwigluBackward) {  // grid x: the F/128 column blocks of d_gate (F % 128 == 0)
     extern __shared__ uint4 dynamic_smem[];     // kSwigluStageBytes: d_up's staging
     auto* du_stage = reinterpret_cast<uint4(*)[kThreads]>(dynamic_smem);
@@ -503,18 +570,27 @@ __device__ __forceinline__ void swiglu_gate_up_tile(const QuantSwigluGateUpArgs&
     encode_rows<quant::Format::E4M3, E, false, kFull>(u, rowmax, p.cache, p.cache_scales, p.cache_strides, p.rows,
                                                       2 * F, row0, F + col, F / kTile + blockIdx.x, p.cache_pow2, 0);
   }
-  Codes8 v[8];
+  Bf16x8 v[8];  // BF16 numbers, held packed (exact): floats would spill
 #pragma unroll
   for (int i = 0; i < 8; ++i)
 #pragma unroll
-    for (int j = 0; j < 8; ++j) v[i].f[j] = bf16r(swiglu_value(g[i].get(j), u[i].get(j)));
+    for (int k = 0; k < 4; ++k)
+      v[i].set2(k, bf16r(swiglu_value(g[i].get(2 * k), u[i].get(2 * k))),
+                bf16r(swiglu_value(g[i].get(2 * k + 1), u[i].get(2 * k + 1))));
   row_maxima(v, rowmax);
   encode_rows<FA, E, false, kFull>(v, rowmax, p.act, p.act_scales, p.act_strides, p.rows, F, row0, col, blockIdx.x,
                                    p.act_pow2, 0);
 }
 
 template <quant::Format FA, Encoder E>
-__global__ void __launch_bounds__(kThreads, 2) swiglu_gate_up_kernel(const QuantSwigluGateUpArgs p) {
+__global__ void __launch_bounds__(kThreads, 2) swiglu_gate_up_kernel(const QuantSwigluGateUpArgs p, int64_t ahead) {
+  int64_t bx, by;
+  if (tile_ahead(ahead, bx, by)) {  // L2 prefetch of the gate and up rows of the tile a CTA of the next wave takes
+    const int64_t r0 = by * kTile, rows = p.rows - r0 < kTile ? p.rows - r0 : kTile;
+    const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(p.x) + r0 * p.ld_x + bx * kTile;
+    prefetch_rows(x, p.ld_x * 2, rows, 2 * kTile);
+    prefetch_rows(x + p.ffn, p.ld_x * 2, rows, 2 * kTile);
+  }
   if ((static_cast<int64_t>(blockIdx.y) + 1) * kTile <= p.rows)
     swiglu_gate_up_tile<FA, E, true>(p);
   else
@@ -545,10 +621,31 @@ cudaError_t dispatch(InType it, quant::Format f, Encoder e, const FastParams& p,
                             : dispatch_format<Launch, InType::F32>(f, e, p, grid, stream);
 }
 
+// The prefetch distance of a kernel: the CTAs of it resident on the whole GPU (0: prefetching off, by
+// FP8TRAIN_QUANT_PREFETCH=0 or when the occupancy query fails). Computed once per kernel (the current device's).
+template <class Kernel>
+int64_t prefetch_ahead(Kernel kernel, int smem) {
+  static const bool enabled = [] {
+    const char* e = std::getenv("FP8TRAIN_QUANT_PREFETCH");
+    return e == nullptr || e[0] != '0';
+  }();
+  if (!enabled) return 0;
+  int device = 0, sms = 0, per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return static_cast<int64_t>(sms) * per_sm;
+}
+
 template <InType IT, quant::Format F, Encoder E, bool kStoch>
 struct Launch1x128 {
   static cudaError_t run(const FastParams& p, dim3 grid, cudaStream_t stream) {
-    quant_1x128_kernel<IT, F, E, kStoch, Src::Values><<<grid, kThreads, 0, stream>>>(p);
+    const auto kernel = quant_1x128_kernel<IT, F, E, kStoch, Src::Values>;
+    static const int64_t ahead = prefetch_ahead(kernel, 0);
+    kernel<<<grid, kThreads, 0, stream>>>(p, ahead);
     return cudaGetLastError();
   }
 };
@@ -565,7 +662,8 @@ cudaError_t launch_from_codes(const FastParams& p, dim3 grid, cudaStream_t strea
     if (opted != cudaSuccess) return opted;
     smem = kSwigluStageBytes;
   }
-  kernel<<<grid, kThreads, smem, stream>>>(p);
+  static const int64_t ahead = prefetch_ahead(kernel, smem);
+  kernel<<<grid, kThreads, smem, stream>>>(p, ahead);
   return cudaGetLastError();
 }
 template <Src kSrc>
@@ -587,6 +685,14 @@ struct Launch128x128 {
   }
 };
 
+template <quant::Format FA, Encoder E>
+cudaError_t launch_gate_up(const QuantSwigluGateUpArgs& p, dim3 grid, cudaStream_t stream) {
+  const auto kernel = swiglu_gate_up_kernel<FA, E>;
+  static const int64_t ahead = prefetch_ahead(kernel, 0);
+  kernel<<<grid, kThreads, 0, stream>>>(p, ahead);
+  return cudaGetLastError();
+}
+
 dim3 tile_grid(const FastParams& p) {
   return dim3(static_cast<unsigned>((p.cols + kTile - 1) / kTile), static_cast<unsigned>((p.rows + kTile - 1) / kTile));
 }
@@ -606,20 +712,13 @@ cudaError_t launch_quant_1x128(const FastParams& p, InType it, quant::Format f, 
 cudaError_t launch_swiglu_gate_up(const QuantSwigluGateUpArgs& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.ffn / kTile), static_cast<unsigned>((p.rows + kTile - 1) / kTile));
   const bool hw = p.encoder == Encoder::Hardware;
-  if (p.act_format == quant::Format::E4M3) {
-    if (hw)
-      swiglu_gate_up_kernel<quant::Format::E4M3, Encoder::Hardware><<<grid, kThreads, 0, stream>>>(p);
-    else
-      swiglu_gate_up_kernel<quant::Format::E4M3, Encoder::Software><<<grid, kThreads, 0, stream>>>(p);
-  } else if (p.act_format == quant::Format::E5M2) {
-    if (hw)
-      swiglu_gate_up_kernel<quant::Format::E5M2, Encoder::Hardware><<<grid, kThreads, 0, stream>>>(p);
-    else
-      swiglu_gate_up_kernel<quant::Format::E5M2, Encoder::Software><<<grid, kThreads, 0, stream>>>(p);
-  } else {
-    return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  if (p.act_format == quant::Format::E4M3)
+    return hw ? launch_gate_up<quant::Format::E4M3, Encoder::Hardware>(p, grid, stream)
+              : launch_gate_up<quant::Format::E4M3, Encoder::Software>(p, grid, stream);
+  if (p.act_format == quant::Format::E5M2)
+    return hw ? launch_gate_up<quant::Format::E5M2, Encoder::Hardware>(p, grid, stream)
+              : launch_gate_up<quant::Format::E5M2, Encoder::Software>(p, grid, stream);
+  return cudaErrorInvalidValue;
 }
 cudaError_t launch_quant_128x128(const FastParams& p, InType it, quant::Format f, Encoder e, cudaStream_t stream) {
   return dispatch<Launch128x128>(it, f, e, p, tile_grid(p), stream);
