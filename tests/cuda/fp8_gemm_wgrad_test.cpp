@@ -361,7 +361,7 @@ TEST(Fp8GemmWgrad, StoreWarpEpiloguesKGroupedBitExact) {
   config.block_m = 192;
   config.epilogue = Fp8GemmEpilogue::TmaStoreWarp2;
   EXPECT_THROW(ops::cuda::fp8gemm::prepare_wgrad(p, config), Error);
-  config.block_m = 0;  // the heuristic's rows give way to the 128 tma-ws2 is built for
+  config.block_m = 0;  // rows left open: tma-ws2 takes 128
   EXPECT_EQ(ops::cuda::fp8gemm::prepare_wgrad(p, config).spec.warpgroups, 2);
   Fp8GemmWgradProblem dense = p;
   dense.num_groups = 1;
