@@ -260,5 +260,118 @@ TEST(Fp8GemmWgrad, ThreeWarpgroup192RowTilesBitExact) {
   EXPECT_TRUE(run_wgrad_case(384, 528, 2048, 128, CMode::Separate, seed + 9, none, true, 192));
 }
 
+// The store-warp epilogues of K-grouped Wgrad (epilogue tma-ws: one staging buffer per math warpgroup, 128- and
+// 192-row tiles; tma-ws2: two, 128-row tiles), bit for bit against the CPU model: ragged M (the last tile's
+// warpgroups partly or wholly past M) and N (a 16-column last tile), empty experts (d = c, or zeros without C),
+// in place and without C, both scale paths, and CTAs that run one tile (no refill), two (ws2: both buffers
+// filled up front) or many (every barrier phase wraps several times).
+TEST(Fp8GemmWgrad, StoreWarpEpiloguesKGroupedBitExact) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int64_t m = 200, n = 144;
+  const std::vector<int> tokens = {300, 0, 128, 5, 0, 700};
+  const int groups = static_cast<int>(tokens.size());
+  std::vector<int32_t> offsets(groups + 1, 0);
+  for (int e = 0; e < groups; ++e) offsets[e + 1] = offsets[e] + (tokens[e] + 127) / 128 * 128;
+  const int64_t k = offsets[groups];
+  const int64_t kb = k / 128;
+  const quant::QTensor a = random_e4m3(m, k, quant::Granularity::tile_1x128(), seed);
+  const quant::QTensor b = random_e4m3(n, k, quant::Granularity::tile_1x128(), seed + 1);
+  const std::vector<float> c = random_matrix(groups * m, n, seed + 2);
+  std::vector<float> want(c.size()), want_no_c(c.size(), 0.0f);
+  for (int e = 0; e < groups; ++e) {
+    const int64_t k0 = offsets[e], k1 = offsets[e + 1];
+    std::copy(c.begin() + e * m * n, c.begin() + (e + 1) * m * n, want.begin() + e * m * n);
+    if (k1 == k0) continue;
+    const quant::QTensor ae = quant::k_slice(a, k0 / 128, k1 / 128), be = quant::k_slice(b, k0 / 128, k1 / 128);
+    quant::ref_gemm(ae, be, hopper_config(true), want.data() + e * m * n, c.data() + e * m * n);
+    quant::ref_gemm(ae, be, hopper_config(false), want_no_c.data() + e * m * n, nullptr);
+  }
+  // MN-major scales padded to 4 rows (the bulk-copy scale path) or QTensor's row-major ones (cp.async).
+  auto mn_major = [&](const std::vector<float>& s, int64_t rows, int64_t pad) {
+    std::vector<float> t(static_cast<size_t>(kb * pad), 1e30f);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t g = 0; g < kb; ++g) t[g * pad + r] = s[r * kb + g];
+    return t;
+  };
+  const int64_t m_pad = (m + 3) / 4 * 4, n_pad = (n + 3) / 4 * 4;
+  DeviceArray<uint8_t> da(a.code_vector()), db(b.code_vector());
+  DeviceArray<float> dsa(a.row_major_scales()), dsb(b.row_major_scales());
+  DeviceArray<float> dsa_mn(mn_major(a.row_major_scales(), m, m_pad)), dsb_mn(mn_major(b.row_major_scales(), n, n_pad));
+  DeviceArray<int32_t> doff(offsets);
+  using ops::cuda::Fp8GemmEpilogue;
+  struct Variant {
+    Fp8GemmEpilogue ep;
+    int block_m;
+  };
+  for (const Variant v : {Variant{Fp8GemmEpilogue::TmaStoreWarp, 128}, Variant{Fp8GemmEpilogue::TmaStoreWarp, 192},
+                          Variant{Fp8GemmEpilogue::TmaStoreWarp2, 128}})
+    for (bool bulk : {false, true})
+      for (bool with_c : {true, false})
+        for (int grid : {0, 3, 16}) {
+          SCOPED_TRACE(std::string(v.ep == Fp8GemmEpilogue::TmaStoreWarp ? "tma-ws" : "tma-ws2") + " block_m " +
+                       std::to_string(v.block_m) + (bulk ? " bulk" : " cp.async") + (with_c ? " in place" : " no C") +
+                       " grid " + std::to_string(grid));
+          DeviceArray<float> inout(c);
+          if (!with_c) inout.poison();
+          Fp8GemmWgradProblem p;
+          p.m = m;
+          p.n = n;
+          p.k = k;
+          p.num_groups = groups;
+          p.k_offsets = doff.get();
+          p.a = da.get();
+          p.b = db.get();
+          p.a_scales =
+              bulk ? ops::cuda::ScaleView{dsa_mn.get(), 1, m_pad, 0} : ops::cuda::row_major_scale_view(dsa.get(), kb);
+          p.b_scales =
+              bulk ? ops::cuda::ScaleView{dsb_mn.get(), 1, n_pad, 0} : ops::cuda::row_major_scale_view(dsb.get(), kb);
+          p.c = with_c ? inout.get() : nullptr;
+          p.d = inout.get();
+          Fp8GemmConfig config;
+          config.block_n = 128;
+          config.block_m = v.block_m;
+          config.grid = grid;
+          config.epilogue = v.ep;
+          const ops::cuda::fp8gemm::PreparedLaunch prepared = ops::cuda::fp8gemm::prepare_wgrad(p, config);
+          EXPECT_EQ(prepared.args.bulk_scales != 0, bulk);
+          EXPECT_EQ(prepared.spec.out, v.ep == Fp8GemmEpilogue::TmaStoreWarp ? ops::cuda::fp8gemm::Output::Fp32TmaWs
+                                                                             : ops::cuda::fp8gemm::Output::Fp32TmaWs2);
+          ops::cuda::fp8_gemm_wgrad(p, config, nullptr);
+          EXPECT_TRUE(same_bits_f32(inout.download(), with_c ? want : want_no_c, n));
+        }
+  // Built for K-grouped FP8 Wgrad with block_n 128 only (tma-ws2: 128-row tiles); a separate C takes st.global.
+  DeviceArray<float> out(c.size());
+  Fp8GemmWgradProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.num_groups = groups;
+  p.k_offsets = doff.get();
+  p.a = da.get();
+  p.b = db.get();
+  p.a_scales = ops::cuda::row_major_scale_view(dsa.get(), kb);
+  p.b_scales = ops::cuda::row_major_scale_view(dsb.get(), kb);
+  p.d = out.get();
+  Fp8GemmConfig config;
+  config.epilogue = Fp8GemmEpilogue::TmaStoreWarp;
+  config.block_n = 64;
+  EXPECT_THROW(ops::cuda::fp8gemm::prepare_wgrad(p, config), Error);
+  config.block_n = 128;
+  config.block_m = 192;
+  config.epilogue = Fp8GemmEpilogue::TmaStoreWarp2;
+  EXPECT_THROW(ops::cuda::fp8gemm::prepare_wgrad(p, config), Error);
+  config.block_m = 0;  // rows left open: tma-ws2 takes 128
+  EXPECT_EQ(ops::cuda::fp8gemm::prepare_wgrad(p, config).spec.warpgroups, 2);
+  Fp8GemmWgradProblem dense = p;
+  dense.num_groups = 1;
+  dense.k_offsets = nullptr;
+  EXPECT_THROW(ops::cuda::fp8gemm::prepare_wgrad(dense, config), Error);
+  DeviceArray<float> dc(c);
+  Fp8GemmWgradProblem separate = p;
+  separate.c = dc.get();
+  EXPECT_EQ(ops::cuda::fp8gemm::prepare_wgrad(separate, config).spec.out, ops::cuda::fp8gemm::Output::Fp32Direct);
+}
+
 }  // namespace
 }  // namespace fp8train::gputest

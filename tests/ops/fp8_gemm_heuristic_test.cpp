@@ -99,6 +99,13 @@ TEST(Fp8GemmConfigText, ParsesEveryKeyAndKeepsDefaults) {
   EXPECT_EQ(d.k_splits, defaults.k_splits);
   EXPECT_EQ(ops::cuda::parse_fp8_gemm_config("multicast=none").multicast, MC::None);
   EXPECT_EQ(ops::cuda::parse_fp8_gemm_config("multicast=auto,epilogue=tma").multicast, MC::Auto);
+  // The store-warp epilogues of K-grouped Wgrad, and describe() naming them back.
+  const Fp8GemmConfig ws = ops::cuda::parse_fp8_gemm_config("block=192x128,epilogue=tma-ws");
+  EXPECT_EQ(ws.epilogue, ops::cuda::Fp8GemmEpilogue::TmaStoreWarp);
+  EXPECT_NE(ws.describe().find("epilogue tma-ws,"), std::string::npos) << ws.describe();
+  const Fp8GemmConfig ws2 = ops::cuda::parse_fp8_gemm_config("epilogue=tma-ws2");
+  EXPECT_EQ(ws2.epilogue, ops::cuda::Fp8GemmEpilogue::TmaStoreWarp2);
+  EXPECT_NE(ws2.describe().find("epilogue tma-ws2"), std::string::npos) << ws2.describe();
 }
 
 TEST(Fp8GemmConfigText, BadTextNamesTheProblem) {

@@ -333,6 +333,8 @@ std::string short_config(const oc::Fp8GemmConfig& c) {
   if (c.multicast == oc::Fp8GemmMulticast::ShareB) s += " mcB";
   if (c.k_splits > 1) s += fmt::format(" split{}", c.k_splits);
   if (c.epilogue == oc::Fp8GemmEpilogue::Direct) s += " direct";
+  if (c.epilogue == oc::Fp8GemmEpilogue::TmaStoreWarp) s += " ws";
+  if (c.epilogue == oc::Fp8GemmEpilogue::TmaStoreWarp2) s += " ws2";
   if (c.grid > 0) s += fmt::format(" grid{}", c.grid);
   return s;
 }

@@ -52,6 +52,12 @@ inline ScaleView row_major_scale_view(const float* data, int64_t k_blocks, int64
 enum class Fp8GemmEpilogue : uint8_t {
   TmaStore,  // through swizzled shared memory and TMA stores (default); Wgrad: C TMA-loaded there too (FP32)
   Direct,    // straight from registers with st.global (kept as a tested fallback)
+  // K-grouped Wgrad only, block_n 128, C absent or in place (else Direct): the staged FP32 epilogue with its C loads
+  // and D stores issued by a dedicated store warp, so no math warp waits for a store to drain; one staging buffer
+  // per math warpgroup (128- or 192-row tiles) ...
+  TmaStoreWarp,
+  // ... or two (128-row tiles; the next tile's C load starts while the current tile computes).
+  TmaStoreWarp2,
 };
 
 // TMA multicast in clusters of two CTAs computing neighbouring tiles (halves one operand's L2 traffic).
@@ -79,7 +85,8 @@ struct Fp8GemmConfig {
   std::string describe() const;  // "block 128x176, multicast B, grid SMs, raster 16, epilogue tma, k splits 1"
 };
 // A config from text, for benchmarks and tuning: comma-separated key=value pairs, keys as describe() prints
-// them -- block=MxN (or block=N: block_n alone), multicast=auto|none|A|B, grid=G, raster=R, epilogue=tma|direct,
+// them -- block=MxN (or block=N: block_n alone), multicast=auto|none|A|B, grid=G, raster=R,
+// epilogue=tma|direct|tma-ws|tma-ws2,
 // splits=S -- e.g. "block=128x192,multicast=B" or "block=32,splits=2". Keys left out keep the defaults above
 // (block_n 0: the heuristic). Throws fp8train::Error naming the bad pair. Whether a family builds the result is
 // checked when it runs.

@@ -178,6 +178,20 @@ Multicast to_multicast(Fp8GemmMulticast m) {
   }
 }
 
+const char* epilogue_name(Fp8GemmEpilogue e) {
+  switch (e) {
+    case Fp8GemmEpilogue::TmaStore: return "tma";
+    case Fp8GemmEpilogue::Direct: return "direct";
+    case Fp8GemmEpilogue::TmaStoreWarp: return "tma-ws";
+    case Fp8GemmEpilogue::TmaStoreWarp2: return "tma-ws2";
+  }
+  return "?";
+}
+
+bool is_store_warp(Fp8GemmEpilogue e) {
+  return e == Fp8GemmEpilogue::TmaStoreWarp || e == Fp8GemmEpilogue::TmaStoreWarp2;
+}
+
 const char* multicast_name(Fp8GemmMulticast m) {
   switch (m) {
     case Fp8GemmMulticast::Auto: return "auto";
@@ -302,9 +316,8 @@ SplitWorkspace split_workspace(size_t floats, size_t ints, cudaStream_t stream) 
 
 std::string Fp8GemmConfig::describe() const {
   return fmt::format("block {}x{}, multicast {}, grid {}, raster {}, epilogue {}, k splits {}",
-                     block_m == 0 ? 128 : block_m, block_n,
-                     multicast_name(multicast), grid == 0 ? std::string("SMs") : std::to_string(grid), raster_group_m,
-                     epilogue == Fp8GemmEpilogue::TmaStore ? "tma" : "direct",
+                     block_m == 0 ? 128 : block_m, block_n, multicast_name(multicast),
+                     grid == 0 ? std::string("SMs") : std::to_string(grid), raster_group_m, epilogue_name(epilogue),
                      k_splits == 0 ? std::string("auto") : std::to_string(k_splits));
 }
 Fp8GemmConfig parse_fp8_gemm_config(const std::string& text) {
@@ -353,7 +366,9 @@ Fp8GemmConfig parse_fp8_gemm_config(const std::string& text) {
     } else if (key == "epilogue") {
       if (value == "tma") config.epilogue = Fp8GemmEpilogue::TmaStore;
       else if (value == "direct") config.epilogue = Fp8GemmEpilogue::Direct;
-      else FP8T_FAIL("FP8 GEMM config '{}': epilogue = '{}' must be tma or direct", text, value);
+      else if (value == "tma-ws") config.epilogue = Fp8GemmEpilogue::TmaStoreWarp;
+      else if (value == "tma-ws2") config.epilogue = Fp8GemmEpilogue::TmaStoreWarp2;
+      else FP8T_FAIL("FP8 GEMM config '{}': epilogue = '{}' must be tma, direct, tma-ws or tma-ws2", text, value);
     } else if (key == "splits") {
       config.k_splits = parse_int("splits", value, 0, kMaxKSplits);
     } else {
@@ -518,6 +533,8 @@ PreparedLaunch prepare_dense(const Fp8GemmDenseProblem& p, const Fp8GemmConfig& 
   FP8T_CHECK(!split || (config.multicast != Fp8GemmMulticast::ShareA && config.multicast != Fp8GemmMulticast::ShareB),
              "dense FP8 GEMM: split-K is built without multicast (asked for multicast {})",
              multicast_name(config.multicast));
+  FP8T_CHECK(!is_store_warp(config.epilogue), "dense FP8 GEMM: epilogue {} is built for K-grouped Wgrad only",
+             epilogue_name(config.epilogue));
   const bool tma = config.epilogue == Fp8GemmEpilogue::TmaStore;
   if (config.multicast == Fp8GemmMulticast::Auto) config.multicast = default_multicast();
   FP8T_CHECK(tma || config.multicast == Fp8GemmMulticast::None,
@@ -612,6 +629,8 @@ PreparedLaunch prepare_grouped(const Fp8GemmGroupedProblem& p, const Fp8GemmConf
   FP8T_CHECK(is_one_of(config.block_n, kGroupedBlockNs, kNumGrouped),
              "grouped FP8 GEMM: block_n {} is not built (one of {})", config.block_n,
              list_of(kGroupedBlockNs, kNumGrouped));
+  FP8T_CHECK(!is_store_warp(config.epilogue), "grouped FP8 GEMM: epilogue {} is built for K-grouped Wgrad only",
+             epilogue_name(config.epilogue));
   const bool tma = config.epilogue == Fp8GemmEpilogue::TmaStore;
   if (config.multicast == Fp8GemmMulticast::Auto) config.multicast = default_multicast();
   FP8T_CHECK(config.multicast != Fp8GemmMulticast::ShareB,
@@ -704,12 +723,21 @@ PreparedLaunch prepare_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& 
     config.block_n = heuristic.block_n;
     if (config.block_m == 0 && config.multicast != Fp8GemmMulticast::ShareA &&
         config.multicast != Fp8GemmMulticast::ShareB)
-      config.block_m = heuristic.block_m;
+      config.block_m = config.epilogue == Fp8GemmEpilogue::TmaStoreWarp2 ? kBlockM : heuristic.block_m;
   }
   FP8T_CHECK(is_one_of(config.block_n, kWgradBlockNs, kNumWgrad), "Wgrad FP8 GEMM: block_n {} is not built (one of {})",
              config.block_n, list_of(kWgradBlockNs, kNumWgrad));
-  FP8T_CHECK(config.epilogue == Fp8GemmEpilogue::TmaStore || config.epilogue == Fp8GemmEpilogue::Direct,
+  FP8T_CHECK(config.epilogue == Fp8GemmEpilogue::TmaStore || config.epilogue == Fp8GemmEpilogue::Direct ||
+                 is_store_warp(config.epilogue),
              "Wgrad FP8 GEMM: unknown epilogue");
+  if (is_store_warp(config.epilogue)) {
+    FP8T_CHECK(p.k_offsets != nullptr && config.block_n == 128 && !p.int8 && !p.never_promote,
+               "Wgrad FP8 GEMM: epilogue {} is built for K-grouped FP8 Wgrad with block_n 128 (asked for {}, {})",
+               epilogue_name(config.epilogue), config.describe(), p.describe());
+    FP8T_CHECK(config.epilogue != Fp8GemmEpilogue::TmaStoreWarp2 || config.block_m == 0 || config.block_m == kBlockM,
+               "Wgrad FP8 GEMM: epilogue tma-ws2 (two staging buffers) is built for 128-row tiles (asked for {})",
+               config.describe());
+  }
   if (config.multicast == Fp8GemmMulticast::Auto)
     config.multicast = default_multicast();
   FP8T_CHECK(config.k_splits <= 1, "Wgrad FP8 GEMM: split-K is dense only (asked for {} ranges)", config.k_splits);
@@ -740,9 +768,13 @@ PreparedLaunch prepare_wgrad(const Fp8GemmWgradProblem& p, const Fp8GemmConfig& 
   L.spec.block_n = config.block_n;
   // The staged TMA epilogue (epilogue "tma", the default) needs C absent or in place, no multicast and a 16-byte
   // aligned D; otherwise, or with epilogue "direct", st.global from registers. Same arithmetic either way.
-  const bool staged = config.epilogue == Fp8GemmEpilogue::TmaStore && L.spec.multicast == Multicast::None &&
+  // The store-warp variants (tma-ws, tma-ws2) stage the same way, under the same conditions.
+  const bool staged = config.epilogue != Fp8GemmEpilogue::Direct && L.spec.multicast == Multicast::None &&
                       (p.c == nullptr || p.c == p.d) && reinterpret_cast<uintptr_t>(p.d) % 16 == 0;
-  L.spec.out = staged ? Output::Fp32Tma : Output::Fp32Direct;
+  L.spec.out = !staged                                             ? Output::Fp32Direct
+               : config.epilogue == Fp8GemmEpilogue::TmaStoreWarp  ? Output::Fp32TmaWs
+               : config.epilogue == Fp8GemmEpilogue::TmaStoreWarp2 ? Output::Fp32TmaWs2
+                                                                   : Output::Fp32Tma;
   L.k_grouped = p.k_offsets != nullptr;
   L.a = operand_map(p.a, p.m, p.k, L.spec.multicast == Multicast::ShareA ? kBlockM / 2 : config.block_m);
   L.b = operand_map(p.b, p.n, p.k, L.spec.multicast == Multicast::ShareB ? config.block_n / 2 : config.block_n);

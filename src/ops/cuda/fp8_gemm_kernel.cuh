@@ -49,7 +49,10 @@
 //   atoms of 64/32/16 columns -- 128/64/32-byte swizzle, conflict-free -- fence.proxy.async, then one thread issues
 //   one TMA store per atom; the next tile waits only for the store to finish reading), Bf16Direct and
 //   Fp32Direct (st.global per thread, edges predicated; both optionally add C: d = c + acc, one FP32 add, C BF16
-//   or FP32 as d), and
+//   or FP32 as d),
+//   Fp32Tma (Wgrad: C TMA-loaded into a shared buffer per math warpgroup at tile start, d = c + acc formed
+//   there, TMA-stored), and its store-warp forms Fp32TmaWs / Fp32TmaWs2 (warp 1 of the producer warpgroup issues
+//   every C load and D store, one or two buffers per math warpgroup: see the store warp below), and
 //   Bf16SplitK (dense, few row blocks): a unit is one K range of a tile; its FP32 block goes to a workspace,
 //   an arrival counter per (tile, warpgroup) finds the last range to finish, and that warpgroup adds the
 //   ranges in range order (its own from registers, reusing the partial-sum registers for the total) and
@@ -178,6 +181,11 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
   auto full_bar = [&](uint32_t s) { return smem_base + Plan::kBarOffset + 8 * s; };
   auto empty_bar = [&](uint32_t s) { return smem_base + Plan::kBarOffset + 8 * (S + s); };
   auto c_bar = [&](int wg) { return smem_base + Plan::kCBarOffset + 8 * wg; };  // Fp32Tma: C landed
+  // Store-warp epilogues: buffer b of math warpgroup wg, its "ready" barrier (C landed, or the buffer free) and its
+  // "summed" barrier (the warpgroup's sums are in it).
+  auto c_buf = [&](int b, int wg) { return smem_base + static_cast<uint32_t>((b * kWgs + wg) * Plan::kWgBufBytes); };
+  auto ready_bar = [&](int b, int wg) { return smem_base + Plan::kCBarOffset + 8 * (b * kWgs + wg); };
+  auto summed_bar = [&](int b, int wg) { return smem_base + Plan::kSumBarOffset + 8 * (b * kWgs + wg); };
   auto sfa_stage = [&](uint32_t s) { return reinterpret_cast<float*>(smem + Plan::kSfaOffset + s * Plan::kSfaBytes); };
   auto sfb_stage = [&](uint32_t s) { return reinterpret_cast<float*>(smem + Plan::kSfbOffset + s * Plan::kSfbBytes); };
   // Shared-window addresses of the same scale slots (the math warpgroups read them with LDS: lds_f32).
@@ -193,9 +201,15 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
   if (threadIdx.x == kMathThr) {
     tma_prefetch_descriptor(&tmap_a);
     tma_prefetch_descriptor(&tmap_b);
-    if constexpr (kOut == Output::Bf16Tma || kOut == Output::Fp32Tma) tma_prefetch_descriptor(&tmap_d);
+    if constexpr (kOut == Output::Bf16Tma || is_fp32_staged(kOut)) tma_prefetch_descriptor(&tmap_d);
     if constexpr (kOut == Output::Fp32Tma)
       for (int w = 0; w < kWgs; ++w) mbar_init(c_bar(w), 1);  // one expect_tx arrival + C's bytes
+    if constexpr (has_store_warp(kOut))
+      for (int b = 0; b < Plan::kCBufs; ++b)
+        for (int w = 0; w < kWgs; ++w) {
+          mbar_init(ready_bar(b, w), 1);   // the store warp's arrival (with C: expect_tx + C's bytes)
+          mbar_init(summed_bar(b, w), 1);  // one thread of the math warpgroup, after its warpgroup barrier
+        }
     for (int s = 0; s < S; ++s) {
       mbar_init(full_bar(s), kBulkScales ? 1 : 1 + 32);  // expect_tx arrival of lane 0 (+ one per cp.async lane)
       // Every math thread of this CTA, and one arrival per math warp of the partner CTA (its consumers read
@@ -296,6 +310,55 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
         }
       }
     }
+    if constexpr (has_store_warp(kOut)) {
+      // ------------------------------------------------------------ store warp (one thread)
+      // Walks the CTA's tiles in the math warpgroups' order. Tile i of this CTA uses buffer i % kCBufs of each
+      // math warpgroup. The buffers of the first kCBufs tiles are made ready at once; after tile i's sums are
+      // stored and the stores have finished READING shared memory, buffer i % kCBufs is made ready for tile
+      // i + kCBufs: C's block TMA-loaded into it (expect_tx; boxes wholly right of N neither loaded nor counted),
+      // or without C (or for a warpgroup whose rows lie past M) a plain arrival. Every phase of every barrier
+      // completes once per tile, whatever the tile holds, so the math warpgroups and this thread count alike.
+      if (warp == kMathThr / 32 + 1 && lane == 0) {
+        auto make_ready = [&](int unit, int b) {
+          const TileCoord t = tile_coord<kSched, kMc, BN, kBM>(args, unit, rank);
+          for (int w = 0; w < kWgs; ++w) {
+            if (args.c != nullptr && t.m0 + w * 64 < args.m) {
+              const int atoms = min(Plan::kF32Atoms, (args.n - t.n0 + 31) / 32);
+              mbar_arrive_expect_tx(ready_bar(b, w), static_cast<uint32_t>(atoms) * 64u * 128u);
+              for (int atom = 0; atom < atoms; ++atom)
+                tma_load_3d(c_buf(b, w) + atom * 64 * 128, &tmap_d, ready_bar(b, w), t.n0 + 32 * atom, t.m0 + w * 64,
+                            t.group);
+            } else {
+              mbar_arrive(ready_bar(b, w));
+            }
+          }
+        };
+        for (int b = 0; b < Plan::kCBufs; ++b)
+          if (cluster_id + b * num_clusters < args.num_units) make_ready(cluster_id + b * num_clusters, b);
+        uint32_t i = 0;
+        for (int unit = cluster_id; unit < args.num_units; unit += num_clusters, ++i) {
+          const TileCoord t = tile_coord<kSched, kMc, BN, kBM>(args, unit, rank);
+          const int b = static_cast<int>(i % Plan::kCBufs);
+          const uint32_t phase = (i / Plan::kCBufs) & 1;
+          for (int w = 0; w < kWgs; ++w) {
+            mbar_wait(summed_bar(b, w), phase);
+            if (t.m0 + w * 64 < args.m) {
+#pragma unroll 1
+              for (int atom = 0; atom < Plan::kF32Atoms; ++atom)
+                if (t.n0 + 32 * atom < args.n)
+                  tma_store_3d(&tmap_d, c_buf(b, w) + atom * 64 * 128, t.n0 + 32 * atom, t.m0 + w * 64, t.group);
+            }
+          }
+          tma_store_commit();
+          const int next = unit + Plan::kCBufs * num_clusters;
+          if (next < args.num_units) {
+            tma_store_wait_read_all();
+            make_ready(next, b);
+          }
+        }
+        tma_store_wait_all();  // the stores must finish before the CTA's shared memory goes away
+      }
+    }
     // A CTA's shared memory must outlive its partner's multicasts into it and arrivals on its barriers.
     if constexpr (kCluster > 1) cluster_sync();
   } else {
@@ -309,6 +372,7 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
         kCluster > 1 ? map_to_cta(smem_base + Plan::kBarOffset, static_cast<uint32_t>(rank ^ 1)) : 0;
     uint32_t it = 0;
     uint32_t c_loads = 0;  // Fp32Tma: C loads this warpgroup has waited for (the C barrier's phase)
+    uint32_t local_tile = 0;  // store-warp epilogues: tiles this CTA has finished (buffer and barrier phase)
     for (int unit = cluster_id; unit < args.num_units; unit += num_clusters) {
       const TileCoord t = tile_coord<kSched, kMc, BN, kBM>(args, unit, rank);
       // Fp32Tma: this warpgroup's rows of the tile exist (else it loads and stores nothing).
@@ -544,45 +608,61 @@ __global__ void __launch_bounds__(threads_of(kWgs), 1)
           }
           tma_store_commit();
         }
-      } else if constexpr (kOut == Output::Fp32Tma) {
+      } else if constexpr (is_fp32_staged(kOut)) {
         // d = c + acc in the staging buffer (atoms of 64 rows x 32 columns, 128-byte swizzle: the 16-byte chunk
-        // index XOR the row's bits 0..2), then TMA stores. Without C the buffer is free once the previous
-        // tile's store has read it; with C, once C has landed (its load was issued after that read).
-        const bool with_c = args.c != nullptr && wg_rows;
-        if (with_c) {
-          mbar_wait(c_bar(wg), c_loads & 1);
-          ++c_loads;
-        } else {
-          if (wl == 0) tma_store_wait_read_all();
-          named_barrier_sync(1 + wg, 128);
-        }
-        const uint32_t d_wg = smem_base + wg * (Plan::kDBytes / kWgs);
-        const uint32_t row_base = d_wg + row_in_wg * 128;
-        const int chunk_xor = row_in_wg & 7;  // rows row_in_wg and row_in_wg + 8 share it
+        // index XOR the row's bits 0..2), then TMA stores.
+        auto sum_into = [&](uint32_t d_wg, bool with_c) {
+          const uint32_t row_base = d_wg + row_in_wg * 128;
+          const int chunk_xor = row_in_wg & 7;  // rows row_in_wg and row_in_wg + 8 share it
 #pragma unroll
-        for (int j = 0; j < kAcc / 4; ++j) {
-          const int col = 8 * j + quad_col;  // in the tile; even, so a float2 stays inside its 16-byte chunk
-          const uint32_t p = row_base + (col >> 5) * (64 * 128) + ((((col & 31) >> 2) ^ chunk_xor) << 4) + (col & 3) * 4;
+          for (int j = 0; j < kAcc / 4; ++j) {
+            const int col = 8 * j + quad_col;  // in the tile; even, so a float2 stays inside its 16-byte chunk
+            const uint32_t p =
+                row_base + (col >> 5) * (64 * 128) + ((((col & 31) >> 2) ^ chunk_xor) << 4) + (col & 3) * 4;
 #pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const uint32_t q = p + half * 8 * 128;
-            float2 v = make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
-            if (with_c) {
-              const float2 c = lds_f32x2(q);
-              v.x = __fadd_rn(c.x, v.x);
-              v.y = __fadd_rn(c.y, v.y);
+            for (int half = 0; half < 2; ++half) {
+              const uint32_t q = p + half * 8 * 128;
+              float2 v = make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+              if (with_c) {
+                const float2 c = lds_f32x2(q);
+                v.x = __fadd_rn(c.x, v.x);
+                v.y = __fadd_rn(c.y, v.y);
+              }
+              sts_f32x2(q, v);
             }
-            sts_f32x2(q, v);
           }
-        }
-        fence_proxy_async_smem();
-        named_barrier_sync(1 + wg, 128);
-        if (wl == 0 && wg_rows) {
+          fence_proxy_async_smem();
+        };
+        if constexpr (has_store_warp(kOut)) {
+          // The store warp made this tile's buffer ready (C landed, or the buffer free); once the warpgroup's sums
+          // are in it, one thread tells the store warp, which stores them and refills the buffer.
+          const int b = static_cast<int>(local_tile % Plan::kCBufs);
+          mbar_wait(ready_bar(b, wg), (local_tile / Plan::kCBufs) & 1);
+          ++local_tile;
+          if (wg_rows) sum_into(c_buf(b, wg), args.c != nullptr);
+          named_barrier_sync(1 + wg, 128);
+          if (wl == 0) mbar_arrive(summed_bar(b, wg));
+        } else {
+          // Without C the buffer is free once the previous tile's store has read it; with C, once C has landed
+          // (its load was issued after that read).
+          const bool with_c = args.c != nullptr && wg_rows;
+          if (with_c) {
+            mbar_wait(c_bar(wg), c_loads & 1);
+            ++c_loads;
+          } else {
+            if (wl == 0) tma_store_wait_read_all();
+            named_barrier_sync(1 + wg, 128);
+          }
+          const uint32_t d_wg = smem_base + wg * (Plan::kDBytes / kWgs);
+          sum_into(d_wg, with_c);
+          named_barrier_sync(1 + wg, 128);
+          if (wl == 0 && wg_rows) {
 #pragma unroll 1
-          for (int atom = 0; atom < Plan::kF32Atoms; ++atom)
-            if (t.n0 + 32 * atom < args.n)
-              tma_store_3d(&tmap_d, d_wg + atom * 64 * 128, t.n0 + 32 * atom, t.m0 + wg * 64, t.group);
-          tma_store_commit();
+            for (int atom = 0; atom < Plan::kF32Atoms; ++atom)
+              if (t.n0 + 32 * atom < args.n)
+                tma_store_3d(&tmap_d, d_wg + atom * 64 * 128, t.n0 + 32 * atom, t.m0 + wg * 64, t.group);
+            tma_store_commit();
+          }
         }
       } else if constexpr (kOut == Output::Bf16SplitK) {
         // Split-K: store this K range's FP32 block, then count the tile's arrivals (per warpgroup: its 64 rows).

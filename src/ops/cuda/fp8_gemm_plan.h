@@ -43,7 +43,19 @@ enum class Schedule : int {
 // accumulators there (d = c + acc, the same one FP32 add as Fp32Direct) and TMA-store it, so neither the C read
 // nor the D write holds the math warpgroups (Fp32Direct's st.global epilogue does: with a short K per expert the
 // F32 read-modify-write is as long as the K loop).
-enum class Output : int { Bf16Tma, Bf16Direct, Fp32Direct, Bf16SplitK, Fp32Tma };
+// Fp32TmaWs / Fp32TmaWs2 (K-grouped Wgrad, block_n 128; epilogue "tma-ws" / "tma-ws2"): the same staged sum, but
+// the C loads and D stores are issued by a dedicated store warp of the producer warpgroup, so no math warp ever
+// waits for a store to drain; the store warp issues the next C load into a buffer as soon as the store that last
+// read it has left shared memory. Ws: one buffer per math warpgroup (128- or 192-row tiles); Ws2: two per math
+// warpgroup (128-row tiles, tiles alternate), so a tile's C load is issued while the tile before it is still
+// computing -- a whole tile earlier than with one buffer (2 K stages fit beside the 128 KiB of buffers).
+enum class Output : int { Bf16Tma, Bf16Direct, Fp32Direct, Bf16SplitK, Fp32Tma, Fp32TmaWs, Fp32TmaWs2 };
+// The FP32 staged epilogues, and how many staging buffers each math warpgroup owns.
+constexpr bool is_fp32_staged(Output o) {
+  return o == Output::Fp32Tma || o == Output::Fp32TmaWs || o == Output::Fp32TmaWs2;
+}
+constexpr bool has_store_warp(Output o) { return o == Output::Fp32TmaWs || o == Output::Fp32TmaWs2; }
+constexpr int c_buffers_of(Output o) { return o == Output::Fp32TmaWs2 ? 2 : 1; }
 // TMA multicast inside a cluster of two CTAs that work on neighbouring tiles: each CTA loads half of the
 // shared operand tile and multicasts it into both CTAs' shared memory, halving that operand's L2 traffic.
 enum class Multicast : int {
@@ -80,11 +92,14 @@ struct SmemPlan {
   static constexpr int kAtomBytes = kAtomCols * 2;
   static constexpr int kNumAtoms = BN / kAtomCols;
   static constexpr int kBM = block_m_of(kWgs);
-  static constexpr int kDBytes = kOut == Output::Bf16Tma   ? align_up(kBM * BN * 2, 1024)
-                                 : kOut == Output::Fp32Tma ? align_up(kBM * BN * 4, 1024)
-                                                           : 0;
-  // Fp32Tma: atoms of 64 rows x 32 FP32 columns (128 bytes, the 128-byte swizzle span), 8 KiB each.
-  static_assert(kOut != Output::Fp32Tma || BN % 32 == 0, "the FP32 TMA epilogue needs block_n a multiple of 32");
+  static constexpr int kCBufs = c_buffers_of(kOut);
+  static constexpr int kDBytes = kOut == Output::Bf16Tma ? align_up(kBM * BN * 2, 1024)
+                                 : is_fp32_staged(kOut)  ? kCBufs * align_up(kBM * BN * 4, 1024)
+                                                         : 0;
+  // FP32 staged: atoms of 64 rows x 32 FP32 columns (128 bytes, the 128-byte swizzle span), 8 KiB each; buffer b
+  // of math warpgroup w at (b * kWgs + w) * kWgBufBytes.
+  static_assert(!is_fp32_staged(kOut) || BN % 32 == 0, "the FP32 TMA epilogue needs block_n a multiple of 32");
+  static constexpr int kWgBufBytes = 64 * BN * 4;
   static constexpr int kF32Atoms = BN / 32;
   static constexpr int kABytes = kBM * kBlockK;
   static constexpr int kBBytes = BN * kBlockK;
@@ -104,9 +119,14 @@ struct SmemPlan {
   static constexpr int kSfaOffset = kBOffset + kStages * kBBytes;
   static constexpr int kSfbOffset = kSfaOffset + kStages * kSfaBytes;
   static constexpr int kBarOffset = kSfbOffset + kStages * kSfbBytes;
-  static constexpr int kCBarOffset = kBarOffset + 2 * kStages * 8;  // Fp32Tma: one C-load barrier per warpgroup
-  static constexpr int kBytes = kCBarOffset + 4 * 8;
+  // Fp32Tma: one C-load barrier per warpgroup. Store warp: per (buffer, warpgroup) a "ready" barrier (C landed, or
+  // without C the buffer free) and a "summed" barrier (the warpgroup's sums are in the buffer), 8 * kWgs * kCBufs
+  // bytes each.
+  static constexpr int kCBarOffset = kBarOffset + 2 * kStages * 8;
+  static constexpr int kSumBarOffset = kCBarOffset + 8 * 4 * kCBufs;
+  static constexpr int kBytes = has_store_warp(kOut) ? kSumBarOffset + 8 * 4 * kCBufs : kCBarOffset + 4 * 8;
   static constexpr int kDynamicBytes = kBytes + kSlack;
+  static_assert(!has_store_warp(kOut) || kDynamicBytes <= kSmemLimit, "store-warp epilogue: shared memory overflow");
 };
 
 // Everything the kernel needs besides the three tensor maps. Scale element (i, kb) of A is
@@ -167,7 +187,11 @@ cudaError_t launch_dense_kernel(const LaunchSpec& spec, const CUtensorMap& a, co
                                 const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream);
 cudaError_t launch_grouped_kernel(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b,
                                   const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream);
-// Wgrad: `d` is the FP32 output map of Output::Fp32Tma ([groups, m, n], boxes 1 x 64 x 32, 128-byte swizzle).
+// Wgrad: `d` is the FP32 output map of the staged epilogues ([groups, m, n], boxes 1 x 64 x 32, 128-byte swizzle).
+// launch_wgrad_ws_kernel (fp8_gemm_wgrad_ws.cu, its own translation unit so the builds compile in parallel): the
+// store-warp epilogues, K-grouped, block_n 128.
+cudaError_t launch_wgrad_ws_kernel(const LaunchSpec& spec, const CUtensorMap& a, const CUtensorMap& b,
+                                   const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream);
 cudaError_t launch_wgrad_kernel(const LaunchSpec& spec, bool k_grouped, const CUtensorMap& a, const CUtensorMap& b,
                                 const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream);
 

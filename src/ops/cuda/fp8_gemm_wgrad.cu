@@ -19,6 +19,7 @@
 // (Output::Fp32Direct); or, the default when C is absent or is D and there is no multicast, Output::Fp32Tma: C is
 // TMA-loaded into a shared staging buffer during the K loop and the sum TMA-stored, so the F32 read-modify-write of
 // the gradient overlaps the next tile's K loop (one expert's ~768 tokens make the K loop about as long as it).
+// K-grouped with block_n 128 can also take the store-warp epilogues (fp8_gemm_wgrad_ws.cu, by config).
 // Tile order for K-grouped: group-major, then the dense raster, so one expert's tokens are streamed by all SMs.
 #include "ops/cuda/fp8_gemm_launch.cuh"
 
@@ -101,6 +102,8 @@ cudaError_t launch_wgrad(const LaunchSpec& spec, bool k_grouped, const CUtensorM
 
 cudaError_t launch_wgrad_kernel(const LaunchSpec& spec, bool k_grouped, const CUtensorMap& a, const CUtensorMap& b,
                                 const CUtensorMap& d, const KernelArgs& args, cudaStream_t stream) {
+  if (has_store_warp(spec.out))
+    return k_grouped ? launch_wgrad_ws_kernel(spec, a, b, d, args, stream) : cudaErrorInvalidValue;
   if (spec.int8)
     return k_grouped ? launch_wgrad_fixed<Schedule::GroupedK, true, false>(spec, a, b, d, args, stream)
                      : launch_wgrad_fixed<Schedule::Dense, true, false>(spec, a, b, d, args, stream);
