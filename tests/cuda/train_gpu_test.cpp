@@ -171,20 +171,24 @@ TEST_F(TrainGpu, Fp8DeepseekTwentyStepsMatchTheCpu) {
   compare_devices("fp8-deepseek", {5e-4, 1e-3}, {2e-2, 1.0}, std::string(kFp8Model) + " --health-every 10", 5e-2);
 }
 
-// The two ablations on the GPU, against the CPU emulation, with fp8-deepseek's bounds. Disabled: both fail them on
-// an H200 (2026-11-28), and not only by this tiny model's chaos. Each GEMM form is bit for bit the CPU's
-// (LinearGpu.AblationsMatchTheCpuBitForBit, ScaledGemmOpsGpu.NeverPromoteForms..., Fp22AddGpu.*), but at step 1
-// (same weights, same batch) promote=never moves the gradient norm from fp8-deepseek's by 1.4e-3 on the CPU and
-// only 1.9e-4 on the GPU (GPU against CPU: 1.2e-3, where fp8-deepseek's two devices differ by 6e-5), and
-// dgrad_block=on by 1e-6 on the CPU and 4e-4 on the GPU: some GEMM of a real step takes a different path on
-// the two devices. Until that is found, `--device auto` keeps both ablations on the CPU (cmd_train.cpp).
-TEST_F(TrainGpu, DISABLED_Fp8DeepseekDgradBlockTwentyStepsMatchTheCpu) {
-  compare_devices("fp8-deepseek:dgrad_block=on", {5e-4, 1e-3}, {2e-2, 1.0},
+// The two ablations on the GPU, against the CPU emulation. Each of their GEMMs is the CPU's bit for bit, dense and
+// grouped, as a step drives them (LinearGpu.AblationsMatchTheCpuBitForBit, AblationGpu.*,
+// ScaledGemmOpsGpu.NeverPromote*, Fp22AddGpu.*); what parts the two devices is, as for fp8-deepseek, the BF16 ops
+// around the GEMMs, to which a step of this model is chaotic in its gradient norm. Measured on the CPU alone (a
+// relative 2^-14 change of 6 % of the attention's outputs and gradients, which moves the loss 1e-5): the gradient norm
+// of step 1 moves 5e-4 under every recipe, promote=never's distance from fp8-deepseek's goes from 1.4e-3 to 3.4e-4 and
+// dgrad_block's from 1e-6 to 4e-5 (6e-4 with a 2^-10 change). Measured on an H200 (2026-11-28): dgrad_block step 1
+// loss 3.8e-5, gradient norm 3.5e-4, over 20 steps loss at most 8.7e-3, gradient norms a median of 4.9e-3 with a spike
+// of 1.56 (step 15); promote=never step 1 4.6e-5 and 1.2e-3, loss at most 5.3e-3, median 4.5e-3, spike 0.94 (step 14).
+// The bounds are fp8-deepseek's but for step 1's gradient norm and the spikes (one device's norm up to three times the
+// other's).
+TEST_F(TrainGpu, Fp8DeepseekDgradBlockTwentyStepsMatchTheCpu) {
+  compare_devices("fp8-deepseek:dgrad_block=on", {5e-4, 3e-3}, {2e-2, 2.0},
                   std::string(kFp8Model) + " --health-every 10", 5e-2);
 }
 
-TEST_F(TrainGpu, DISABLED_Fp8DeepseekPromoteNeverTwentyStepsMatchTheCpu) {
-  compare_devices("fp8-deepseek:promote=never", {5e-4, 1e-3}, {2e-2, 1.0},
+TEST_F(TrainGpu, Fp8DeepseekPromoteNeverTwentyStepsMatchTheCpu) {
+  compare_devices("fp8-deepseek:promote=never", {5e-4, 3e-3}, {2e-2, 2.0},
                   std::string(kFp8Model) + " --health-every 10", 5e-2);
 }
 
