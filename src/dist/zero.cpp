@@ -251,6 +251,7 @@ void Zero1::reduce_gradients(const ExecCtx& ctx) {
     return;
   }
   if (dp_.size() == 1) return;
+  overlapped_ = launched_;
   if (overlap_) {
     while (launched_ < buckets_.size()) launch(ctx, launched_++);
     launched_ = 0;

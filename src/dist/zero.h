@@ -98,6 +98,8 @@ class Zero1 {
   const std::vector<Bucket>& buckets() const { return buckets_; }
   // Whether group_ready launches buckets while the backward runs.
   bool overlapping() const { return overlap_; }
+  // Buckets the last reduce_gradients found launched by group_ready (during the backward).
+  size_t overlapped_buckets() const { return overlapped_; }
 
   // The gradients of ready group `group` (and of every group before it) are final in this step's last backward:
   // launches the buckets that are complete, in plan order (every rank the same). Does nothing unless overlapping().
@@ -131,6 +133,7 @@ class Zero1 {
   std::vector<ArenaRange> mine_;  // this rank's slices (interleaved)
   bool overlap_ = false;
   size_t launched_ = 0;  // buckets launched this step, a prefix of buckets_
+  size_t overlapped_ = 0;
   // The side queue: a worker thread on the CPU (tasks run in order), a side stream on a GPU (keep_: buffers in
   // use there until the wait).
   std::thread worker_;

@@ -423,8 +423,11 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
   std::vector<int> ready_groups;
   if (plain_dp)
     for (const ArenaLayout::View& v : params.layout().views()) ready_groups.push_back(model.grad_ready_group(v.name));
-  dist::Zero1 zero(dp, params, options.expert_dp, dist::Zero1::kDefaultBucketElements, ready_groups,
-                   config.dp_overlap == "on");
+  // (auto: on GPU ranks only. On CPU ranks the worker thread competes with the backward for the cores, which
+  // oversubscribed ranks do not have spare: measured slower there, bench/RESULTS.md.)
+  const bool want_overlap =
+      config.dp_overlap == "on" || (config.dp_overlap == "auto" && !params.grads.device().is_cpu());
+  dist::Zero1 zero(dp, params, options.expert_dp, dist::Zero1::kDefaultBucketElements, ready_groups, want_overlap);
   optim::AdamW optimizer =
       dp.size() == 1 ? optim::AdamW(config.adamw(), params) : optim::AdamW(config.adamw(), params, zero.shards());
   const optim::LrSchedule lr_schedule = config.lr_schedule();
@@ -515,7 +518,7 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       progress.message("warning: " + w);
       events_log.write({{"step", state.step}, {"event", "warning"}, {"detail", w}});
     }
-    if (dp.size() > 1 && config.dp_overlap == "on" && !zero.overlapping())
+    if (dp.size() > 1 && want_overlap && !zero.overlapping())
       progress.message(plain_dp ? "ZeRO-1: gradients reduced after the backward (MPI lacks the thread support the "
                                   "overlap needs)"
                                 : "ZeRO-1: gradients reduced after the backward (the overlap with the backward runs "
@@ -742,6 +745,10 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         row["dp_bytes_sent"] = dp.stats().bytes_sent + xs;
         row["dp_bytes_received"] = dp.stats().bytes_received + xr;
         if (options.expert_dp) row["expert_dp_bytes_sent"] = xs;
+        if (zero.interleaved()) {  // the gradient buckets, and how many were launched during the backward
+          row["dp_buckets"] = zero.buckets().size();
+          row["dp_buckets_overlapped"] = zero.overlapped_buckets();
+        }
       }
       if (ep_size > 1) {  // the expert all-to-alls of the step's forwards and backwards
         row["ep_bytes_sent"] = options.ep->stats().bytes_sent;
