@@ -50,6 +50,9 @@ class Communicator {
   Communicator& operator=(const Communicator&) = delete;
 
   virtual std::string_view backend() const = 0;  // "self", "mpi", "nccl"
+  // Whether a thread other than the one that made the communicator may call it, one thread at a time (ZeRO-1's
+  // overlapped reduction on CPU ranks calls it from a worker thread).
+  virtual bool callable_from_other_threads() const { return true; }
   int rank() const { return rank_; }
   int size() const { return size_; }
   // The group's name in messages ("world", "dp", "ep", "pp").

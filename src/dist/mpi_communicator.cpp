@@ -28,6 +28,9 @@ struct WaitState {
 WaitState g_wait;
 MPI_Comm g_control = MPI_COMM_NULL;  // private duplicate of MPI_COMM_WORLD for pings
 bool g_started = false;
+// MPI's thread support as initialised: SERIALIZED lets ZeRO-1's worker thread make the calls of an overlapped
+// gradient reduction while the main thread makes none.
+int g_thread_level = MPI_THREAD_SINGLE;
 constexpr int kPingTag = 1, kPongTag = 2;
 constexpr int kMaxOpText = 256;
 
@@ -151,6 +154,7 @@ class MpiCommunicator final : public Communicator {
     if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   }
   std::string_view backend() const override { return "mpi"; }
+  bool callable_from_other_threads() const override { return g_thread_level >= MPI_THREAD_SERIALIZED; }
 
   void all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op, const ExecCtx&) override {
     const char* what = "all_reduce";
@@ -408,8 +412,11 @@ void mpi_init() {
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+    g_thread_level = provided;
     std::atexit(finalize_at_exit);
+  } else {
+    MPI_Query_thread(&g_thread_level);
   }
   // Errors come back as return codes (turned into Error), not as MPI's default abort.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);

@@ -18,13 +18,29 @@
 // the ranks holding the same experts (the DP group), while the rest is over the whole gradient group as above. A
 // rank then has two shards (the experts', then the replicated parameters'), and the gradient norm adds both
 // sections' squares over the whole group: every element of the model once.
-// Not done yet: overlapping the reduce-scatter with backward (it runs after the last micro-batch).
+// Interleaved shards, overlapped with backward (plain DP: no sharded experts; docs/distributed.md): given the
+// order in which the parameters' gradients become final in a backward (ready groups, one per arena view: 0 first),
+// the arena is cut into buckets — contiguous ranges of regions of one ready group, at most `bucket_elements` per
+// rank — listed in ready order, and each bucket into one slice per rank (shard_arena of the bucket): rank r owns
+// slice r of every bucket, so its shard is a list of ranges (shards()). A bucket is reduced as above (an
+// all_to_allv of the bucket's slices, the received slices added in rank order), as soon as its group is final
+// (group_ready, called from the model's backward of the step's last micro-batch) when overlap is on, on a side
+// queue: a worker thread on the CPU, a side stream on a GPU; reduce_gradients then waits for every bucket. Every
+// element is summed by the same adds in the same order with overlap on or off, so the two are bit-identical.
 #pragma once
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "dist/communicator.h"
 #include "optim/param.h"
+#include "tensor/backend.h"
 
 namespace fp8train::dist {
 
@@ -39,23 +55,56 @@ struct ShardPlan {
 // kAlignElements, the last ones shorter or empty.
 ShardPlan shard_arena(int64_t elements, int ranks);
 
+// One bucket of the interleaved plan: a contiguous range of the arena whose gradients are final once ready group
+// `group` is, cut into one slice per rank (plan offsets are the arena's).
+struct Bucket {
+  ArenaRange range;
+  int group = 0;
+  ShardPlan slices;
+};
+
+// The interleaved buckets of `range` (a run of whole regions of `layout`): view_groups holds each layout view's
+// ready group (layout().views() order); a region's group is the largest of its views' (it is final when its last
+// view is), and it extends to the next region's start (padding included), so the buckets tile `range`. Runs of
+// consecutive regions of one group, ordered by (group, offset), are cut into buckets of at most ranks x
+// bucket_elements elements.
+std::vector<Bucket> plan_buckets(const ArenaLayout& layout, ArenaRange range, const std::vector<int>& view_groups,
+                                 int ranks, int64_t bucket_elements);
+
 class Zero1 {
  public:
   // 4 Mi elements (16 MiB of FP32) per rank and bucket unless told otherwise.
   static constexpr int64_t kDefaultBucketElements = int64_t{1} << 22;
 
   // experts: the ranks holding the same experts as this one, when params.experts is not empty (else unused).
+  // view_groups: the interleaved plan's ready groups per layout view (plan_buckets), with no sharded experts;
+  // empty: one contiguous shard per rank (shard_arena). overlap: reduce buckets from group_ready on a side queue
+  // (interleaved plan only; off where the communicator cannot be called from another thread).
   Zero1(Communicator& dp, const optim::ParamArenas& params, Communicator* experts = nullptr,
-        int64_t bucket_elements = kDefaultBucketElements);
+        int64_t bucket_elements = kDefaultBucketElements, std::vector<int> view_groups = {}, bool overlap = false);
+  ~Zero1();
+  Zero1(const Zero1&) = delete;
+  Zero1& operator=(const Zero1&) = delete;
 
   Communicator& comm() const { return dp_; }
   // The replicated parameters' shard plan (element offsets of the arena).
   const ShardPlan& plan() const { return sections_.back().plan; }
   // This rank's shard: one range (throws with sharded experts: see shards()).
   ArenaRange shard() const;
-  // This rank's shards in arena order: the experts' (with sharded experts), then the replicated parameters'.
+  // This rank's shards in arena order: the experts' (with sharded experts), then the replicated parameters'; with
+  // the interleaved plan, its slices of the buckets in arena order (adjacent ones merged; [0, 0) if none).
   std::vector<ArenaRange> shards() const;
+  bool interleaved() const { return interleaved_; }
+  const std::vector<Bucket>& buckets() const { return buckets_; }
+  // Whether group_ready launches buckets while the backward runs.
+  bool overlapping() const { return overlap_; }
+  // Buckets the last reduce_gradients found launched by group_ready (during the backward).
+  size_t overlapped_buckets() const { return overlapped_; }
 
+  // The gradients of ready group `group` (and of every group before it) are final in this step's last backward:
+  // launches the buckets that are complete, in plan order (every rank the same). Does nothing unless overlapping().
+  void group_ready(const ExecCtx& ctx, int group);
+  // Reduces what group_ready did not launch and waits for every bucket; rethrows a bucket's error.
   void reduce_gradients(const ExecCtx& ctx);
   // The global gradient norm (every rank the same); scales the shard's gradients when it exceeds max_norm > 0.
   double clip_grad_norm(const ExecCtx& ctx, double max_norm);
@@ -70,11 +119,31 @@ class Zero1 {
     ArenaRange mine() const { return plan.range(comm->rank()); }
   };
   void reduce_section(const ExecCtx& ctx, const Section& s);
+  void reduce_bucket(const ExecCtx& ctx, const Bucket& b, std::vector<Tensor>* keep);
+  void launch(const ExecCtx& ctx, size_t bucket);
+  void wait();
+  void worker_loop();
 
   Communicator& dp_;
   const optim::ParamArenas& params_;
   std::vector<Section> sections_;  // [experts,] replicated
   int64_t bucket_;
+  std::vector<Bucket> buckets_;   // the interleaved plan (empty: sections_ as contiguous shards)
+  bool interleaved_ = false;      // buckets_ is the plan
+  std::vector<ArenaRange> mine_;  // this rank's slices (interleaved)
+  bool overlap_ = false;
+  size_t launched_ = 0;  // buckets launched this step, a prefix of buckets_
+  size_t overlapped_ = 0;
+  // The side queue: a worker thread on the CPU (tasks run in order), a side stream on a GPU (keep_: buffers in
+  // use there until the wait).
+  std::thread worker_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool busy_ = false, quit_ = false;
+  std::exception_ptr error_;
+  std::vector<Tensor> keep_;
+  std::unique_ptr<SideQueue> side_;  // a GPU's side stream, made on first use
   Tensor bounds_;  // I64 [segments, 2]: the parameters' slices inside this shard, for the norm
   int64_t segments_ = 0;
 };

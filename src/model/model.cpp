@@ -274,9 +274,33 @@ LossBreakdown DeepSeekV3Model::run(const Tensor& inputs, const Tensor& targets, 
 
   // backward: the tail (MTP modules in reverse, the final norm), then the blocks and the embedding
   const Tensor dx = tail_backward(ctx, tail, n);
-  for (size_t i = layers_.size(); i-- > 0;) layers_[i]->backward(ctx, states[i], dx);
+  const int n_layers = static_cast<int>(layers_.size());
+  if (grad_ready_) grad_ready_(0);
+  for (size_t i = layers_.size(); i-- > 0;) {
+    layers_[i]->backward(ctx, states[i], dx);
+    if (grad_ready_) grad_ready_(n_layers - static_cast<int>(i));
+  }
   ops::embedding_backward(ctx.exec, inputs, dx, embed_grad_);
+  if (grad_ready_) grad_ready_(n_layers + 1);
   return out;
+}
+
+int DeepSeekV3Model::grad_ready_group(std::string_view name) const {
+  const int n_layers = static_cast<int>(layers_.size());
+  // "layers.<i>.…": block i; the embedding (which the MTP modules' backward also adds to) last; the rest (head,
+  // final norm, MTP modules) is final after the tail's backward.
+  const std::string_view prefix = "layers.";
+  if (name.starts_with(prefix)) {
+    const size_t dot = name.find('.', prefix.size());
+    const std::string index(name.substr(prefix.size(), dot - prefix.size()));
+    FP8T_CHECK(!index.empty() && index.find_first_not_of("0123456789") == std::string::npos,
+               "grad_ready_group: cannot read the block index of parameter '{}'", name);
+    const int i = std::stoi(index);
+    FP8T_CHECK(i < n_layers, "grad_ready_group: parameter '{}' names block {} of {}", name, i, n_layers);
+    return n_layers - i;
+  }
+  if (name.starts_with("embed.")) return n_layers + 1;
+  return 0;
 }
 
 void DeepSeekV3Model::tail_forward(const StepContext& ctx, const Tensor& h_main, const Tensor& inputs,

@@ -29,8 +29,10 @@
 // Determinism: for a fixed seed every result is bit-for-bit reproducible — no racy reductions, and on the CPU
 // the same bits for any thread count (GEMMs split into shape-determined chunks; tests/model checks 1 vs 2).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -95,6 +97,13 @@ class DeepSeekV3Model {
   ParameterSet& parameters() { return params_; }
   const ParameterSet& parameters() const { return params_; }
   void zero_grad() { params_.zero_grad(); }
+
+  // Gradient readiness, for a data-parallel reduction overlapped with the backward (dist::Zero1): the backward of
+  // forward_backward finishes the gradients in ready groups — 0: the tail (head, final norm, MTP modules); 1 + j:
+  // block n_layers − 1 − j; n_layers + 1: the embedding — and, with a hook set, calls it with each group's number
+  // once that group's gradients are final (queued, on a GPU). grad_ready_group: a trainable parameter's group.
+  int grad_ready_group(std::string_view name) const;
+  void set_grad_ready_hook(std::function<void(int)> hook) { grad_ready_ = std::move(hook); }
 
   // Forward + backward of one batch: gradients of grad_scale·total ACCUMULATE into the parameters' grads.
   LossBreakdown forward_backward(const Tensor& inputs, const Tensor& targets, int64_t batch, double grad_scale = 1.0);
@@ -232,6 +241,7 @@ class DeepSeekV3Model {
   DType compute_dtype_;
   ParameterSet params_;
   std::unique_ptr<ActivationStore> store_;
+  std::function<void(int)> grad_ready_;  // set_grad_ready_hook
   recipe::HealthRecorder health_;
   int64_t step_ = 0;
   bool sample_health_ = false;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <span>
 
 #include "common/error.h"
 #include "dist/zero.h"
@@ -120,10 +121,11 @@ struct Gathered {
   std::vector<Tensor> expert_values, expert_m, expert_v, expert_ema;  // expert_ema: with a weight EMA
 };
 
-// Each rank sends, in this order, to rank 0: its replicated shard's exp_avg and exp_avg_sq; with sharded experts, its
-// expert shard's exp_avg and exp_avg_sq, and (the first rank holding those experts) the experts' master values and,
-// with a weight EMA, their EMA.
-// Rank 0 receives them rank by rank in the same order. The shards are dist::Zero1's (dist::shard_arena per section).
+// Each rank sends, in this order, to rank 0: its replicated shards' exp_avg and exp_avg_sq (its ranges of the
+// replicated parameters, back to back: one contiguous shard, or dist::Zero1's interleaved slices); with sharded
+// experts, its expert shard's exp_avg and exp_avg_sq, and (the first rank holding those experts) the experts' master
+// values and, with a weight EMA, their EMA. Rank 0 learns every rank's ranges first (an all-gather), then receives
+// rank by rank in the same order.
 Gathered gather_state(const CheckpointWrite& what, const optim::ParamArenas& params) {
   const optim::AdamW& opt = *what.optimizer;
   dist::Communicator* comm = what.comm;
@@ -136,16 +138,49 @@ Gathered gather_state(const CheckpointWrite& what, const optim::ParamArenas& par
     return {on_host(opt.exp_avg_shard()), on_host(opt.exp_avg_sq_shard()), {}, {}, {}, {}};
   }
   const std::vector<ArenaRange>& shards = opt.shards();
-  FP8T_CHECK(shards.size() == (experts.empty() ? 1u : 2u),
-             "save_checkpoint: the optimizer covers {} ranges, the gradient sections are {}", shards.size(),
-             experts.empty() ? 1 : 2);
-  const ArenaRange rep = shards.back(), xs = experts.empty() ? ArenaRange{} : shards.front();
+  FP8T_CHECK(experts.empty() || (shards.size() >= 2 && shards.front().end <= experts.end),
+             "save_checkpoint: the optimizer's first range is not the experts' shard ({} ranges)", shards.size());
+  const ArenaRange xs = experts.empty() ? ArenaRange{} : shards.front();
+  const std::vector<ArenaRange> rep(shards.begin() + (experts.empty() ? 0 : 1), shards.end());
+  int64_t rep_total = 0;
+  for (const ArenaRange& r : rep) rep_total += r.size();
   const Tensor& m_all = opt.exp_avg_shard();
   const Tensor& v_all = opt.exp_avg_sq_shard();
-  const int64_t rep_at = m_all.numel() - rep.size();  // the replicated shard's moments follow the experts'
+  const int64_t rep_at = m_all.numel() - rep_total;  // the replicated shards' moments follow the experts'
   const ExecCtx ctx = ExecCtx::on(m_all.device());
   const DType dt = m_all.dtype();
   const int n = comm->size(), me = comm->rank();
+  // Every rank's replicated ranges: their counts, then (begin, end) pairs back to back in rank order.
+  std::vector<std::vector<ArenaRange>> rep_of(static_cast<size_t>(n));
+  {
+    const auto gather = [&](const std::vector<int64_t>& mine, std::span<const int64_t> counts) {
+      int64_t total = 0;
+      for (int64_t c : counts) total += c;
+      const Tensor send =
+          Tensor::from_vector(mine, {static_cast<int64_t>(mine.size())}, MemCategory::Workspace, Device::cpu())
+              .to(ctx.device);
+      const Tensor all = Tensor::empty({std::max<int64_t>(total, 1)}, DType::I64, MemCategory::Workspace, ctx.device);
+      comm->all_gatherv(send, all.narrow(0, 0, total), counts, ctx);
+      std::vector<int64_t> out = all.to(Device::cpu()).to_vector<int64_t>();
+      out.resize(static_cast<size_t>(total));
+      return out;
+    };
+    const std::vector<int64_t> ones(static_cast<size_t>(n), 1);
+    const std::vector<int64_t> counts = gather({2 * static_cast<int64_t>(rep.size())}, ones);
+    std::vector<int64_t> mine;
+    for (const ArenaRange& r : rep) mine.insert(mine.end(), {r.begin, r.end});
+    const std::vector<int64_t> pairs = gather(mine, counts);
+    size_t at = 0;
+    for (int r = 0; r < n; ++r)
+      for (int64_t k = 0; k < counts[static_cast<size_t>(r)]; k += 2, at += 2) {
+        const ArenaRange range{pairs[at], pairs[at + 1]};
+        FP8T_CHECK(range.begin >= experts.end && range.begin <= range.end && range.end <= elements,
+                   "save_checkpoint: rank {} holds moments of [{}, {}), not inside the {}-element arena's replicated "
+                   "part",
+                   r, range.begin, range.end, elements);
+        rep_of[static_cast<size_t>(r)].push_back(range);
+      }
+  }
   // Who holds which experts: (EP index, rank among the ranks holding them) of every rank, in rank order.
   std::vector<int64_t> holders;
   if (!experts.empty()) {
@@ -168,8 +203,8 @@ Gathered gather_state(const CheckpointWrite& what, const optim::ParamArenas& par
     const auto send = [&](const Tensor& t) {
       if (t.numel() > 0) comm->send(t, 0, ctx);
     };
-    send(m_all.narrow(0, rep_at, rep.size()));
-    send(v_all.narrow(0, rep_at, rep.size()));
+    send(m_all.narrow(0, rep_at, rep_total));
+    send(v_all.narrow(0, rep_at, rep_total));
     if (!experts.empty()) {
       send(m_all.narrow(0, 0, xs.size()));
       send(v_all.narrow(0, 0, xs.size()));
@@ -196,9 +231,16 @@ Gathered gather_state(const CheckpointWrite& what, const optim::ParamArenas& par
     ctx.synchronize();
     dst.copy_from(buffer);
   };
-  const dist::ShardPlan rep_plan = dist::shard_arena(elements - experts.end, n);
-  g.m.narrow(0, rep.begin, rep.size()).copy_from(m_all.narrow(0, rep_at, rep.size()));
-  g.v.narrow(0, rep.begin, rep.size()).copy_from(v_all.narrow(0, rep_at, rep.size()));
+  // A rank's replicated moments (back to back, `from`) into their ranges of the whole-arena `dst`.
+  const auto scatter = [](const Tensor& from, const std::vector<ArenaRange>& ranges, const Tensor& dst) {
+    int64_t at = 0;
+    for (const ArenaRange& r : ranges) {
+      dst.narrow(0, r.begin, r.size()).copy_from(from.narrow(0, at, r.size()));
+      at += r.size();
+    }
+  };
+  scatter(m_all.narrow(0, rep_at, rep_total), rep, g.m);
+  scatter(v_all.narrow(0, rep_at, rep_total), rep, g.v);
   int ep = 1, holders_per_shard = 1;
   dist::ShardPlan x_plan;
   if (!experts.empty()) {
@@ -223,10 +265,14 @@ Gathered gather_state(const CheckpointWrite& what, const optim::ParamArenas& par
     g.expert_v[0].narrow(0, 0, xs.size()).copy_from(v_all.narrow(0, 0, xs.size()));
   }
   for (int r = 1; r < n; ++r) {
-    const ArenaRange s{experts.end + rep_plan.begins[static_cast<size_t>(r)],
-                       experts.end + rep_plan.begins[static_cast<size_t>(r)] + rep_plan.counts[static_cast<size_t>(r)]};
-    receive(r, g.m.narrow(0, s.begin, s.size()), dt);
-    receive(r, g.v.narrow(0, s.begin, s.size()), dt);
+    const std::vector<ArenaRange>& ranges = rep_of[static_cast<size_t>(r)];
+    int64_t total = 0;
+    for (const ArenaRange& x : ranges) total += x.size();
+    for (const Tensor& dst : {g.m, g.v}) {
+      const Tensor host = Tensor::empty({total}, dt, MemCategory::Workspace, Device::cpu());
+      receive(r, host, dt);
+      scatter(host, ranges, dst);
+    }
     if (experts.empty()) continue;
     const int e = static_cast<int>(holders[2 * r]), d = static_cast<int>(holders[2 * r + 1]);
     const int64_t at = x_plan.begins[static_cast<size_t>(d)], count = x_plan.counts[static_cast<size_t>(d)];

@@ -75,6 +75,7 @@ std::vector<ConfigKey> make_keys() {
   k.push_back({"parallel.ep", "ep", 1, 65536, {}, "expert-parallel ranks: the routed experts sharded over them, tokens moved by all-to-all (n_routed_experts must be a multiple)", FP8T_REF(ep), "1"});
   k.push_back({"parallel.ranks_per_node", "ranks-per-node", 0, 65536, {}, "EP ranks per node for node-limited routing: each node's experts must be whole routing groups (model.n_group), so topk_group bounds the nodes a token reaches (0: one node)", FP8T_REF(ranks_per_node), "0"});
   k.push_back({"parallel.pp", "pp", 1, 65536, {}, "pipeline-parallel ranks (DualPipeV: 2 x pp stages, at least 2 x pp micro-batches per pipeline), e.g. mpirun -np 2 fp8train train --pp 2", FP8T_REF(pp), "1"});
+  k.push_back({"parallel.dp_overlap", "dp-overlap", 0, 0, {"auto", "on", "off"}, "ZeRO-1: reduce-scatter each gradient bucket during the last micro-batch's backward, on a side queue (on), or all after it (off); auto: on for GPU ranks, off for CPU ranks (a worker thread that only pays where cores are free); the same numbers either way; plain DP only", FP8T_REF(dp_overlap), "auto"});
   k.push_back({"parallel.timeout", "dist-timeout", 1, 1e6, {}, "seconds a rank waits in a collective before the run fails naming the rank and the collective (a rank died or hangs)", FP8T_REF(dist_timeout), "300"});
   return k;
 }
@@ -366,7 +367,8 @@ bool config_key_changes_training(const std::string& key) {
   static const char* const kBookkeeping[] = {
       "train.out",          "train.save_every",    "train.keep_last",          "train.keep_every",
       "train.eval_every",   "train.eval_batches",  "train.final_eval_windows", "train.log_every",
-      "train.health_every", "train.max_bad_steps", "parallel.timeout",         "preset"};
+      "train.health_every", "train.max_bad_steps", "parallel.timeout",         "preset",
+      "parallel.dp_overlap"};
   for (const char* k : kBookkeeping)
     if (key == k) return false;
   if (key == "parallel.ranks_per_node") return false;  // a check of the layout; routing does not read it

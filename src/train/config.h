@@ -85,6 +85,8 @@ struct TrainConfig {
   int64_t ranks_per_node = 0;   // EP ranks per node for node-limited routing (0: every EP rank on one node)
   int64_t pp = 1;               // pipeline ranks (DualPipeV: 2 x pp stages)
   double dist_timeout = 300.0;  // seconds a rank waits in a collective before the run fails
+  std::string dp_overlap = "auto";  // ZeRO-1's gradient buckets reduced during the last backward ("on"), after it
+                                    // ("off"), or "auto" (on for GPU ranks, off for CPU ranks)
 
   // Derived objects.
   optim::LrSchedule lr_schedule() const;

@@ -33,6 +33,8 @@ class DeepSeekTrainable : public TrainableModel {
   MicroBatchResult forward_backward(const Token* inputs, const Token* targets, int64_t batch, int64_t seq_len,
                                     double grad_scale) override;
   void set_scheduled_values(double mtp_lambda, double bias_update_speed) override;
+  int grad_ready_group(const std::string& name) const override { return model_->grad_ready_group(name); }
+  void set_grad_ready_hook(std::function<void(int)> hook) override { model_->set_grad_ready_hook(std::move(hook)); }
   void after_step() override;
   void parameters_changed() override;
   void discard_step() override;

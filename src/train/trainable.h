@@ -7,6 +7,7 @@
 // host pointers.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,16 @@ class TrainableModel {
   // gradient of grad_scale · loss.total (the trainer passes the micro-batch's share of the step's tokens).
   virtual MicroBatchResult forward_backward(const Token* inputs, const Token* targets, int64_t batch,
                                             int64_t seq_len, double grad_scale) = 0;
+
+  // Gradient readiness (dist::Zero1's reduction overlapped with the backward): a trainable parameter's ready group
+  // (by its arena view's name; 0 is final first), and a hook forward_backward's backward calls with each group's
+  // number, in increasing order, once that group's gradients are final (set: every later call until reset with
+  // null). The defaults: one group, and no calls (the reduction then starts after the backward).
+  virtual int grad_ready_group(const std::string& name) const {
+    (void)name;
+    return 0;
+  }
+  virtual void set_grad_ready_hook(std::function<void(int)> hook) { (void)hook; }
 
   // The scheduled values of the step about to run (train.mtp_lambda_schedule, train.bias_update_speed_schedule):
   // the MTP loss weight λ its forward uses and the router-bias update speed γ of its after_step. The trainer

@@ -416,7 +416,18 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
                  (ep_size > 1 && options.expert_dp != nullptr && options.expert_dp->size() * ep_size == dp.size()),
              "a model holding a shard of the experts trains with expert parallelism and the group of ranks holding "
              "the same experts (TrainOptions::expert_dp)");
-  dist::Zero1 zero(dp, params, options.expert_dp);
+  // Plain data parallelism shards the arena interleaved, in the order the backward finishes the gradients (the
+  // model's ready groups), so each bucket's reduce-scatter can start during the last micro-batch's backward
+  // (parallel.dp_overlap); with EP or PP the shards stay contiguous and are reduced after the backward.
+  const bool plain_dp = dp.size() > 1 && ep_size == 1 && pp_size == 1 && params.experts.empty();
+  std::vector<int> ready_groups;
+  if (plain_dp)
+    for (const ArenaLayout::View& v : params.layout().views()) ready_groups.push_back(model.grad_ready_group(v.name));
+  // (auto: on GPU ranks only. On CPU ranks the worker thread competes with the backward for the cores, which
+  // oversubscribed ranks do not have spare: measured slower there, bench/RESULTS.md.)
+  const bool want_overlap =
+      config.dp_overlap == "on" || (config.dp_overlap == "auto" && !params.grads.device().is_cpu());
+  dist::Zero1 zero(dp, params, options.expert_dp, dist::Zero1::kDefaultBucketElements, ready_groups, want_overlap);
   optim::AdamW optimizer =
       dp.size() == 1 ? optim::AdamW(config.adamw(), params) : optim::AdamW(config.adamw(), params, zero.shards());
   const optim::LrSchedule lr_schedule = config.lr_schedule();
@@ -507,6 +518,11 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
       progress.message("warning: " + w);
       events_log.write({{"step", state.step}, {"event", "warning"}, {"detail", w}});
     }
+    if (dp.size() > 1 && want_overlap && !zero.overlapping())
+      progress.message(plain_dp ? "ZeRO-1: gradients reduced after the backward (MPI lacks the thread support the "
+                                  "overlap needs)"
+                                : "ZeRO-1: gradients reduced after the backward (the overlap with the backward runs "
+                                  "with plain data parallelism only, not with --ep or --pp)");
 
     const bool bf16_weights = config.recipe == "bf16";
     const auto run_start = Clock::now();
@@ -632,7 +648,11 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
           teacher_targets = options.teacher->top_k(inputs.data(), rows, config.seq_len, config.distill_top_k);
           model.set_distill_targets(&teacher_targets, config.distill_weight);
         }
+        // The last micro-batch's backward launches the gradient buckets as they become final.
+        const bool overlap = zero.overlapping() && index == last_mb - 1;
+        if (overlap) model.set_grad_ready_hook([&](int group) { zero.group_ready(ctx, group); });
         const MicroBatchResult r = model.forward_backward(inputs.data(), targets.data(), rows, config.seq_len, share);
+        if (overlap) model.set_grad_ready_hook(nullptr);
         if (options.teacher) model.set_distill_targets(nullptr, 0.0);
         loss.total += share * r.loss.total;
         loss.main += share * r.loss.main;
@@ -654,6 +674,8 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         pp_timing = pipeline_timing_json(dist::gather_timings(*options.pp, r.pipe, ctx));
         test_fault_hook(dp.rank(), step + 1);
       }
+      // (Before the loss exchange: the overlapped buckets' collectives run on another thread until it returns.)
+      zero.reduce_gradients(ctx);
       if (dp.size() > 1) {
         // The step's totals over the ranks, added in rank order: every rank logs and decides the same.
         std::vector<double> local{loss.total, loss.main, loss.mtp, loss.balance};
@@ -667,7 +689,6 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
           for (double& x : layer) x = sum[at++] / ep_size;
         if (!expert_tokens.empty()) model.set_step_expert_tokens(expert_tokens);
       }
-      zero.reduce_gradients(ctx);
       const double grad_norm = zero.clip_grad_norm(ctx, config.grad_clip);
       const bool finite = std::isfinite(loss.total) && std::isfinite(grad_norm);
       state.tokens_seen += batch * config.seq_len;
@@ -724,6 +745,10 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
         row["dp_bytes_sent"] = dp.stats().bytes_sent + xs;
         row["dp_bytes_received"] = dp.stats().bytes_received + xr;
         if (options.expert_dp) row["expert_dp_bytes_sent"] = xs;
+        if (zero.interleaved()) {  // the gradient buckets, and how many were launched during the backward
+          row["dp_buckets"] = zero.buckets().size();
+          row["dp_buckets_overlapped"] = zero.overlapped_buckets();
+        }
       }
       if (ep_size > 1) {  // the expert all-to-alls of the step's forwards and backwards
         row["ep_bytes_sent"] = options.ep->stats().bytes_sent;

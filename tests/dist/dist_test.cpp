@@ -147,6 +147,60 @@ TEST(Zero1, OneRankIsThePlainOptimizerPathBitForBit) {
   EXPECT_EQ(opt_a.state_bytes(), opt_b.state_bytes());
 }
 
+// The interleaved plan: buckets are runs of regions of one ready group, in ready order, at most ranks x bucket
+// elements each, tiling the arena; each bucket's slices are shard_arena's of it.
+TEST(Zero1, InterleavedBucketPlan) {
+  using optim::testing::make_arenas;
+  std::vector<optim::testing::TestParam> spec;
+  const int64_t sizes[] = {300, 1000, 129, 64, 700};
+  for (int k = 0; k < 5; ++k)
+    spec.push_back({fmt::format("p{}", k), std::vector<float>(static_cast<size_t>(sizes[k]), 1.0f),
+                    std::vector<float>(static_cast<size_t>(sizes[k]), 0.5f), k != 3});
+  const optim::ParamArenas a = make_arenas(spec);
+  // Regions in arena order: p0 [0, 384), p1 [384, 1408), p2 [1408, 1664), p4 [1664, 2432), then p3 [2432, 2560)
+  // (no weight decay).
+  ASSERT_EQ(a.layout().elements(), 2560);
+  const std::vector<int> groups{2, 0, 1, 0, 2};
+  const std::vector<Bucket> plan = plan_buckets(a.layout(), {0, 2560}, groups, 3, 256);
+  const std::vector<std::pair<ArenaRange, int>> want{{{384, 1152}, 0},  {{1152, 1408}, 0}, {{2432, 2560}, 0},
+                                                     {{1408, 1664}, 1}, {{0, 384}, 2},     {{1664, 2432}, 2}};
+  ASSERT_EQ(plan.size(), want.size());
+  for (size_t i = 0; i < plan.size(); ++i) {
+    EXPECT_EQ(plan[i].range, want[i].first) << "bucket " << i;
+    EXPECT_EQ(plan[i].group, want[i].second) << "bucket " << i;
+    int64_t at = plan[i].range.begin;
+    for (int r = 0; r < 3; ++r) {
+      const ArenaRange s = plan[i].slices.range(r);
+      EXPECT_EQ(s.begin, std::min(at, plan[i].range.end)) << "bucket " << i << " rank " << r;
+      EXPECT_EQ(s.begin % ArenaLayout::kAlignElements, 0);
+      EXPECT_LE(s.size(), 256);
+      at = std::max(at, s.end);
+    }
+    EXPECT_EQ(at, plan[i].range.end) << "bucket " << i << ": the slices cover it";
+  }
+  EXPECT_EQ(plan[0].slices.counts, (std::vector<int64_t>{256, 256, 256}));
+  EXPECT_EQ(plan[2].slices.counts, (std::vector<int64_t>{128, 0, 0}));
+  EXPECT_THROW(plan_buckets(a.layout(), {0, 2560}, {0, 1}, 3, 256), Error);  // a group per view
+  EXPECT_THROW(plan_buckets(a.layout(), {0, 2560}, groups, 3, 100), Error);  // buckets of whole rows
+
+  // One rank with the interleaved plan: its shard is the whole arena, and the step is the plain one bit for bit.
+  const optim::ParamArenas b = make_arenas(spec), c = make_arenas(spec);
+  SelfCommunicator self("dp");
+  Zero1 zero(self, b, nullptr, 256, groups, true);
+  EXPECT_TRUE(zero.interleaved());
+  EXPECT_FALSE(zero.overlapping());  // nothing to overlap on one rank
+  EXPECT_EQ(zero.shards(), (std::vector<ArenaRange>{{0, 2560}}));
+  optim::AdamWConfig cfg;
+  optim::AdamW opt_b(cfg, b, zero.shards()), opt_c(cfg, c);
+  zero.group_ready(cpu(), 2);
+  zero.reduce_gradients(cpu());
+  EXPECT_EQ(zero.clip_grad_norm(cpu(), 1.0), optim::clip_grad_norm(cpu(), c, 1.0));
+  opt_b.step(cpu(), b, 1e-2);
+  opt_c.step(cpu(), c, 1e-2);
+  zero.gather_parameters(cpu());
+  EXPECT_EQ(b.values.flat().to_vector<float>(), c.values.flat().to_vector<float>());
+}
+
 TEST(ProcessGroups, OneRankWorldAndBadLayouts) {
   SelfCommunicator world;
   ProcessGroups g = make_process_groups(world, ParallelLayout{});

@@ -187,6 +187,43 @@ TEST(Model, ParameterNamesFollowTheLayout) {
   EXPECT_EQ(DeepSeekV3Model(tied).parameters().find("head.weight"), nullptr);
 }
 
+// The ready-group hook (ZeRO-1's overlap): called with 0, 1, ..., n_layers + 1 in order, and when group g is
+// announced every parameter of that group already holds its final gradient, while the embedding (last) does not.
+TEST(Model, GradReadyHookAnnouncesEachGroupOnceItsGradientsAreFinal) {
+  const ModelConfig c = tiny();
+  const int L = static_cast<int>(c.n_layers);
+  DeepSeekV3Model m(c, {.seed = 5});
+  EXPECT_EQ(m.grad_ready_group("mtp.0.norm.weight"), 0);
+  EXPECT_EQ(m.grad_ready_group("head.weight"), 0);
+  EXPECT_EQ(m.grad_ready_group("norm.weight"), 0);
+  EXPECT_EQ(m.grad_ready_group("layers.0.attn.wo.weight"), L);
+  EXPECT_EQ(m.grad_ready_group("layers.1.moe.experts.5.w1.weight"), L - 1);
+  EXPECT_EQ(m.grad_ready_group("embed.weight"), L + 1);
+  EXPECT_THROW(m.grad_ready_group("layers.x.attn.wo.weight"), Error);
+  const Batch b = random_batch(2, 16, 11, 2);
+  m.zero_grad();
+  std::vector<int> seen;
+  std::vector<std::vector<std::vector<double>>> at;  // every gradient when each group was announced
+  m.set_grad_ready_hook([&](int g) {
+    seen.push_back(g);
+    at.push_back(grads_of(m));
+  });
+  m.forward_backward(b.inputs, b.targets, b.batch);
+  m.set_grad_ready_hook(nullptr);
+  std::vector<int> want(static_cast<size_t>(L + 2));
+  for (int g = 0; g <= L + 1; ++g) want[static_cast<size_t>(g)] = g;
+  ASSERT_EQ(seen, want);
+  const auto final_grads = grads_of(m);
+  const std::vector<Parameter*> params = m.parameters().trainable();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const int g = m.grad_ready_group(params[i]->name);
+    EXPECT_EQ(at[static_cast<size_t>(g)][i], final_grads[i]) << params[i]->name << " at group " << g;
+    if (params[i]->name == "embed.weight") {
+      EXPECT_NE(at[0][i], final_grads[i]) << "the embedding is final last";
+    }
+  }
+}
+
 TEST(Model, LossBreakdownAndSchedulableKnobs) {
   DeepSeekV3Model m(tiny(), {.seed = 2});
   const Batch b = random_batch(2, 8, 11, 4);

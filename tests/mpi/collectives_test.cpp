@@ -321,3 +321,69 @@ TEST(MpiZero1, ShardedStepEqualsOneRankOnTheSummedGradients) {
   EXPECT_NEAR(static_cast<double>(w.stats().bytes_sent) - 8.0 * (w.size() - 1), expected,
               4.0 * ArenaLayout::kAlignElements * w.size());
 }
+
+// Interleaved shards: reduced with the overlap (buckets launched on the worker thread as their ready groups are
+// announced) and without it, the same step bit for bit; each rank's slices hold the rank-order sum of everyone's
+// gradients, and the traffic is that of the contiguous shards.
+TEST(MpiZero1, InterleavedOverlappedEqualsAfterBackwardBitForBit) {
+  Communicator& w = world();
+  using optim::testing::make_arenas;
+  const auto params_of = [](int r) {
+    std::vector<optim::testing::TestParam> p;
+    const int64_t sizes[] = {300, 1000, 129, 64, 700, 2000};
+    for (int k = 0; k < 6; ++k) {
+      std::vector<float> val(static_cast<size_t>(sizes[k])), grad(val.size());
+      for (size_t i = 0; i < val.size(); ++i) {
+        val[i] = std::sin(0.37f * static_cast<float>(i + 11 * k));
+        grad[i] = std::cos(0.11f * static_cast<float>(i) + 1.3f * static_cast<float>(r + k)) * 0.5f;
+      }
+      p.push_back({fmt::format("p{}", k), val, grad, k != 3});
+    }
+    return p;
+  };
+  const std::vector<int> groups{3, 0, 1, 0, 2, 3};
+  const optim::ParamArenas on = make_arenas(params_of(w.rank())), off = make_arenas(params_of(w.rank()));
+  // The rank-order sum, as one rank would add the ranks' gradients.
+  std::vector<float> want = make_arenas(params_of(0)).grads.flat().to_vector<float>();
+  for (int r = 1; r < w.size(); ++r) {
+    const std::vector<float> o = make_arenas(params_of(r)).grads.flat().to_vector<float>();
+    for (size_t i = 0; i < want.size(); ++i) want[i] += o[i];
+  }
+  Zero1 zon(w, on, nullptr, 256, groups, true), zoff(w, off, nullptr, 256, groups, false);
+  ASSERT_TRUE(zon.overlapping());
+  ASSERT_FALSE(zoff.overlapping());
+  ASSERT_EQ(zon.shards(), zoff.shards());
+  // Every element in exactly one rank's shards.
+  int64_t mine = 0;
+  for (const ArenaRange& s : zon.shards()) mine += s.size();
+  EXPECT_EQ(sum_in_rank_order(w, static_cast<double>(mine), cpu()), static_cast<double>(on.layout().elements()));
+  optim::AdamWConfig cfg;
+  optim::AdamW opt_on(cfg, on, zon.shards()), opt_off(cfg, off, zoff.shards());
+  for (int step = 0; step < 2; ++step) {
+    w.reset_stats();
+    for (int g = 0; g <= 3; ++g) zon.group_ready(cpu(), g);
+    zon.reduce_gradients(cpu());
+    const int64_t sent_on = w.stats().bytes_sent;
+    w.reset_stats();
+    zoff.reduce_gradients(cpu());
+    EXPECT_EQ(w.stats().bytes_sent, sent_on);
+    const std::vector<float> got = on.grads.flat().to_vector<float>();
+    for (const ArenaRange& s : zon.shards())
+      for (int64_t i = s.begin; i < s.end; ++i)
+        ASSERT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]) << "element " << i;
+    // The reduce-scatter sends (N-1)/N of the arena, give or take a row per rank of uneven slices per bucket.
+    const double arena_bytes = 4.0 * static_cast<double>(on.layout().elements());
+    EXPECT_NEAR(static_cast<double>(sent_on), (w.size() - 1.0) / w.size() * arena_bytes,
+                4.0 * ArenaLayout::kAlignElements * w.size() * static_cast<double>(zon.buckets().size()));
+    EXPECT_EQ(zon.clip_grad_norm(cpu(), 0.5), zoff.clip_grad_norm(cpu(), 0.5));
+    opt_on.step(cpu(), on, 1e-2);
+    opt_off.step(cpu(), off, 1e-2);
+    zon.gather_parameters(cpu());
+    zoff.gather_parameters(cpu());
+    EXPECT_EQ(on.values.flat().to_vector<float>(), off.values.flat().to_vector<float>());
+    // The next step's gradients: the same again on both sides.
+    Tensor a = on.grads.flat(), b = off.grads.flat();
+    a.copy_from(make_arenas(params_of(w.rank())).grads.flat());
+    b.copy_from(make_arenas(params_of(w.rank())).grads.flat());
+  }
+}
