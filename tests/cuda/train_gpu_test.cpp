@@ -219,16 +219,16 @@ TEST_F(TrainGpu, Fp8RecipesResumeOnTheGpuBitForBit) {
   }
 }
 
-// `--device auto` with a Hopper GPU: fp8-deepseek and int8-blockwise train on it; an FP8 option the kernels do not
-// compute, and the two ablations (above), stay on the CPU emulation, saying why; config.json records where each ran.
+// `--device auto` with a Hopper GPU: fp8-deepseek, int8-blockwise and the two ablations train on it; an FP8 option
+// the kernels do not compute stays on the CPU emulation, saying why; config.json records where each ran.
 TEST_F(TrainGpu, AutoTrainsTheFp8RecipesOnTheGpuAndSaysWhyNotForTheOthers) {
   struct Want {
     std::string recipe, device;
   };
   const Want wants[] = {{"fp8-deepseek", "cuda"},
                         {"int8-blockwise", "cuda"},
-                        {"fp8-deepseek:dgrad_block=on", "cpu"},
-                        {"fp8-deepseek:promote=never", "cpu"},
+                        {"fp8-deepseek:dgrad_block=on", "cuda"},
+                        {"fp8-deepseek:promote=never", "cuda"},
                         {"fp8-deepseek:promote=256", "cpu"}};
   for (size_t i = 0; i < std::size(wants); ++i) {
     const Want& w = wants[i];
