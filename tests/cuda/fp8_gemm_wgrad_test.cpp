@@ -373,5 +373,47 @@ TEST(Fp8GemmWgrad, StoreWarpEpiloguesKGroupedBitExact) {
   EXPECT_EQ(ops::cuda::fp8gemm::prepare_wgrad(separate, config).spec.out, ops::cuda::fp8gemm::Output::Fp32Direct);
 }
 
+// The default configuration of the experts' K-grouped FP8 Wgrad: the store-warp epilogue, on 128-row tiles for
+// moe_bench's short token ranges and 192-row tiles for long ones; the INT8 build (128-row tiles, fixed) and dense
+// Wgrad keep the staged one.
+TEST(Fp8GemmWgrad, DefaultConfigTakesTheStoreWarpForExperts) {
+  struct Case {
+    int64_t m, n, groups, tokens_per_group;
+    bool int8;
+    ops::cuda::fp8gemm::Output out;
+    int warpgroups;
+  };
+  const auto ws = ops::cuda::fp8gemm::Output::Fp32TmaWs, tma = ops::cuda::fp8gemm::Output::Fp32Tma;
+  for (const Case& c : {Case{2816, 2048, 64, 768, false, ws, 2}, Case{2048, 1408, 64, 896, false, ws, 2},
+                        Case{4096, 7168, 8, 2048, false, ws, 3}, Case{4096, 7168, 8, 2048, true, tma, 2},
+                        Case{7168, 2048, 1, 16384, false, tma, 3}}) {
+    SCOPED_TRACE(fmt::format("{}x{}, {} x {} tokens{}", c.m, c.n, c.groups, c.tokens_per_group, c.int8 ? " int8" : ""));
+    const int64_t k = c.groups * c.tokens_per_group;
+    DeviceArray<uint8_t> a(static_cast<size_t>(c.m * k)), b(static_cast<size_t>(c.n * k));
+    DeviceArray<float> sa(static_cast<size_t>(c.m * (k / 128))), sb(static_cast<size_t>(c.n * (k / 128)));
+    DeviceArray<float> d(static_cast<size_t>(c.groups * c.m * c.n));
+    std::vector<int32_t> offsets(static_cast<size_t>(c.groups + 1));
+    for (int64_t g = 0; g <= c.groups; ++g)
+      offsets[static_cast<size_t>(g)] = static_cast<int32_t>(g * c.tokens_per_group);
+    DeviceArray<int32_t> doffsets(offsets);
+    Fp8GemmWgradProblem p;
+    p.m = c.m;
+    p.n = c.n;
+    p.k = k;
+    p.num_groups = static_cast<int>(c.groups);
+    p.k_offsets = c.groups > 1 ? doffsets.get() : nullptr;
+    p.a = a.get();
+    p.b = b.get();
+    p.a_scales = ops::cuda::row_major_scale_view(sa.get(), k / 128);
+    p.b_scales = ops::cuda::row_major_scale_view(sb.get(), k / 128);
+    p.c = d.get();
+    p.d = d.get();
+    p.int8 = c.int8;
+    const ops::cuda::fp8gemm::PreparedLaunch prepared = ops::cuda::fp8gemm::prepare_wgrad(p, Fp8GemmConfig{});
+    EXPECT_EQ(prepared.spec.out, c.out);
+    EXPECT_EQ(prepared.spec.warpgroups, c.warpgroups);
+  }
+}
+
 }  // namespace
 }  // namespace fp8train::gputest
