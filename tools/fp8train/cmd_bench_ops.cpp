@@ -249,7 +249,7 @@ void bench_ops(const BenchOpsOptions& o) {
     record("measure_health", td + " e4m3 1x128", qbytes, [&] { (void)recipe::measure_health(ctx, x, q); });
   }
   // The FP8 step's quantizers at the MoE benchmark's shapes (expert rows x F = --ffn, tokens x hidden; E4M3 1x128,
-  // GEMM-native scales), each as the step calls it. FP8TRAIN_QUANT_PREFETCH=0 runs them without their L2 prefetch.
+  // GEMM-native scales), each as the step calls it.
   {
     const int64_t R = o.moe_rows, F = o.ffn;
     const auto native = quant::ScaleLayout::GemmNative;

@@ -18,19 +18,11 @@
 // rounded to BF16 -- and quantizes them, so neither the BF16 gate|up nor the SwiGLU output exists in memory.
 // The backward's CTA takes a column block of d_gate and the matching one of d_up together: gate, up and dout are
 // read once and σ evaluated once per element for both (swiglu_backward_tiles).
-// L2 prefetch one wave ahead (the 1x128 kernels and the SwiGLU gate|up kernel): a CTA does load -> reduce -> encode
-// -> store with nothing overlapping inside it, and the decoding kernels fit only two or three CTAs per SM, so the
-// SM's loads stall while its CTAs encode. Each CTA therefore first asks L2 for the input rows (and scales) of the
-// tile `ahead` grid positions later -- ahead = the CTAs resident on the GPU, so that tile is the one a CTA of the
-// next wave takes -- with bulk prefetches that hold no registers; the next wave's loads then hit L2 while HBM
-// streams in the background. The codes written do not change (prefetches move no values). FP8TRAIN_QUANT_PREFETCH=0
-// turns it off (the old kernels' timing, for comparison).
 // Layouts and arithmetic: quantize_cuda.h.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
-#include <cstdlib>
 #include <type_traits>
 
 #include "ops/cuda/quant_device.cuh"
@@ -42,33 +34,6 @@ namespace {
 
 constexpr int kTile = 128;
 constexpr int kThreads = 256;
-
-// Grid position (bx, by) of the CTA `ahead` positions after this one in launch order (x fastest); false when none.
-__device__ __forceinline__ bool tile_ahead(int64_t ahead, int64_t& bx, int64_t& by) {
-  if (ahead <= 0) return false;
-  const int64_t n = static_cast<int64_t>(gridDim.x) * gridDim.y;
-  const int64_t l = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x + ahead;
-  if (l >= n) return false;
-  bx = l % gridDim.x;
-  by = l / gridDim.x;
-  return true;
-}
-
-// Into L2, by the CTA's threads: `rows` segments of `bytes` bytes at base + r * pitch. Bulk prefetches need
-// 16-byte alignment; other shapes are not prefetched.
-__device__ __forceinline__ void prefetch_rows(const void* base, int64_t pitch, int64_t rows, uint32_t bytes) {
-  if (((reinterpret_cast<uintptr_t>(base) | static_cast<uint64_t>(pitch) | bytes) & 15u) != 0) return;
-  for (int64_t r = threadIdx.x; r < rows; r += kThreads)
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char*>(base) + r * pitch),
-                 "r"(bytes)
-                 : "memory");
-}
-
-// Into L2: the scales s[r * stride] of `rows` rows (one prefetch per 8 rows, 32 bytes, when they are contiguous).
-__device__ __forceinline__ void prefetch_scales(const float* s, int64_t stride, int64_t rows) {
-  for (int64_t r = threadIdx.x; r < rows; r += kThreads)
-    if (stride != 1 || r % 8 == 0) asm volatile("prefetch.global.L2 [%0];" ::"l"(s + r * stride) : "memory");
-}
 
 // Eight values that are BF16 numbers, held as packed BF16 (exact).
 struct Bf16x8 {
@@ -420,43 +385,16 @@ __device__ __forceinline__ FastParams group_of(const FastParams& p, int64_t in_b
   return q;
 }
 
-// L2 prefetch of the input of the 1x128 kernel's tile `ahead` grid positions later (see the top of the file).
-template <Src kSrc>
-__device__ __forceinline__ void prefetch_1x128(const FastParams& p, int64_t in_bytes, int64_t ahead) {
-  int64_t bx, by;
-  if (!tile_ahead(ahead, bx, by)) return;
-  const int64_t rg = p.groups > 1 ? p.rows / p.groups : p.rows, tiles = (rg + kTile - 1) / kTile, g = by / tiles;
-  const int64_t r0 = (by - g * tiles) * kTile, rows = rg - r0 < kTile ? rg - r0 : kTile;
-  if constexpr (kSrc == Src::SwigluForward || kSrc == Src::SwigluBackward) {  // one group; bx: a column block of F
-    const int64_t F = p.x_cols / 2, c0 = bx * kTile;
-    const uint8_t* codes = static_cast<const uint8_t*>(p.x) + r0 * p.x_cols;
-    prefetch_rows(codes + c0, p.x_cols, rows, kTile);
-    prefetch_rows(codes + F + c0, p.x_cols, rows, kTile);
-    prefetch_scales(p.x_scales + r0 * p.xs.row + bx * p.xs.col, p.xs.row, rows);
-    prefetch_scales(p.x_scales + r0 * p.xs.row + (F / kTile + bx) * p.xs.col, p.xs.row, rows);
-    if constexpr (kSrc == Src::SwigluBackward)
-      prefetch_rows(static_cast<const __nv_bfloat16*>(p.dout) + r0 * p.ld_dout + c0, p.ld_dout * 2, rows, 2 * kTile);
-  } else {
-    const int64_t c0 = bx * kTile;
-    if (c0 + kTile > p.cols) return;  // the last, partial column block: not prefetched
-    const char* x = static_cast<const char*>(p.x) + ((g * rg + r0) * p.cols + c0) * in_bytes;
-    prefetch_rows(x, p.cols * in_bytes, rows, static_cast<uint32_t>(kTile * in_bytes));
-    if constexpr (kSrc == Src::Codes)
-      prefetch_scales(p.x_scales + g * p.xs_group + r0 * p.xs.row + bx * p.xs.col, p.xs.row, rows);
-  }
-}
-
 template <InType IT, quant::Format F, Encoder E, bool kStoch, Src kSrc>
 __global__ void __launch_bounds__(kThreads, kSrc == Src::Codes              ? 3
                                             : kSrc != Src::Values           ? 2
                                             : IT == InType::BF16 && !kStoch ? 4
                                                                             : 3)
-    quant_1x128_kernel(const FastParams params, int64_t ahead) {
+    quant_1x128_kernel(const FastParams params) {
   __shared__ __align__(16) uint8_t tile[kTile * kTile];
   __shared__ __align__(16) uint32_t colmax_part[kThreads / 32][kTile];
   __shared__ float col_inverse[kTile];
   constexpr int64_t kInBytes = kSrc != Src::Values ? 1 : static_cast<int64_t>(sizeof(Vec8<IT>) / 8);
-  prefetch_1x128<kSrc>(params, kInBytes, ahead);
   int64_t ty;
   const FastParams p = group_of(params, kInBytes, ty);
   if constexpr (kSrc == Src::SwigluBackward) {  // grid x: the F/128 column blocks of d_gate (F % 128 == 0)
@@ -583,14 +521,7 @@ __device__ __forceinline__ void swiglu_gate_up_tile(const QuantSwigluGateUpArgs&
 }
 
 template <quant::Format FA, Encoder E>
-__global__ void __launch_bounds__(kThreads, 2) swiglu_gate_up_kernel(const QuantSwigluGateUpArgs p, int64_t ahead) {
-  int64_t bx, by;
-  if (tile_ahead(ahead, bx, by)) {  // L2 prefetch of the gate and up rows of the tile a CTA of the next wave takes
-    const int64_t r0 = by * kTile, rows = p.rows - r0 < kTile ? p.rows - r0 : kTile;
-    const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(p.x) + r0 * p.ld_x + bx * kTile;
-    prefetch_rows(x, p.ld_x * 2, rows, 2 * kTile);
-    prefetch_rows(x + p.ffn, p.ld_x * 2, rows, 2 * kTile);
-  }
+__global__ void __launch_bounds__(kThreads, 2) swiglu_gate_up_kernel(const QuantSwigluGateUpArgs p) {
   if ((static_cast<int64_t>(blockIdx.y) + 1) * kTile <= p.rows)
     swiglu_gate_up_tile<FA, E, true>(p);
   else
@@ -621,31 +552,10 @@ cudaError_t dispatch(InType it, quant::Format f, Encoder e, const FastParams& p,
                             : dispatch_format<Launch, InType::F32>(f, e, p, grid, stream);
 }
 
-// The prefetch distance of a kernel: the CTAs of it resident on the whole GPU (0: prefetching off, by
-// FP8TRAIN_QUANT_PREFETCH=0 or when the occupancy query fails). Computed once per kernel (the current device's).
-template <class Kernel>
-int64_t prefetch_ahead(Kernel kernel, int smem) {
-  static const bool enabled = [] {
-    const char* e = std::getenv("FP8TRAIN_QUANT_PREFETCH");
-    return e == nullptr || e[0] != '0';
-  }();
-  if (!enabled) return 0;
-  int device = 0, sms = 0, per_sm = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return static_cast<int64_t>(sms) * per_sm;
-}
-
 template <InType IT, quant::Format F, Encoder E, bool kStoch>
 struct Launch1x128 {
   static cudaError_t run(const FastParams& p, dim3 grid, cudaStream_t stream) {
-    const auto kernel = quant_1x128_kernel<IT, F, E, kStoch, Src::Values>;
-    static const int64_t ahead = prefetch_ahead(kernel, 0);
-    kernel<<<grid, kThreads, 0, stream>>>(p, ahead);
+    quant_1x128_kernel<IT, F, E, kStoch, Src::Values><<<grid, kThreads, 0, stream>>>(p);
     return cudaGetLastError();
   }
 };
@@ -662,8 +572,7 @@ cudaError_t launch_from_codes(const FastParams& p, dim3 grid, cudaStream_t strea
     if (opted != cudaSuccess) return opted;
     smem = kSwigluStageBytes;
   }
-  static const int64_t ahead = prefetch_ahead(kernel, smem);
-  kernel<<<grid, kThreads, smem, stream>>>(p, ahead);
+  kernel<<<grid, kThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 template <Src kSrc>
@@ -687,9 +596,7 @@ struct Launch128x128 {
 
 template <quant::Format FA, Encoder E>
 cudaError_t launch_gate_up(const QuantSwigluGateUpArgs& p, dim3 grid, cudaStream_t stream) {
-  const auto kernel = swiglu_gate_up_kernel<FA, E>;
-  static const int64_t ahead = prefetch_ahead(kernel, 0);
-  kernel<<<grid, kThreads, 0, stream>>>(p, ahead);
+  swiglu_gate_up_kernel<FA, E><<<grid, kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
