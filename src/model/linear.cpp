@@ -274,8 +274,11 @@ LinearInput Linear::dispatched(const StepContext& ctx, const quant::QTensor& xq,
              site_, xq.rows, xq.cols, in_features());
   LinearInput in;
   in.x = plain;
-  // Wgrad reads the dispatched values themselves, re-tiled into 128×1 tiles (exact: power-of-two scales).
-  in.q = keep && s.plan.wgrad_input == WgradInput::Colwise ? ops::with_colwise(ctx.exec, xq) : xq;
+  // Wgrad reads the dispatched values themselves, re-tiled into 128×1 tiles (exact: power-of-two scales), their
+  // scales in the device's GEMM layout (the dispatched rows' own stay row-major: they travel with the rows).
+  in.q = keep && s.plan.wgrad_input == WgradInput::Colwise
+             ? ops::with_colwise(ctx.exec, xq, MemCategory::Workspace, layout_for(ctx.exec))
+             : xq;
   return in;
 }
 
@@ -432,7 +435,7 @@ void Linear::backward(const StepContext& ctx, const Tensor& dy, const LinearInpu
   } else if (plan.dispatched_grad) {
     // The expert received dy as FP8 with power-of-two 1×128 tiles: Dgrad reads them, Wgrad re-tiles them.
     dyq = ops::quantize(ctx.exec, dy, dgrad_spec, ops::QuantizeOutputs::Rowwise, layout);
-    dyt = ops::with_colwise(ctx.exec, dyq).transposed().rowwise_only();
+    dyt = ops::with_colwise(ctx.exec, dyq, MemCategory::Workspace, layout).transposed().rowwise_only();
   } else if (same_spec(dgrad_spec, wgrad_spec)) {
     dyq = ops::quantize(ctx.exec, dy, dgrad_spec, ops::QuantizeOutputs::Both, layout);
     dyt = dyq.transposed().rowwise_only();
@@ -495,7 +498,7 @@ void Linear::backward_quantized(const StepContext& ctx, const Tensor& dy, const 
     const Tensor values = ops::dequantize(ctx.exec, x.stored, bf16_exact ? DType::BF16 : DType::F32);
     xt = ops::quantize(ctx.exec, values, plan.wgrad.b, ops::QuantizeOutputs::Colwise, layout).transposed();
   } else if (x.q.defined()) {
-    xt = ops::with_colwise(ctx.exec, x.q).transposed().rowwise_only();
+    xt = ops::with_colwise(ctx.exec, x.q, MemCategory::Workspace, layout).transposed().rowwise_only();
   } else {
     FP8T_FAIL("linear {}: backward got a plain x; a quantized recipe keeps what prepare()/recomputed() made", site_);
   }

@@ -169,14 +169,16 @@ Tensor dequantize(const ExecCtx& ctx, const quant::QTensor& q, DType out, MemCat
   return y;
 }
 
-quant::QTensor with_colwise(const ExecCtx& ctx, const quant::QTensor& q, MemCategory category) {
+quant::QTensor with_colwise(const ExecCtx& ctx, const quant::QTensor& q, MemCategory category,
+                            std::optional<quant::ScaleLayout> colwise_layout) {
   const char* op = "with_colwise";
   check_quantized(op, ctx, q);
   if (q.has_colwise()) return q;
   check_groups(op, q.spec, q.rows, q.cols, q.groups);
   quant::QTensor out = q;
-  const quant::QTensor fresh = quant::QTensor::empty(q.spec, q.rows, q.cols, q.groups, false, true, q.rowwise.layout,
-                                                     ctx.device, category);
+  const quant::ScaleLayout cl = colwise_layout.value_or(q.rowwise.layout);
+  const quant::QTensor fresh =
+      quant::QTensor::empty(q.spec, q.rows, q.cols, q.groups, false, true, cl, ctx.device, category);
   out.colwise = fresh.colwise;
   ColwiseProblem p;
   p.spec = q.spec;
@@ -184,6 +186,7 @@ quant::QTensor with_colwise(const ExecCtx& ctx, const quant::QTensor& q, MemCate
   p.cols = q.cols;
   p.groups = q.groups;
   p.layout = q.rowwise.layout;
+  p.colwise_layout = cl;
   const std::string key = profile_key(ctx, op, p.rows, p.cols, quant::format_name(q.format()));
   launcher(ctx, &OpTable::with_colwise, key)(ctx, p, q.rowwise.codes.raw(), q.rowwise.scales.data<float>(),
                                              out_of(out.colwise));

@@ -6,6 +6,8 @@
 //   out: a QTensor on ctx's device, its payloads booked under `category`
 // groups: x's rows are `groups` equal ranges quantized independently (MoE expert weights; quant/qtensor.h).
 #pragma once
+#include <optional>
+
 #include <cstdint>
 
 #include "ops/op_table.h"
@@ -104,12 +106,16 @@ Tensor dequantize(const ExecCtx& ctx, const quant::QTensor& q, DType out = DType
 struct ColwiseProblem {
   quant::QuantSpec spec;
   int64_t rows = 0, cols = 0, groups = 1;  // of the row-wise payload
-  quant::ScaleLayout layout = quant::ScaleLayout::RowMajor;  // of both payloads
+  quant::ScaleLayout layout = quant::ScaleLayout::RowMajor;          // of the row-wise payload
+  quant::ScaleLayout colwise_layout = quant::ScaleLayout::RowMajor;  // of the column-wise payload written
 };
 
-// q with its column-wise payload (in the row-wise payload's scale layout); q's row-wise payload is shared.
-// Returns q unchanged when it already has one.
-quant::QTensor with_colwise(const ExecCtx& ctx, const quant::QTensor& q, MemCategory category = MemCategory::Workspace);
+// q with its column-wise payload, its scales in `colwise_layout` (default: the row-wise payload's); q's row-wise
+// payload is shared. Returns q unchanged when it already has one. The layouts may differ: the FP8 dispatch keeps its
+// row scales row-major (they travel with the rows) while the Wgrad GEMM that reads the column-wise copy is fastest
+// with its native layout.
+quant::QTensor with_colwise(const ExecCtx& ctx, const quant::QTensor& q, MemCategory category = MemCategory::Workspace,
+                            std::optional<quant::ScaleLayout> colwise_layout = std::nullopt);
 
 // ---- SwiGLU fused into quantization ----------------------------------------------------------------------------
 // SwiGLU on a gate|up [rows, 2F] kept quantized (the FP8 SwiGLU-input cache), straight into the next GEMM's

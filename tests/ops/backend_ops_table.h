@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -373,18 +374,22 @@ inline void dequantize_cases(std::vector<BackendOpCase>& out) {
                       DType::BF16);
 }
 
+// `col_layout`: the column-wise payload's scale layout when it differs from the row-wise one (the dispatched
+// experts' input: row-major rows, the Wgrad GEMM's native layout for the re-tiled copy).
 inline void add_with_colwise_case(std::vector<BackendOpCase>& out, const quant::QuantSpec& spec,
-                                  quant::ScaleLayout layout, int64_t rows, int64_t cols, int64_t groups) {
+                                  quant::ScaleLayout layout, int64_t rows, int64_t cols, int64_t groups,
+                                  std::optional<quant::ScaleLayout> col_layout = std::nullopt) {
   BackendOpCase c;
   c.op = "with_colwise";
-  c.name = detail::spec_name(spec) + " " + std::string(quant::scale_layout_name(layout)) + " " +
+  c.name = detail::spec_name(spec) + " " + std::string(quant::scale_layout_name(layout)) +
+           (col_layout ? " -> " + std::string(quant::scale_layout_name(*col_layout)) : std::string()) + " " +
            detail::shape_name(rows, cols, groups, DType::F32);
   c.run = [=](const ExecCtx& ctx, uint64_t seed) {
     std::vector<float> x = random_values(rows, cols, seed);
     const quant::QTensor q = ops::quantize(ctx, input_on(ctx, x, rows, cols, DType::F32), spec,
                                            ops::QuantizeOutputs::Rowwise, layout, groups);
     poison_next(ctx.device, {quant::code_bytes(spec.format, rows * cols)});
-    const quant::QTensor t = ops::with_colwise(ctx, q);
+    const quant::QTensor t = ops::with_colwise(ctx, q, MemCategory::Workspace, col_layout);
     std::vector<OpResult> r;
     add_payloads(r, t);
     return r;
@@ -401,8 +406,9 @@ inline void add_with_colwise_case(std::vector<BackendOpCase>& out, const quant::
     }
     const quant::QTensor row = detail::reference_quantize(x, rows, cols, spec, ops::QuantizeOutputs::Rowwise, layout,
                                                           groups);
-    const quant::QTensor col = detail::reference_quantize(spec.granularity.square() ? x : v, rows, cols, spec,
-                                                          ops::QuantizeOutputs::Colwise, layout, groups);
+    const quant::QTensor col =
+        detail::reference_quantize(spec.granularity.square() ? x : v, rows, cols, spec, ops::QuantizeOutputs::Colwise,
+                                   col_layout.value_or(layout), groups);
     quant::QTensor both = row;
     both.colwise = col.colwise;
     std::vector<OpResult> r;
@@ -428,6 +434,12 @@ inline void with_colwise_cases(std::vector<BackendOpCase>& out) {
   add_with_colwise_case(out, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), false), RM, 2 * 144, 272, 2);
   add_with_colwise_case(out, detail::make_spec(Format::E5M2, Granularity::tile_1x128(), true), RM, 256, 400, 1);
   add_with_colwise_case(out, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), true), RM, 128, 200, 1);
+  // The column-wise copy in another layout than the rows: re-tiled from codes (groups of whole tiles and one group),
+  // through the dequantized scratch, and square blocks (the transposed scale grid).
+  add_with_colwise_case(out, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), true), RM, 3 * 256, 384, 3, GN);
+  add_with_colwise_case(out, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), true), GN, 256, 272, 1, RM);
+  add_with_colwise_case(out, detail::make_spec(Format::E4M3, Granularity::tile_1x128(), true), RM, 128, 200, 1, GN);
+  add_with_colwise_case(out, detail::make_spec(Format::E4M3, Granularity::block_128x128(), false), RM, 384, 256, 1, GN);
 }
 
 // ---- SwiGLU fused into quantization (ops::quantize_swiglu_forward / _backward) ----------------------------------

@@ -205,7 +205,7 @@ void with_colwise(const ExecCtx&, const ColwiseProblem& p, const void* codes, co
   const quant::Granularity gr = p.spec.granularity;
   const int64_t rg = p.rows / p.groups, cols = p.cols;
   const quant::ScaleGrid row_grid{gr, p.rows, cols, p.groups, p.layout};
-  const quant::ScaleGrid col_grid{gr, p.groups * cols, rg, p.groups, p.layout};
+  const quant::ScaleGrid col_grid{gr, p.groups * cols, rg, p.groups, p.colwise_layout};
   const auto* src = static_cast<const uint8_t*>(codes);
   auto* dst = static_cast<uint8_t*>(colwise.codes);
   for (int64_t g = 0; g < p.groups; ++g) {

@@ -367,7 +367,7 @@ void with_colwise(const ExecCtx& ctx, const ColwiseProblem& p, const void* codes
   const quant::Granularity& g = p.spec.granularity;
   const int64_t rg = p.rows / p.groups;
   const quant::ScaleGrid row_grid{g, p.rows, p.cols, p.groups, p.layout};
-  const quant::ScaleGrid col_grid{g, p.groups * p.cols, rg, p.groups, p.layout};
+  const quant::ScaleGrid col_grid{g, p.groups * p.cols, rg, p.groups, p.colwise_layout};
   if (g.square()) {  // the exact transpose of the codes and of each group's scale grid
     transpose_codes(static_cast<const uint8_t*>(codes), static_cast<uint8_t*>(colwise.codes), rg, p.cols, p.groups,
                     rg * p.cols, p.cols * rg, stream);
@@ -426,7 +426,7 @@ void with_colwise(const ExecCtx& ctx, const ColwiseProblem& p, const void* codes
   q.ld = p.cols;
   q.groups = p.groups;
   q.spec = p.spec;
-  q.layout = p.layout;
+  q.layout = p.colwise_layout;
   q.rowwise = false;
   q.colwise = true;
   quantize_one_byte(ctx, q, values.raw(), QuantizedOut{}, colwise);
