@@ -86,7 +86,7 @@ struct TrainConfig {
   int64_t pp = 1;               // pipeline ranks (DualPipeV: 2 x pp stages)
   double dist_timeout = 300.0;  // seconds a rank waits in a collective before the run fails
   std::string dp_overlap = "auto";  // ZeRO-1's gradient buckets reduced during the last backward ("on"), after it
-                                    // ("off"), or "auto" (on for GPU ranks, off for CPU ranks)
+                                    // ("off"), or "auto" (off for now: trainer.cpp says why)
 
   // Derived objects.
   optim::LrSchedule lr_schedule() const;
