@@ -272,12 +272,16 @@ LossBreakdown DeepSeekV3Model::run(const Tensor& inputs, const Tensor& targets, 
   out.total = out.main + out.distill + out.mtp + out.balance;
   if (!training) return out;
 
-  // backward: the tail (MTP modules in reverse, the final norm), then the blocks and the embedding
+  // backward: the tail (MTP modules in reverse, the final norm), then the blocks and the embedding. What each part
+  // kept is released as soon as its backward is done, so the step's memory peak is the first block's backward
+  // with a full activation cache, not a later block's larger workspace on top of every block's cache.
   const Tensor dx = tail_backward(ctx, tail, n);
+  tail = Tail();
   const int n_layers = static_cast<int>(layers_.size());
   if (grad_ready_) grad_ready_(0);
   for (size_t i = layers_.size(); i-- > 0;) {
     layers_[i]->backward(ctx, states[i], dx);
+    states[i] = Block::State();
     if (grad_ready_) grad_ready_(n_layers - static_cast<int>(i));
   }
   ops::embedding_backward(ctx.exec, inputs, dx, embed_grad_);
@@ -475,8 +479,10 @@ Tensor DeepSeekV3Model::stage_backward(const Tensor& dy, StageRun& run, WgradQue
                dtype_name(r.ctx.dtype), r.rows, config_.hidden_size, dy.defined() ? dy.str() : std::string("nothing"));
     dx = dy;
   }
-  for (int i = last; i-- > first;)
+  for (int i = last; i-- > first;) {
     layers_[static_cast<size_t>(i)]->backward(r.ctx, r.states[static_cast<size_t>(i - first)], dx);
+    r.states[static_cast<size_t>(i - first)] = Block::State();  // its cache released (forward_backward says why)
+  }
   if (r.stage == 0) {
     ops::embedding_backward(r.ctx.exec, r.inputs, dx, embed_grad_);
     dx = Tensor();
