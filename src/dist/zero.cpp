@@ -115,7 +115,7 @@ Zero1::Zero1(Communicator& dp, const optim::ParamArenas& params, Communicator* e
     mine_ = merged.empty() ? std::vector<ArenaRange>{{0, 0}} : merged;
     // A worker thread on the CPU calls the communicator; a GPU queues on a side stream from this thread.
     overlap_ = overlap && dp.size() > 1 && (!params.grads.device().is_cpu() || dp.callable_from_other_threads());
-    if (overlap_ && params.grads.device().is_cpu()) worker_ = std::thread([this] { worker_loop(); });
+    if (overlap_ && params.grads.device().is_cpu()) worker_ = std::make_unique<HostWorker>();
   }
   // The norm's segments: each parameter's slice inside this rank's shards, in registration order (one rank: every
   // parameter whole, the same sums as optim::global_grad_norm).
@@ -132,45 +132,7 @@ Zero1::Zero1(Communicator& dp, const optim::ParamArenas& params, Communicator* e
     bounds_ = Tensor::from_vector(bounds, {segments_, 2}, MemCategory::Workspace, params.grads.device());
 }
 
-Zero1::~Zero1() {
-  if (!worker_.joinable()) return;
-  {
-    std::lock_guard lock(mutex_);
-    quit_ = true;
-  }
-  cv_.notify_all();
-  worker_.join();
-}
-
-void Zero1::worker_loop() {
-  for (;;) {
-    std::function<void()> task;
-    {
-      std::unique_lock lock(mutex_);
-      cv_.wait(lock, [&] { return quit_ || !tasks_.empty(); });
-      if (quit_) return;
-      task = std::move(tasks_.front());
-      tasks_.pop_front();
-      busy_ = true;
-    }
-    std::exception_ptr error;
-    try {
-      task();
-    } catch (...) {
-      error = std::current_exception();
-    }
-    {
-      std::lock_guard lock(mutex_);
-      busy_ = false;
-      // After an error the rest of the step's buckets are dropped: their exchanges would only wait for it too.
-      if (error) {
-        if (!error_) error_ = error;
-        tasks_.clear();
-      }
-    }
-    cv_.notify_all();
-  }
-}
+Zero1::~Zero1() = default;
 
 ArenaRange Zero1::shard() const {
   if (interleaved_) {
@@ -209,12 +171,8 @@ void Zero1::reduce_bucket(const ExecCtx& ctx, const Bucket& b, std::vector<Tenso
 }
 
 void Zero1::launch(const ExecCtx& ctx, size_t i) {
-  if (worker_.joinable()) {
-    {
-      std::lock_guard lock(mutex_);
-      tasks_.push_back([this, ctx, i] { reduce_bucket(ctx, buckets_[i], nullptr); });
-    }
-    cv_.notify_all();
+  if (worker_) {  // after a failed bucket the rest are dropped: their exchanges would only wait for it too
+    worker_->submit([this, ctx, i] { reduce_bucket(ctx, buckets_[i], nullptr); });
     return;
   }
   // A GPU: the side stream starts the bucket after the gradients queued so far on the compute stream.
@@ -224,14 +182,8 @@ void Zero1::launch(const ExecCtx& ctx, size_t i) {
 }
 
 void Zero1::wait() {
-  if (worker_.joinable()) {
-    std::unique_lock lock(mutex_);
-    cv_.wait(lock, [&] { return tasks_.empty() && !busy_; });
-    if (error_) {
-      const std::exception_ptr e = error_;
-      error_ = nullptr;
-      std::rethrow_exception(e);
-    }
+  if (worker_) {
+    worker_->wait_pending(0);
     return;
   }
   if (!side_) return;  // nothing launched

@@ -28,16 +28,11 @@
 // queue: a worker thread on the CPU, a side stream on a GPU; reduce_gradients then waits for every bucket. Every
 // element is summed by the same adds in the same order with overlap on or off, so the two are bit-identical.
 #pragma once
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <exception>
-#include <functional>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
+#include "common/host_worker.h"
 #include "dist/communicator.h"
 #include "optim/param.h"
 #include "tensor/backend.h"
@@ -122,7 +117,6 @@ class Zero1 {
   void reduce_bucket(const ExecCtx& ctx, const Bucket& b, std::vector<Tensor>* keep);
   void launch(const ExecCtx& ctx, size_t bucket);
   void wait();
-  void worker_loop();
 
   Communicator& dp_;
   const optim::ParamArenas& params_;
@@ -134,14 +128,9 @@ class Zero1 {
   bool overlap_ = false;
   size_t launched_ = 0;  // buckets launched this step, a prefix of buckets_
   size_t overlapped_ = 0;
-  // The side queue: a worker thread on the CPU (tasks run in order), a side stream on a GPU (keep_: buffers in
+  // The side queue: a worker thread on the CPU (buckets run in order), a side stream on a GPU (keep_: buffers in
   // use there until the wait).
-  std::thread worker_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
-  bool busy_ = false, quit_ = false;
-  std::exception_ptr error_;
+  std::unique_ptr<HostWorker> worker_;
   std::vector<Tensor> keep_;
   std::unique_ptr<SideQueue> side_;  // a GPU's side stream, made on first use
   Tensor bounds_;  // I64 [segments, 2]: the parameters' slices inside this shard, for the norm

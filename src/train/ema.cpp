@@ -26,57 +26,25 @@ WeightEma::WeightEma(const Tensor& weights, double decay) : weights_(weights), d
                  weights.device().str());
     }
   }
-  thread_ = std::thread([this] { worker(); });
 }
 
-WeightEma::~WeightEma() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stop_ = true;
+WeightEma::~WeightEma() = default;  // the worker stops first (ema.h: its last member)
+
+void WeightEma::blend(int buffer) {
+  const auto start = Clock::now();
+  const float* w = nullptr;
+  if (buffer < 0) {
+    w = weights_.data<float>();
+  } else {
+    staging_[buffer]->wait_copied();
+    w = static_cast<const float*>(staging_[buffer]->data());
   }
-  cv_.notify_all();
-  thread_.join();
-}
-
-void WeightEma::worker() {
+  float* e = ema_.data();
   const size_t n = ema_.size();
-  for (;;) {
-    int buffer = 0;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;  // stopping, nothing left
-      buffer = jobs_.front();
-    }
-    const auto start = Clock::now();
-    try {
-      const float* w = nullptr;
-      if (buffer < 0) {
-        w = weights_.data<float>();
-      } else {
-        staging_[buffer]->wait_copied();
-        w = static_cast<const float*>(staging_[buffer]->data());
-      }
-      float* e = ema_.data();
-      const float d = decay_f_, k = keep_f_;
-      for (size_t i = 0; i < n; ++i) e[i] = d * e[i] + k * w[i];
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!error_) error_ = std::current_exception();
-    }
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      jobs_.pop_front();
-      ++completed_;
-      blend_seconds_ += seconds_since(start);
-    }
-    cv_.notify_all();
-  }
-}
-
-void WeightEma::wait_idle(std::unique_lock<std::mutex>& lock) {
-  cv_.wait(lock, [&] { return completed_ == submitted_; });
-  if (error_) std::rethrow_exception(error_);
+  const float d = decay_f_, k = keep_f_;
+  for (size_t i = 0; i < n; ++i) e[i] = d * e[i] + k * w[i];
+  std::lock_guard lock(seconds_mutex_);
+  blend_seconds_ += seconds_since(start);
 }
 
 void WeightEma::before_weights_change() {
@@ -85,8 +53,7 @@ void WeightEma::before_weights_change() {
     // A device-side wait: the compute stream's next work (the optimizer step) follows the last copy.
     if (last_buffer_ >= 0) staging_[last_buffer_]->order_before_compute();
   } else {
-    std::unique_lock<std::mutex> lock(mutex_);
-    wait_idle(lock);  // the host thread has finished reading the arena in place
+    worker_.wait_pending(0);  // the host thread has finished reading the arena in place
   }
   step_seconds_ += seconds_since(start);
 }
@@ -96,41 +63,29 @@ void WeightEma::update() {
   int buffer = -1;
   if (staging_[0]) {
     buffer = next_buffer_;
-    {
-      // The buffer about to be refilled was last used by the update before the previous one: wait until the host
-      // thread is done blending from it (at most one update may still be pending).
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return completed_ + 1 >= submitted_; });
-      if (error_) std::rethrow_exception(error_);
-    }
+    // The buffer about to be refilled was last used by the update before the previous one: wait until the host
+    // thread is done blending from it (at most one update may still be pending).
+    worker_.wait_pending(1);
     staging_[buffer]->copy_async(weights_.raw());
     last_buffer_ = buffer;
     next_buffer_ ^= 1;
   }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (error_) std::rethrow_exception(error_);
-    jobs_.push_back(buffer);
-    ++submitted_;
-  }
-  cv_.notify_all();
+  worker_.submit([this, buffer] { blend(buffer); });
   step_seconds_ += seconds_since(start);
 }
 
 double WeightEma::blend_seconds() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard lock(seconds_mutex_);
   return blend_seconds_;
 }
 
 const std::vector<float>& WeightEma::values() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  wait_idle(lock);
+  worker_.wait_pending(0);
   return ema_;
 }
 
 void WeightEma::set_values(std::vector<float> values) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  wait_idle(lock);
+  worker_.wait_pending(0);
   FP8T_CHECK(values.size() == ema_.size(), "the EMA has {} values, {} were given", ema_.size(), values.size());
   ema_ = std::move(values);
 }

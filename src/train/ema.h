@@ -16,15 +16,12 @@
 // Determinism: each element's blend is a fixed FP32 expression, so the EMA is a pure function of the weights'
 // history; saved and restored exactly in checkpoints, a resumed run continues it bit for bit.
 #pragma once
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <exception>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 
+#include "common/host_worker.h"
 #include "tensor/backend.h"
 #include "tensor/tensor.h"
 
@@ -54,8 +51,7 @@ class WeightEma {
   double step_seconds() const { return step_seconds_; }
 
  private:
-  void worker();
-  void wait_idle(std::unique_lock<std::mutex>& lock);
+  void blend(int buffer);  // on the worker: ema <- d*ema + (1 - d)*w from a staging buffer (-1: the arena in place)
 
   Tensor weights_;
   float decay_f_, keep_f_;
@@ -64,14 +60,9 @@ class WeightEma {
   std::unique_ptr<HostStaging> staging_[2];  // null on the CPU (the arena is read in place)
   int next_buffer_ = 0, last_buffer_ = -1;
 
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<int> jobs_;  // staging buffer of each queued update (-1: the arena in place)
-  int64_t submitted_ = 0, completed_ = 0;
+  std::mutex seconds_mutex_;  // blend_seconds_ is written on the worker
   double blend_seconds_ = 0, step_seconds_ = 0;
-  bool stop_ = false;
-  std::exception_ptr error_;
-  std::thread thread_;
+  HostWorker worker_;  // last: stopped before the buffers and values its tasks use go
 };
 
 }  // namespace fp8train::train
