@@ -96,6 +96,7 @@ PipeTiming run_pipeline(const PipeSchedule& schedule, Communicator& pp, Pipeline
   // Each computation's span on the compute stream (timestamps after the waits for its inputs): its kernels' time.
   struct Span {
     PipeOp op;
+    int chunk;
     int from, to;
   };
   std::vector<Span> spans;
@@ -122,20 +123,20 @@ PipeTiming run_pipeline(const PipeSchedule& schedule, Communicator& pp, Pipeline
         const Tensor input = input_of(a.chunk, a.mb, a);
         const int from = queue.time_mark();
         forward(a.chunk, a.mb, input);
-        spans.push_back({a.op, from, queue.time_mark()});
+        spans.push_back({a.op, a.chunk, from, queue.time_mark()});
         break;
       }
       case PipeOp::B: {
         const Tensor grad = grad_of(a.chunk, a.mb, a);
         const int from = queue.time_mark();
         backward(a.chunk, a.mb, grad);
-        spans.push_back({a.op, from, queue.time_mark()});
+        spans.push_back({a.op, a.chunk, from, queue.time_mark()});
         break;
       }
       case PipeOp::W: {
         const int from = queue.time_mark();
         stages.backward_weight(a.chunk, a.mb);
-        spans.push_back({a.op, from, queue.time_mark()});
+        spans.push_back({a.op, a.chunk, from, queue.time_mark()});
         break;
       }
       case PipeOp::FB: {
@@ -145,7 +146,7 @@ PipeTiming run_pipeline(const PipeSchedule& schedule, Communicator& pp, Pipeline
         forward(a.chunk, a.mb, input);
         backward(a.chunk2, a.mb2, grad);
         stages.backward_weight(a.chunk2, a.mb2);
-        spans.push_back({a.op, from, queue.time_mark()});
+        spans.push_back({a.op, a.chunk, from, queue.time_mark()});
         break;
       }
       case PipeOp::Send: {
@@ -177,15 +178,19 @@ PipeTiming run_pipeline(const PipeSchedule& schedule, Communicator& pp, Pipeline
   in_flight.clear();
   for (const Span& s : spans) {
     const double dt = queue.seconds_between(s.from, s.to);
+    const size_t c = s.chunk == 0 ? 0 : 1;
     switch (s.op) {
       case PipeOp::F:
         timing.f_s += dt, ++timing.f;
+        timing.chunk_f_s[c] += dt, ++timing.chunk_f[c];
         break;
       case PipeOp::B:
         timing.b_s += dt, ++timing.b;
+        timing.chunk_b_s[c] += dt, ++timing.chunk_b[c];
         break;
       case PipeOp::W:
         timing.w_s += dt, ++timing.w;
+        timing.chunk_w_s[c] += dt, ++timing.chunk_w[c];
         break;
       case PipeOp::FB:
         timing.fb_s += dt, ++timing.fb;
@@ -202,7 +207,7 @@ PipeTiming run_pipeline(const PipeSchedule& schedule, Communicator& pp, Pipeline
 }
 
 std::vector<PipeTiming> gather_timings(Communicator& pp, const PipeTiming& mine, const ExecCtx& ctx) {
-  constexpr size_t kFields = 10;
+  constexpr size_t kFields = 22;
   // Each rank fills its own slot; the sum over the ranks is then every rank's values (the counts are exact).
   std::vector<double> slots(kFields * static_cast<size_t>(pp.size()), 0.0);
   double* m = slots.data() + kFields * static_cast<size_t>(pp.rank());
@@ -215,7 +220,19 @@ std::vector<PipeTiming> gather_timings(Communicator& pp, const PipeTiming& mine,
                                static_cast<double>(mine.f),
                                static_cast<double>(mine.b),
                                static_cast<double>(mine.w),
-                               static_cast<double>(mine.fb)};
+                               static_cast<double>(mine.fb),
+                               mine.chunk_f_s[0],
+                               mine.chunk_f_s[1],
+                               mine.chunk_b_s[0],
+                               mine.chunk_b_s[1],
+                               mine.chunk_w_s[0],
+                               mine.chunk_w_s[1],
+                               static_cast<double>(mine.chunk_f[0]),
+                               static_cast<double>(mine.chunk_f[1]),
+                               static_cast<double>(mine.chunk_b[0]),
+                               static_cast<double>(mine.chunk_b[1]),
+                               static_cast<double>(mine.chunk_w[0]),
+                               static_cast<double>(mine.chunk_w[1])};
   std::copy(own, own + kFields, m);
   const std::vector<double> all = sum_in_rank_order(pp, slots, ctx);
   std::vector<PipeTiming> out;
@@ -224,6 +241,11 @@ std::vector<PipeTiming> gather_timings(Communicator& pp, const PipeTiming& mine,
     PipeTiming t;
     t.step_s = v[0], t.f_s = v[1], t.b_s = v[2], t.w_s = v[3], t.fb_s = v[4], t.transfer_s = v[5];
     t.f = std::llround(v[6]), t.b = std::llround(v[7]), t.w = std::llround(v[8]), t.fb = std::llround(v[9]);
+    for (size_t c = 0; c < 2; ++c) {
+      t.chunk_f_s[c] = v[10 + c], t.chunk_b_s[c] = v[12 + c], t.chunk_w_s[c] = v[14 + c];
+      t.chunk_f[c] = std::llround(v[16 + c]), t.chunk_b[c] = std::llround(v[18 + c]);
+      t.chunk_w[c] = std::llround(v[20 + c]);
+    }
     out.push_back(t);
   }
   return out;

@@ -43,6 +43,10 @@ struct PipeTiming {
   int64_t f = 0, b = 0, w = 0, fb = 0;         // how many of each
   double transfer_s = 0;  // host time in send and recv: on the CPU the transfers (peer waits included), on a GPU
                           // only their enqueueing
+  // The lone F, B and W computations again, by the rank's chunk (0: stage r, 1: stage 2P−1−r), so that stages that
+  // cost differently show which (the F&B pairs mix both chunks and are left out).
+  double chunk_f_s[2] = {0, 0}, chunk_b_s[2] = {0, 0}, chunk_w_s[2] = {0, 0};
+  int64_t chunk_f[2] = {0, 0}, chunk_b[2] = {0, 0}, chunk_w[2] = {0, 0};
   double busy_s() const { return f_s + b_s + w_s + fb_s; }
   double bubble_s() const { return step_s - busy_s(); }
   // The mean times in DeepSeek's terms (ChunkTimes: b is the FULL backward, B + W; an F&B pair runs here as its

@@ -80,12 +80,17 @@ nlohmann::ordered_json pipeline_timing_json(const std::vector<dist::PipeTiming>&
   dist::PipeTiming all;
   double step = 0, bubble = 0, transfer = 0;
   std::vector<double> per_rank, busy_per_rank;
+  nlohmann::ordered_json by_chunk = nlohmann::ordered_json::array();
+  const auto mean_ms = [](double s, int64_t n) { return n > 0 ? nlohmann::ordered_json(1e3 * s / n) : nullptr; };
   for (const dist::PipeTiming& t : ranks) {
     step = std::max(step, t.step_s);
     bubble = std::max(bubble, t.bubble_s());
     transfer = std::max(transfer, t.transfer_s);
     per_rank.push_back(1e3 * t.bubble_s());
     busy_per_rank.push_back(1e3 * t.busy_s());
+    by_chunk.push_back({{"F", {mean_ms(t.chunk_f_s[0], t.chunk_f[0]), mean_ms(t.chunk_f_s[1], t.chunk_f[1])}},
+                        {"B", {mean_ms(t.chunk_b_s[0], t.chunk_b[0]), mean_ms(t.chunk_b_s[1], t.chunk_b[1])}},
+                        {"W", {mean_ms(t.chunk_w_s[0], t.chunk_w[0]), mean_ms(t.chunk_w_s[1], t.chunk_w[1])}}});
     all.f_s += t.f_s, all.b_s += t.b_s, all.w_s += t.w_s, all.fb_s += t.fb_s;
     all.f += t.f, all.b += t.b, all.w += t.w, all.fb += t.fb;
   }
@@ -99,6 +104,8 @@ nlohmann::ordered_json pipeline_timing_json(const std::vector<dist::PipeTiming>&
   j["busy_ms_per_rank"] = busy_per_rank;
   j["transfer_ms"] = 1e3 * transfer;
   j["chunk_ms"] = {{"F", 1e3 * c.f}, {"B", 1e3 * c.b}, {"W", 1e3 * c.w}, {"F&B", 1e3 * c.fb}};
+  // per rank, the mean lone F, B (input part only) and W of its chunk 0 and chunk 1 (null: none ran alone)
+  j["chunk_ms_per_rank"] = by_chunk;
   j["bubble_formula_ms"] = 1e3 * dist::dualpipev_bubble_formula(stages, c);
   // The formula is exact only when F = B − W = W (docs/distributed.md); the schedule simulated with the measured
   // mean times is the bubble these chunk times allow when every stage costs the same and transfers are free, and

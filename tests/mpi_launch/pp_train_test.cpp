@@ -95,6 +95,14 @@ TEST_F(PpTrain, PipelineRanksTrainLikeOneRank) {
       }
       EXPECT_GE(p.at("bubble_ms").get<double>(), 0) << p.dump();
       for (const char* c : {"F", "B", "W", "F&B"}) EXPECT_GT(p.at("chunk_ms").at(c).get<double>(), 0) << c << p.dump();
+      // Per rank and chunk, the lone computations' mean times: every rank of DualPipeV runs (F0, F1) pairs alone
+      // before its steady phase and (B1, B0) with their W alone after it, so each is measured.
+      ASSERT_EQ(p.at("chunk_ms_per_rank").size(), static_cast<size_t>(l.pp)) << p.dump();
+      for (const nlohmann::json& rc : p.at("chunk_ms_per_rank"))
+        for (const char* c : {"F", "B", "W"}) {
+          ASSERT_EQ(rc.at(c).size(), 2u) << p.dump();
+          for (const nlohmann::json& t : rc.at(c)) EXPECT_TRUE(t.is_number() && t.get<double>() > 0) << c << p.dump();
+        }
       EXPECT_TRUE(p.at("bubble_formula_ms").is_number()) << p.dump();
       // The schedule simulated with the measured mean times (its value is dist::simulate's, tested in test_dist).
       ASSERT_TRUE(p.at("bubble_simulated_ms").is_number()) << p.dump();
