@@ -105,7 +105,7 @@ void SwigluFFN::backward(const StepContext& ctx, const State& state, const Tenso
 }
 
 void swiglu_ffn_backward(const StepContext& ctx, const SavedTensor& gate_up, LinearInput x2, const Linear& w2,
-                         const Linear& w13, const Tensor& dy, const std::function<LinearInput()>& x13, const Tensor& dx,
+                         const Linear& w13, Tensor dy, const std::function<LinearInput()>& x13, const Tensor& dx,
                          bool accumulate, const Tensor& offsets) {
   const Device dev = ctx.exec.device;
   const quant::QTensor& gq = gate_up.q;
@@ -125,16 +125,21 @@ void swiglu_ffn_backward(const StepContext& ctx, const SavedTensor& gate_up, Lin
       x2 = w2.recomputed(ctx, act);
     }
   }
-  const Tensor dact = Tensor::empty({rows, F}, ctx.dtype, MemCategory::Workspace, dev);
+  Tensor dact = Tensor::empty({rows, F}, ctx.dtype, MemCategory::Workspace, dev);
   w2.backward(ctx, dy, x2, dact, false, offsets);
+  // Released in stream order: the allocator hands the memory out again only to work queued after these readers.
+  dy = Tensor();
+  x2 = LinearInput();
   if (fused) {
     const quant::QTensor dq =
         ops::quantize_swiglu_backward(ctx.exec, gq, dact, dy_form->spec, dy_form->outputs, dy_form->layout);
+    dact = Tensor();
     w13.backward(ctx, dq, x13(), dx, accumulate, offsets);
     return;
   }
   const Tensor dgate_up = Tensor::empty({rows, 2 * F}, ctx.dtype, MemCategory::Workspace, dev);
   ops::swiglu_backward(ctx.exec, g, dact, dgate_up);
+  dact = Tensor();
   w13.backward(ctx, dgate_up, x13(), dx, accumulate, offsets);
 }
 

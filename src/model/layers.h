@@ -57,9 +57,11 @@ SwigluForward swiglu_ffn_forward(const StepContext& ctx, const Tensor& gate_up, 
 // Linears their operands (Linear::recompute_form, Linear::dy_form), the fused ops::quantize_swiglu_* ops write
 // W2's recomputed input and W1|W3's dy from the FP8 gate|up directly: the same operands as dequantize, the SwiGLU
 // ops and the Linears' own quantization, without the BF16 copies. Shared by SwigluFFN and the MoE's experts
-// (offsets: the grouped Linears' expert offsets).
+// (offsets: the grouped Linears' expert offsets). Each operand is dropped once its last reader is queued (dy and
+// x2 after W2's backward, dact after SwiGLU's backward), so a caller that hands dy over (std::move) frees it before
+// W1|W3's backward, the largest part: the step's memory peak falls there.
 void swiglu_ffn_backward(const StepContext& ctx, const SavedTensor& gate_up, LinearInput x2, const Linear& w2,
-                         const Linear& w13, const Tensor& dy, const std::function<LinearInput()>& x13, const Tensor& dx,
+                         const Linear& w13, Tensor dy, const std::function<LinearInput()>& x13, const Tensor& dx,
                          bool accumulate, const Tensor& offsets = {});
 
 // SwiGLU FFN: FFN(x) = W2·(silu(W1·x) ∘ (W3·x)). W1 and W3 ([F, d] each, "<name>.w1.weight", "<name>.w3.weight")

@@ -212,12 +212,13 @@ void MoE::backward(const StepContext& ctx, const State& st, const Tensor& dy, co
   };
   if (!ep) shared_backward();
   // combine: dyp = g·dy per (token, choice) row, zeros in the padding rows; dg = <dy, FFN_i(u)>
-  const Tensor dyp = Tensor::zeros({plan.rows, hidden_}, dt, MemCategory::Workspace, dev);
+  Tensor dyp = Tensor::zeros({plan.rows, hidden_}, dt, MemCategory::Workspace, dev);
   const Tensor dgates = Tensor::empty({n, router_.top_k}, compute_dtype(dt), MemCategory::Workspace, dev);
   ops::moe_unpermute_backward(ctx.exec, dy, yp, plan, gates, dyp, dgates);
   // EP: dy per (token, choice) to the experts' ranks — as FP8 with power-of-two 1×128 scales where the recipe
   // dispatches the gradient (W2's Dgrad quantizes it so anyway: re-quantizing the exchanged values gives the same
   // values, the scales being powers of two), else in the compute dtype
+  // Handed over to the experts' backward, which frees it after W2's: the step's memory peak is in W1|W3's.
   Tensor dye = dyp;
   if (ep) {
     const recipe::LinearRecipe down = recipe::linear_recipe(*ctx.recipe, recipe::LinearRole::ExpertDown);
@@ -233,10 +234,11 @@ void MoE::backward(const StepContext& ctx, const State& st, const Tensor& dy, co
       dye = st.ep.finish_dispatch(ctx.exec, sent);
     }
   }
+  dyp = Tensor();
   // routed experts
   const Tensor dxe = Tensor::empty({eplan.rows, hidden_}, dt, MemCategory::Workspace, dev);
   swiglu_ffn_backward(
-      ctx, st.gate_up, st.x2, w2_, w13_, dye, [&] { return st.x13; }, dxe, false, offsets_for(eplan));
+      ctx, st.gate_up, st.x2, w2_, w13_, std::move(dye), [&] { return st.x13; }, dxe, false, offsets_for(eplan));
   // dx back to the tokens' ranks in the compute dtype (EP), summed over each token's choices
   ops::moe_permute_backward(ctx.exec, ep ? st.ep.combine(ctx.exec, dxe) : dxe, plan, du, true);
   // router: gates and (through the balance loss) scores depend on the logits u·e_i (FP32)
