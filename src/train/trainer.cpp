@@ -434,7 +434,10 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
   // oversubscribed ranks do not have spare: measured slower there, bench/RESULTS.md; the GPU ranks' side-stream
   // path has not yet run on GPUs, so it is asked for explicitly until it has been measured there.)
   const bool want_overlap = config.dp_overlap == "on";
-  dist::Zero1 zero(dp, params, options.expert_dp, dist::Zero1::kDefaultBucketElements, ready_groups, want_overlap);
+  constexpr int64_t a = ArenaLayout::kAlignElements;
+  const int64_t bucket_elements =
+      std::max(a, static_cast<int64_t>(config.dp_bucket_mib * double(1 << 20) / sizeof(float)) / a * a);
+  dist::Zero1 zero(dp, params, options.expert_dp, bucket_elements, ready_groups, want_overlap);
   optim::AdamW optimizer =
       dp.size() == 1 ? optim::AdamW(config.adamw(), params) : optim::AdamW(config.adamw(), params, zero.shards());
   const optim::LrSchedule lr_schedule = config.lr_schedule();

@@ -111,6 +111,30 @@ TEST_F(DpTrain, OverlapOnAndOffAreBitIdentical) {
   }
 }
 
+// The bucket size (--dp-bucket-mib) cuts the collectives and so the shards: 1 KiB buckets split this preset's ready
+// groups into more buckets than the default 16 MiB. Every gradient element is still summed over the ranks in rank
+// order, so the weights move alike; only the gradient norm's partial sums (one per rank, over its shard) are grouped
+// differently, a last-bits difference that reaches the weights only through the clipping factor.
+TEST_F(DpTrain, BucketSizeCutsTheCollectivesNotTheSums) {
+  const LaunchRun a = run(2, "--dp 2 --dp-overlap on --dp-bucket-mib 0.001 --out small");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const LaunchRun b = run(2, "--dp 2 --dp-overlap on --out default");
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const std::vector<nlohmann::json> ma = jsonl(work_ / "small" / "metrics.jsonl"),
+                                    mb = jsonl(work_ / "default" / "metrics.jsonl");
+  ASSERT_EQ(ma.size(), 4u);
+  ASSERT_EQ(mb.size(), ma.size());
+  EXPECT_EQ(ma[0].at("loss"), mb[0].at("loss"));
+  for (size_t i = 0; i < ma.size(); ++i) {
+    for (const char* key : {"loss", "grad_norm"}) {
+      const double x = ma[i].at(key).get<double>(), y = mb[i].at(key).get<double>();
+      EXPECT_NEAR(x, y, 1e-12 * std::abs(y)) << "step " << i + 1 << ", " << key;
+    }
+    EXPECT_GT(ma[i].at("dp_buckets").get<int>(), mb[i].at("dp_buckets").get<int>()) << "step " << i + 1;
+    EXPECT_EQ(ma[i].at("dp_buckets_overlapped"), ma[i].at("dp_buckets")) << "step " << i + 1;
+  }
+}
+
 // The interleaved shards of 3 ranks (uneven slices) through a checkpoint: resumed on 3 ranks bit for bit, on one
 // rank and from one rank within the stated tolerance.
 TEST_F(DpTrain, ThreeRankShardsCheckpointAndResume) {
