@@ -492,9 +492,8 @@ inline void elementwise_op_cases(std::vector<BackendOpCase>& out) {
     ew_rows::add_embedding_case(out, backward, BF16, 37, 11, 100, 101);
   }
   ew_rows::add_embedding_case(out, true, F32, 64, 7, 7168, 7168);
-  // A run of 1,600 equal ids (several of the kernel's 256-position windows; the CUDA kernel's long-run path, one
-  // column per thread over three CTAs of columns, the last partial, and a remainder after its 16-row loads) beside
-  // the other ids' short runs (its four-columns-per-thread path).
+  // A run of 1,600 equal ids (several of the kernel's 256-position windows) over three column chunks, the last
+  // partial, and a remainder after the eight-row loads.
   ew_rows::add_embedding_case(out, true, BF16, 2003, 40, 600, 600, /*skewed=*/true);
   // RMSNorm.
   ew_rows::add_rmsnorm_forward_case(out, F32, 37, 130, 136, true);

@@ -157,52 +157,13 @@ __global__ void iota_kernel(int32_t n, int32_t* out) {
   for (int32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = i;
 }
 
-// One CTA per (sorted position, kThreads columns); the CTAs at the first position of a run of equal ids add that
-// run's dout rows to the id's table row in token order (sequential per column: the CPU's order and rounding), so a
-// run costs at least its length times a dependent add and, unless loads run far ahead, a memory latency per row. A
-// byte-level corpus makes a few runs long (the space: about one token in six), and those runs are the kernel's
-// tail; a large vocabulary makes many short ones. So a run of more than kLongRun rows gives each column its own
-// thread (every CTA of the position works) and loads kLongAhead rows ahead; a shorter run is taken by every
-// kShortCols-th CTA of its position, kShortCols columns per thread and kShortAhead rows ahead, which keeps the
-// working CTAs few. The run's end is found by the whole CTA a window at a time.
-constexpr int kShortCols = 4, kShortAhead = 8, kLongAhead = 16;
-constexpr int32_t kLongRun = 64;
-
-template <class S, int kCols, int kAhead>
-__device__ void embedding_add_run(int32_t i, int32_t end, int64_t dim, int64_t ld, int64_t c0,
-                                  const int32_t* sorted_tokens, const S* dout, float* row) {
-  float acc[kCols];
-  bool in[kCols];
-#pragma unroll
-  for (int q = 0; q < kCols; ++q) {
-    in[q] = c0 + q * blockDim.x < dim;
-    acc[q] = in[q] ? row[c0 + q * blockDim.x] : 0.0f;
-  }
-  int32_t j = i;
-  for (; j + kAhead <= end; j += kAhead) {
-    float v[kAhead][kCols];
-#pragma unroll
-    for (int k = 0; k < kAhead; ++k) {
-      const S* src = dout + static_cast<int64_t>(sorted_tokens[j + k]) * ld + c0;
-#pragma unroll
-      for (int q = 0; q < kCols; ++q) v[k][q] = in[q] ? ld1(src + q * blockDim.x) : 0.0f;
-    }
-#pragma unroll
-    for (int k = 0; k < kAhead; ++k)
-#pragma unroll
-      for (int q = 0; q < kCols; ++q) acc[q] = __fadd_rn(acc[q], v[k][q]);
-  }
-  for (; j < end; ++j) {
-    const S* src = dout + static_cast<int64_t>(sorted_tokens[j]) * ld + c0;
-#pragma unroll
-    for (int q = 0; q < kCols; ++q)
-      if (in[q]) acc[q] = __fadd_rn(acc[q], ld1(src + q * blockDim.x));
-  }
-#pragma unroll
-  for (int q = 0; q < kCols; ++q)
-    if (in[q]) row[c0 + q * blockDim.x] = acc[q];
-}
-
+// One CTA per (sorted position, chunk of kEmbedCols x kThreads columns); the CTAs at the first position of a run of
+// equal ids add that run's dout rows to the id's table row in token order (sequential per column: the CPU's order
+// and rounding). A byte-level corpus makes one run long (the space: about one token in six), and a run's CTA is then
+// the whole kernel's tail: so the columns are split over CTAs, the run's end is found by the whole CTA a window at a
+// time, and each thread loads eight rows of its columns ahead of its in-order adds. Four columns per thread keep
+// the grid small for the many short runs of a large vocabulary.
+constexpr int kEmbedCols = 4;
 template <class S>
 __global__ void __launch_bounds__(kThreads)
     embedding_backward_kernel(int32_t tokens, int64_t vocab, int64_t dim, int64_t ld, const int32_t* sorted_ids,
@@ -211,13 +172,10 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t id = sorted_ids[i];
   if (i > 0 && sorted_ids[i - 1] == id) return;
   if (id < 0 || id >= vocab) return;
-  const bool long_run = i + kLongRun < tokens && sorted_ids[i + kLongRun] == id;
-  if (!long_run && blockIdx.y % kShortCols != 0) return;
-  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   __shared__ int32_t run_end;
   if (threadIdx.x == 0) run_end = tokens;
   __syncthreads();
-  for (int32_t base = long_run ? i + kLongRun + 1 : i + 1; base < tokens; base += static_cast<int32_t>(blockDim.x)) {
+  for (int32_t base = i + 1; base < tokens; base += static_cast<int32_t>(blockDim.x)) {
     const int32_t j = base + static_cast<int32_t>(threadIdx.x);
     if (j < tokens && sorted_ids[j] != id) atomicMin(&run_end, j);
     __syncthreads();
@@ -225,12 +183,41 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (found) break;
   }
+  const int32_t end = run_end;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.y) * kEmbedCols * blockDim.x + threadIdx.x;
   if (c0 >= dim) return;
   float* row = dtable + static_cast<int64_t>(id) * dim;
-  if (long_run)
-    embedding_add_run<S, 1, kLongAhead>(i, run_end, dim, ld, c0, sorted_tokens, dout, row);
-  else
-    embedding_add_run<S, kShortCols, kShortAhead>(i, run_end, dim, ld, c0, sorted_tokens, dout, row);
+  float acc[kEmbedCols];
+  bool in[kEmbedCols];
+#pragma unroll
+  for (int q = 0; q < kEmbedCols; ++q) {
+    in[q] = c0 + q * blockDim.x < dim;
+    acc[q] = in[q] ? row[c0 + q * blockDim.x] : 0.0f;
+  }
+  int32_t j = i;
+  constexpr int kAhead = 8;
+  for (; j + kAhead <= end; j += kAhead) {
+    float v[kAhead][kEmbedCols];
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) {
+      const S* src = dout + static_cast<int64_t>(sorted_tokens[j + k]) * ld + c0;
+#pragma unroll
+      for (int q = 0; q < kEmbedCols; ++q) v[k][q] = in[q] ? ld1(src + q * blockDim.x) : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k)
+#pragma unroll
+      for (int q = 0; q < kEmbedCols; ++q) acc[q] = __fadd_rn(acc[q], v[k][q]);
+  }
+  for (; j < end; ++j) {
+    const S* src = dout + static_cast<int64_t>(sorted_tokens[j]) * ld + c0;
+#pragma unroll
+    for (int q = 0; q < kEmbedCols; ++q)
+      if (in[q]) acc[q] = __fadd_rn(acc[q], ld1(src + q * blockDim.x));
+  }
+#pragma unroll
+  for (int q = 0; q < kEmbedCols; ++q)
+    if (in[q]) row[c0 + q * blockDim.x] = acc[q];
 }
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
@@ -283,7 +270,7 @@ cudaError_t embedding_backward(Ty dout_type, int64_t tokens, int64_t vocab, int6
   err =
       cub::DeviceRadixSort::SortPairs(temp, temp_bytes, ids, sorted_ids, token_index, sorted_tokens, n, 0, 32, stream);
   if (err != cudaSuccess) return err;
-  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(ceil_div(dim, kThreads)));
+  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(ceil_div(dim, kEmbedCols * kThreads)));
   if (dout_type == Ty::BF16)
     embedding_backward_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(
         n, vocab, dim, ld_dout, sorted_ids, sorted_tokens, static_cast<const uint16_t*>(dout), dtable);
