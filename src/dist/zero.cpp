@@ -132,7 +132,13 @@ Zero1::Zero1(Communicator& dp, const optim::ParamArenas& params, Communicator* e
     bounds_ = Tensor::from_vector(bounds, {segments_, 2}, MemCategory::Workspace, params.grads.device());
 }
 
-Zero1::~Zero1() = default;
+Zero1::~Zero1() {
+  // The side stream may still use side_recv_ if a step failed between a launch and its wait.
+  if (side_) try {
+      side_->synchronize();
+    } catch (...) {  // already failing: the error being handled says more
+    }
+}
 
 ArenaRange Zero1::shard() const {
   if (interleaved_) {
@@ -151,16 +157,17 @@ std::vector<ArenaRange> Zero1::shards() const {
   return out;
 }
 
-void Zero1::reduce_bucket(const ExecCtx& ctx, const Bucket& b, std::vector<Tensor>* keep) {
+void Zero1::reduce_bucket(const ExecCtx& ctx, const Bucket& b, const Tensor* recv_buffer) {
   const int n = dp_.size(), me = dp_.rank();
   const Tensor grads = params_.grads.flat();
   const int64_t len = b.slices.counts[static_cast<size_t>(me)];
   const std::vector<int64_t> recv_counts(static_cast<size_t>(n), len);
   // The bucket's slices lie back to back in rank order: the gradients are the send buffer as they are.
-  const Tensor recv = ctx.scratch({std::max<int64_t>(n * len, 1)}, DType::F32);
+  const Tensor recv = recv_buffer ? *recv_buffer : ctx.scratch({std::max<int64_t>(n * len, 1)}, DType::F32);
+  FP8T_CHECK(recv.numel() >= n * len, "ZeRO-1: a receive buffer of {} elements for a bucket slice of {} x {}",
+             recv.numel(), n, len);
   dp_.all_to_allv(grads.narrow(0, b.range.begin, b.range.size()), b.slices.counts, recv.narrow(0, 0, n * len),
                   recv_counts, ctx);
-  if (keep) keep->push_back(recv);
   if (len == 0) return;
   // ((g0 + g1) + g2) + ... in rank order, as reduce_section adds.
   const Tensor out =
@@ -177,8 +184,14 @@ void Zero1::launch(const ExecCtx& ctx, size_t i) {
   }
   // A GPU: the side stream starts the bucket after the gradients queued so far on the compute stream.
   if (!side_) side_ = backend(ctx.device).side_queue();
+  if (!side_recv_.defined()) {  // before the wait below: whatever used this memory before is then done
+    int64_t most = 1;
+    for (const Bucket& b : buckets_)
+      most = std::max(most, dp_.size() * b.slices.counts[static_cast<size_t>(dp_.rank())]);
+    side_recv_ = ctx.scratch({most}, DType::F32);
+  }
   side_->side_waits_for_compute();
-  reduce_bucket(ctx.with_stream(side_->side_stream()), buckets_[i], &keep_);
+  reduce_bucket(ctx.with_stream(side_->side_stream()), buckets_[i], &side_recv_);
 }
 
 void Zero1::wait() {
@@ -189,7 +202,6 @@ void Zero1::wait() {
   if (!side_) return;  // nothing launched
   side_->compute_waits_for(side_->side_mark());
   side_->reset();
-  keep_.clear();  // (freed after the compute stream's wait for them is queued)
 }
 
 void Zero1::group_ready(const ExecCtx& ctx, int group) {

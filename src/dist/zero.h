@@ -68,7 +68,8 @@ std::vector<Bucket> plan_buckets(const ArenaLayout& layout, ArenaRange range, co
 
 class Zero1 {
  public:
-  // 4 Mi elements (16 MiB of FP32) per rank and bucket unless told otherwise.
+  // 4 Mi elements (16 MiB of FP32) per rank and bucket unless told otherwise (the trainer passes
+  // parallel.dp_bucket_mib).
   static constexpr int64_t kDefaultBucketElements = int64_t{1} << 22;
 
   // experts: the ranks holding the same experts as this one, when params.experts is not empty (else unused).
@@ -114,7 +115,8 @@ class Zero1 {
     ArenaRange mine() const { return plan.range(comm->rank()); }
   };
   void reduce_section(const ExecCtx& ctx, const Section& s);
-  void reduce_bucket(const ExecCtx& ctx, const Bucket& b, std::vector<Tensor>* keep);
+  // recv_buffer: where the bucket's slices are received (null: a scratch tensor of the context's device).
+  void reduce_bucket(const ExecCtx& ctx, const Bucket& b, const Tensor* recv_buffer);
   void launch(const ExecCtx& ctx, size_t bucket);
   void wait();
 
@@ -128,10 +130,12 @@ class Zero1 {
   bool overlap_ = false;
   size_t launched_ = 0;  // buckets launched this step, a prefix of buckets_
   size_t overlapped_ = 0;
-  // The side queue: a worker thread on the CPU (buckets run in order), a side stream on a GPU (keep_: buffers in
-  // use there until the wait).
+  // The side queue: a worker thread on the CPU (buckets run in order), a side stream on a GPU. The side stream's
+  // buckets receive into one buffer of the largest bucket's size, kept for the run: they run in order there, so each
+  // reuses it after the one before, and no scratch block allocated for the compute stream is freed while the side
+  // stream still reads it (holding every bucket's scratch until the wait cost the whole gradient arena again).
   std::unique_ptr<HostWorker> worker_;
-  std::vector<Tensor> keep_;
+  Tensor side_recv_;
   std::unique_ptr<SideQueue> side_;  // a GPU's side stream, made on first use
   Tensor bounds_;  // I64 [segments, 2]: the parameters' slices inside this shard, for the norm
   int64_t segments_ = 0;

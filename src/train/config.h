@@ -87,7 +87,7 @@ struct TrainConfig {
   double dist_timeout = 300.0;  // seconds a rank waits in a collective before the run fails
   double dp_bucket_mib = 16;    // ZeRO-1: FP32 gradient MiB per rank and bucket (dist::Zero1's bucket_elements / 2^18)
   std::string dp_overlap = "auto";  // ZeRO-1's gradient buckets reduced during the last backward ("on"), after it
-                                    // ("off"), or "auto" (off for now: trainer.cpp says why)
+                                    // ("off"), or "auto" (on for GPU ranks: trainer.cpp says why)
 
   // Derived objects.
   optim::LrSchedule lr_schedule() const;
