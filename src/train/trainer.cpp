@@ -165,6 +165,7 @@ std::vector<std::string> resume_warnings(const CheckpointMeta& checkpoint, const
   std::vector<std::string> out;
   for (const std::string& key : config_differences(checkpoint.config, config)) {
     if (!config_key_changes_training(key)) continue;
+    if (key == "parallel.dp_bucket_mib" && c.dp == 1) continue;  // no buckets on one DP rank
     std::string why = "the run no longer continues the computation the checkpoint started";
     if (key == "train.steps")
       why =
@@ -175,6 +176,10 @@ std::vector<std::string> resume_warnings(const CheckpointMeta& checkpoint, const
       why =
           "the ranks' gradients are summed in another grouping (in rank order over other blocks of micro-batches), "
           "so the steps from here differ from an uninterrupted run by rounding";
+    else if (key == "parallel.dp_bucket_mib")
+      why =
+          "the ranks' shards follow the buckets, so the gradient norm's per-rank partial sums are grouped otherwise "
+          "(its last bits, and through clipping the updates')";
     else if (key == "train.threads")
       why = "results are bit-identical only for a fixed thread count";
     else if (key == "train.device")
