@@ -69,7 +69,10 @@ struct ExecCtx {
     if (s != nullptr) c.stream = s;
     return c;
   }
-  // A temporary on this context's device.
+  // A temporary on this context's device. On a GPU the caching allocator books every block to the device's compute
+  // stream, whatever this context's stream: a block used by work queued on a side stream must stay alive until the
+  // compute stream waits for that work (or be owned by the caller for as long as the side stream uses it, as ZeRO-1's
+  // receive buffer is), else the compute stream may be handed it while the side stream still reads it.
   Tensor scratch(Shape shape, DType dtype) const {
     return Tensor::empty(std::move(shape), dtype, MemCategory::Workspace, device);
   }
