@@ -59,7 +59,7 @@ SwigluForward swiglu_ffn_forward(const StepContext& ctx, const Tensor& gate_up, 
 // ops and the Linears' own quantization, without the BF16 copies. Shared by SwigluFFN and the MoE's experts
 // (offsets: the grouped Linears' expert offsets). Each operand is dropped once its last reader is queued (dy and
 // x2 after W2's backward, dact after SwiGLU's backward), so a caller that hands dy over (std::move) frees it before
-// W1|W3's backward, the largest part: the step's memory peak falls there.
+// W1|W3's backward, the largest part (the MoE's: dy is [padded expert rows, hidden]).
 void swiglu_ffn_backward(const StepContext& ctx, const SavedTensor& gate_up, LinearInput x2, const Linear& w2,
                          const Linear& w13, Tensor dy, const std::function<LinearInput()>& x13, const Tensor& dx,
                          bool accumulate, const Tensor& offsets = {});

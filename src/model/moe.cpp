@@ -218,7 +218,7 @@ void MoE::backward(const StepContext& ctx, const State& st, const Tensor& dy, co
   // EP: dy per (token, choice) to the experts' ranks — as FP8 with power-of-two 1×128 scales where the recipe
   // dispatches the gradient (W2's Dgrad quantizes it so anyway: re-quantizing the exchanged values gives the same
   // values, the scales being powers of two), else in the compute dtype
-  // Handed over to the experts' backward, which frees it after W2's: the step's memory peak is in W1|W3's.
+  // Handed over to the experts' backward, which frees it after W2's: W1|W3's, the largest, runs without it.
   Tensor dye = dyp;
   if (ep) {
     const recipe::LinearRecipe down = recipe::linear_recipe(*ctx.recipe, recipe::LinearRole::ExpertDown);
