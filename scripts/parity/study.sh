@@ -5,18 +5,22 @@
 # compare.html, and summarize.py reads them all.
 #
 #   bash scripts/parity/study.sh --out DIR --steps N [--seeds "1 2 3"] [--recipes bf16,fp8-deepseek]
-#        [--corpus FILE] [--device cuda] [--health-every H] [-- extra fp8train options]
+#        [--corpus FILE] [--device cuda] [--health-every H] [--gpus G] [-- extra fp8train options]
 #   bash scripts/parity/study.sh --out DIR --budget-s S ...   # N from a 20-step fp8-deepseek probe: the steps
 #                                                              # one run of the slowest recipe trains in S seconds
 #
 # The corpus is made by make_corpus.py (from the site-packages holding PyTorch) unless --corpus names one; its
 # SHA-256 is in DIR/corpus.txt.json. Each seed's runs go to DIR/seed-S/<recipe>/; a seed whose compare.json
-# exists is skipped, so a study can be spread over several calls with the same --steps. Numerics-health samples
+# covers the recipes asked for is skipped, and a finished run of a recipe is reused (an unfinished one is removed
+# and run again), so a study can be spread over several calls with the same --steps. --gpus G (G > 1) trains a
+# seed's recipes side by side, one process per recipe, each GPU taking the next recipe in --recipes order as it
+# comes free, then compares them: a slow ablation (promote=never, ~10x slower) listed first keeps one GPU while the
+# others train the rest. The baseline is bf16 where it is listed, else the first recipe. Numerics-health samples
 # (per-GEMM errors against FP32) every H steps, default N/10; 0: none (each sample moves every Linear's operands
 # to the host, tens of seconds at this size).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-out="" steps="" budget="" seeds="1 2 3" recipes="bf16,fp8-deepseek" corpus="" device="cuda" health=""
+out="" steps="" budget="" seeds="1 2 3" recipes="bf16,fp8-deepseek" corpus="" device="cuda" health="" gpus=1
 extra=()
 while (($#)); do
   case "$1" in
@@ -28,6 +32,7 @@ while (($#)); do
     --corpus) corpus=$2; shift 2 ;;
     --device) device=$2; shift 2 ;;
     --health-every) health=$2; shift 2 ;;
+    --gpus) gpus=$2; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "study.sh: unknown argument '$1' (see the top of $0)" >&2; exit 2 ;;
   esac
@@ -66,11 +71,51 @@ PY
 fi
 echo "$steps" >"$out/steps"
 
+[[ $gpus =~ ^[1-9][0-9]*$ ]] || { echo "study.sh: --gpus takes a positive number, not '$gpus'" >&2; exit 2; }
+IFS=, read -ra recipe_list <<<"$recipes"
+# Whether DIR's compare.json compares exactly the recipes asked for (a one-recipe compare of --gpus does not count).
+compared() {
+  python3 - "$1/compare.json" "$recipes" <<'PY'
+import json, sys
+try:
+    done = sorted(r["recipe"] for r in json.load(open(sys.argv[1]))["recipes"])
+except (OSError, ValueError, KeyError, TypeError):
+    sys.exit(1)
+sys.exit(0 if done == sorted(sys.argv[2].split(",")) else 1)
+PY
+}
 for seed in $seeds; do
   dir=$out/seed-$seed
-  if [[ -f $dir/compare.json ]]; then echo "study.sh: seed $seed done already ($dir)"; continue; fi
-  rm -rf "$dir"
-  "$bin" compare --recipes "$recipes" "${common[@]}" --seed "$seed" --steps "$steps" \
-    --eval-every $((steps / 10)) --health-every "${health:-$((steps / 10))}" --out "$dir" "${extra[@]}"
+  if compared "$dir"; then echo "study.sh: seed $seed done already ($dir)"; continue; fi
+  mkdir -p "$dir"
+  # A run without its summary was cut short (compare refuses to reuse it): train it again.
+  for run in "$dir"/*/; do [[ -d $run && ! -f $run/summary.json ]] && rm -rf "$run"; done
+  seed_args=("${common[@]}" --seed "$seed" --steps "$steps" --eval-every $((steps / 10))
+    --health-every "${health:-$((steps / 10))}" --out "$dir" "${extra[@]}")
+  if ((gpus > 1)); then
+    # one worker per GPU; each takes the next recipe nobody has claimed (mkdir is atomic), so a slow recipe keeps
+    # one GPU while the others work through the rest
+    claims=$dir/.claims
+    rm -rf "$claims"
+    mkdir -p "$claims"
+    pids=()
+    for ((g = 0; g < gpus; g++)); do
+      (
+        for ((i = 0; i < ${#recipe_list[@]}; i++)); do
+          mkdir "$claims/$i" 2>/dev/null || continue
+          CUDA_VISIBLE_DEVICES=$g "$bin" compare --recipes "${recipe_list[i]}" "${seed_args[@]}" \
+            >"$dir/recipe$i-gpu$g.log" 2>&1 ||
+            echo "study.sh: ${recipe_list[i]} (seed $seed, GPU $g) failed: $dir/recipe$i-gpu$g.log" >&2
+        done
+      ) &
+      pids+=($!)
+    done
+    wait "${pids[@]}"
+    rm -rf "$claims"
+  fi
+  # compares every recipe, reusing the runs that finished above; against bf16 where it is one of them
+  baseline=()
+  [[ ,$recipes, == *,bf16,* ]] && baseline=(--baseline bf16)
+  "$bin" compare --recipes "$recipes" "${baseline[@]}" "${seed_args[@]}"
 done
 python3 scripts/parity/summarize.py "$out"

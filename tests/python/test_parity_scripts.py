@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The loss-parity study's scripts (scripts/parity/): make_corpus.py applies its documented rule and is
 deterministic; summarize.py computes the per-seed gaps, the baseline's seed range and the seed-averaged gap from
-compare.json files, and refuses a malformed one naming the field. Standard library only."""
+compare.json files, and refuses a malformed one naming the field; study.sh trains each recipe once (side by side on
+--gpus G), reuses finished runs, retrains cut ones and skips compared seeds (driving a stand-in for fp8train that
+logs what it is asked). Standard library only."""
 import hashlib
 import json
 import os
@@ -12,6 +14,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MAKE = os.path.join(ROOT, "scripts", "parity", "make_corpus.py")
 SUMMARIZE = os.path.join(ROOT, "scripts", "parity", "summarize.py")
+STUDY = os.path.join(ROOT, "scripts", "parity", "study.sh")
 failures = []
 
 
@@ -98,9 +101,91 @@ def summary(tmp):
     check(r.returncode != 0 and "compare.json" in r.stderr + r.stdout, "a directory without seeds is refused")
 
 
+# A stand-in for `fp8train compare --recipes R,... --out DIR ...`: a recipe's run is DIR/<name>; one with a
+# summary.json is reused, one without is refused as unfinished (as fp8train does), a missing one is "trained" (its
+# summary written, unless FAKE_CUT names the recipe: then it exits 1 mid-run). It logs "train R GPU" / "reuse R" to
+# FAKE_LOG and writes DIR/compare.json for the recipes of the call.
+FAKE = r"""#!/usr/bin/env python3
+import json, os, sys
+a = sys.argv[1:]
+assert a[0] == "compare", a
+recipes = a[a.index("--recipes") + 1].split(",")
+out = a[a.index("--out") + 1]
+log = open(os.environ["FAKE_LOG"], "a")
+for r in recipes:
+    d = os.path.join(out, r.replace(":", "_").replace("=", "-"))
+    if os.path.exists(os.path.join(d, "summary.json")):
+        log.write(f"reuse {r}\n")
+        continue
+    if os.path.isdir(d):
+        sys.exit(f"compare: '{d}' holds an unfinished run of {r}")
+    os.makedirs(d)
+    log.write(f"train {r} {os.environ.get('CUDA_VISIBLE_DEVICES', '-')}\n")
+    if os.environ.get("FAKE_CUT") == r:
+        sys.exit(f"{r}: cut short")
+    json.dump({"steps": 10}, open(os.path.join(d, "summary.json"), "w"))
+entries = [{"recipe": r, "steps": 10, "final_eval_loss": 2.0 + 0.01 * i, "relative_loss_error_vs_baseline": 0.0,
+            "tokens_per_s": 1.0, "relative_loss_error_by_tenth": [0.0] * 10, "gemm_relative_error": None}
+           for i, r in enumerate(recipes)]
+base = a[a.index("--baseline") + 1] if "--baseline" in a else recipes[0]
+json.dump({"baseline": base, "recipes": entries}, open(os.path.join(out, "compare.json"), "w"))
+"""
+
+
+def study(tmp):
+    fake = os.path.join(tmp, "fake_fp8train")
+    with open(fake, "w") as f:
+        f.write(FAKE)
+    os.chmod(fake, 0o755)
+    corpus = os.path.join(tmp, "corpus.txt")
+    with open(corpus, "w") as f:
+        f.write("x = 1\n")
+    out, log = os.path.join(tmp, "st"), os.path.join(tmp, "calls.log")
+    recipes = "fp8-deepseek:promote=never,bf16,fp8-deepseek"  # the slow one first; the baseline is bf16 anyway
+
+    def study_run(seeds, cut=None, gpus="2"):
+        open(log, "w").close()
+        env = dict(os.environ, FP8TRAIN_BIN=fake, FAKE_LOG=log)
+        env.pop("FAKE_CUT", None)
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        if cut:
+            env["FAKE_CUT"] = cut
+        r = subprocess.run(["bash", STUDY, "--out", out, "--steps", "10", "--seeds", seeds, "--recipes", recipes,
+                            "--corpus", corpus, "--gpus", gpus], capture_output=True, text=True, env=env)
+        return r, sorted(open(log).read().split("\n")[:-1])
+
+    r, calls = study_run("1")
+    check(r.returncode == 0, f"study.sh --gpus 2 exits 0 ({r.stderr[-500:]})")
+    # each recipe trained once, on GPU 0 or 1 (whichever came free), then one compare of all three reusing them
+    trained = sorted(c.rsplit(" ", 1)[0] for c in calls if c.startswith("train "))
+    gpus_used = {c.rsplit(" ", 1)[1] for c in calls if c.startswith("train ")}
+    check(trained == ["train bf16", "train fp8-deepseek", "train fp8-deepseek:promote=never"] and
+          gpus_used <= {"0", "1"}, f"--gpus 2: each recipe trained once on GPU 0 or 1: {calls}")
+    check([c for c in calls if c.startswith("reuse ")] ==
+          ["reuse bf16", "reuse fp8-deepseek", "reuse fp8-deepseek:promote=never"], f"then all reused: {calls}")
+    check(not os.path.exists(os.path.join(out, "seed-1", ".claims")), "the claims are cleaned up")
+    got = sorted(e["recipe"] for e in json.load(open(os.path.join(out, "seed-1", "compare.json")))["recipes"])
+    check(got == sorted(recipes.split(",")), f"the seed's compare.json holds every recipe ({got})")
+    check(os.path.exists(os.path.join(out, "summary.json")), "summarize.py ran")
+    check(json.load(open(os.path.join(out, "seed-1", "compare.json")))["baseline"] == "bf16",
+          "bf16 is the baseline wherever it is listed")
+    r, calls = study_run("1")
+    check(r.returncode == 0 and calls == [] and "done already" in r.stdout, f"a compared seed is skipped ({calls})")
+    # A run cut short fails the study; the next call trains it again and reuses the others.
+    r, calls = study_run("2", cut="fp8-deepseek")
+    check(r.returncode != 0, "a run that fails fails the study")
+    r, calls = study_run("2", gpus="1")
+    check(r.returncode == 0, f"the study resumes ({r.stderr[-500:]})")
+    check(calls == ["reuse bf16", "reuse fp8-deepseek:promote=never", "train fp8-deepseek -"],
+          f"only the cut run is trained again: {calls}")
+    r, _ = study_run("3", gpus="two")
+    check(r.returncode != 0 and "--gpus" in r.stderr, "a bad --gpus is refused by name")
+
+
 with tempfile.TemporaryDirectory() as tmp:
     corpus_rule(tmp)
     summary(tmp)
+    study(tmp)
 if failures:
     sys.exit(f"{len(failures)} check(s) failed")
 print("parity scripts: all checks passed")
