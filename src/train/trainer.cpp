@@ -435,7 +435,7 @@ TrainResult run_training(const TrainConfig& requested, TrainableModel& model, co
   std::vector<int> ready_groups;
   if (plain_dp)
     for (const ArenaLayout::View& v : params.layout().views()) ready_groups.push_back(model.grad_ready_group(v.name));
-  // (auto: on for GPU ranks, whose side stream costs no core and measured 1-1.5 % faster on 2 x H200 at 64-1024 MiB
+  // (auto: on for GPU ranks, whose side stream costs no core and measured 0.5-1.4 % faster on 2 x H200 at 64-1024 MiB
   // buckets; off for CPU ranks, where the worker thread competes with the backward for the cores, which
   // oversubscribed ranks do not have spare: measured slower there. bench/RESULTS.md has both.)
   const bool want_overlap =
