@@ -68,9 +68,9 @@ std::vector<Bucket> plan_buckets(const ArenaLayout& layout, ArenaRange range, co
 
 class Zero1 {
  public:
-  // 4 Mi elements (16 MiB of FP32) per rank and bucket unless told otherwise (the trainer passes
-  // parallel.dp_bucket_mib).
-  static constexpr int64_t kDefaultBucketElements = int64_t{1} << 22;
+  // 16 Mi elements (64 MiB of FP32) per rank and bucket unless told otherwise: the default of parallel.dp_bucket_mib,
+  // which the trainer passes (docs/distributed.md: NCCL's collectives reach their plateau only at such messages).
+  static constexpr int64_t kDefaultBucketElements = int64_t{1} << 24;
 
   // experts: the ranks holding the same experts as this one, when params.experts is not empty (else unused).
   // view_groups: the interleaved plan's ready groups per layout view (plan_buckets), with no sharded experts;

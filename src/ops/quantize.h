@@ -6,9 +6,8 @@
 //   out: a QTensor on ctx's device, its payloads booked under `category`
 // groups: x's rows are `groups` equal ranges quantized independently (MoE expert weights; quant/qtensor.h).
 #pragma once
-#include <optional>
-
 #include <cstdint>
+#include <optional>
 
 #include "ops/op_table.h"
 #include "quant/quant.h"

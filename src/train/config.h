@@ -85,7 +85,7 @@ struct TrainConfig {
   int64_t ranks_per_node = 0;   // EP ranks per node for node-limited routing (0: every EP rank on one node)
   int64_t pp = 1;               // pipeline ranks (DualPipeV: 2 x pp stages)
   double dist_timeout = 300.0;  // seconds a rank waits in a collective before the run fails
-  double dp_bucket_mib = 64;    // ZeRO-1: FP32 gradient MiB per rank and bucket (docs/distributed.md: why 64)
+  double dp_bucket_mib = 64;    // ZeRO-1: FP32 gradient MiB per rank and bucket (dist::Zero1's default too)
   std::string dp_overlap = "auto";  // ZeRO-1's gradient buckets reduced during the last backward ("on"), after it
                                     // ("off"), or "auto" (on for GPU ranks: trainer.cpp says why)
 
