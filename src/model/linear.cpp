@@ -48,23 +48,11 @@ Tensor f32_matrix(const StepContext& ctx, int64_t rows, int64_t cols) {
 // repeats the block's scale): the same values in the 1×128 · 128×128 pairing the scaled GEMMs accept. Only the
 // dgrad_block ablation (DeepSeek-V3 report, App. B.2) uses it, on any device. Blocks never straddle two experts:
 // the MoE pads each expert's rows to 128 in the quantized recipes (moe.cpp), so a grouped Dgrad reads the same
-// scales. On a GPU the small scale grid (rows/128 × cols/128 floats) makes a host round trip (one synchronisation
-// per Dgrad) instead of a device kernel: acceptable for an ablation, which measures accuracy, not speed.
-quant::QTensor blocks_as_row_tiles(const quant::QTensor& q) {
+// scales.
+quant::QTensor blocks_as_row_tiles(const StepContext& ctx, const quant::QTensor& q) {
   FP8T_CHECK(q.groups == 1 && !q.spec.granularity.per_tensor && q.rowwise.defined(),
              "the dgrad_block ablation expects one block-quantized dy matrix");
-  quant::QTensor t = q.rowwise_only();
-  t.spec.granularity = quant::Granularity::row_tile(q.spec.granularity.block_cols);
-  const quant::ScaleGrid from = q.rowwise_grid();
-  const quant::ScaleGrid to = t.rowwise_grid();
-  const std::vector<float> src = q.rowwise.scales.to_vector<float>();
-  std::vector<float> dst(static_cast<size_t>(to.numel()), 0.0f);
-  const int64_t bc = q.spec.granularity.block_cols;
-  for (int64_t r = 0; r < q.rows; ++r)
-    for (int64_t c = 0; c < q.cols; c += bc) dst[to.offset_of(r, c)] = src[from.offset_of(r, c)];
-  const Tensor host = Tensor::from_vector(dst, to.shape(), MemCategory::Workspace, Device::cpu());
-  t.rowwise.scales = q.device().is_cpu() ? host : host.to(q.device(), MemCategory::Workspace);
-  return t;
+  return ops::block_scales_as_row_tiles(ctx.exec, q);
 }
 
 // A per-tensor quantized stack of `groups` weights with its one scale repeated per group: the grouped GEMMs read
@@ -475,7 +463,7 @@ void Linear::backward_quantized(const StepContext& ctx, const Tensor& dy, const 
   const recipe::LinearRecipe& plan = s.plan;
   const quant::ScaleLayout layout = layout_for(ctx.exec);
   const quant::QTensor dy_operand =
-      dyq.spec.granularity.block_rows > 1 && !dyq.spec.granularity.per_tensor ? blocks_as_row_tiles(dyq) : dyq;
+      dyq.spec.granularity.block_rows > 1 && !dyq.spec.granularity.per_tensor ? blocks_as_row_tiles(ctx, dyq) : dyq;
 
   if (dx.defined()) {
     const ops::ScaledGemmOptions o{plan.dgrad.gemm, accumulate};
@@ -575,8 +563,9 @@ void Linear::observe_backward(const StepContext& ctx, const Tensor& dy, const qu
       }
       ctx.health->record(site_, GemmKind::Dgrad, recipe::measure_accuracy(ctx.exec, y, ref));
     } else {
-      const quant::QTensor a =
-          dyq->spec.granularity.block_rows > 1 && !dyq->spec.granularity.per_tensor ? blocks_as_row_tiles(*dyq) : *dyq;
+      const quant::QTensor a = dyq->spec.granularity.block_rows > 1 && !dyq->spec.granularity.per_tensor
+                                   ? blocks_as_row_tiles(ctx, *dyq)
+                                   : *dyq;
       const ops::ScaledGemmOptions o{s.plan.dgrad.gemm, false};
       if (grouped) {
         ops::scaled_gemm_grouped(ctx.exec, a, s.weight_q.transposed(), offsets, y, o);

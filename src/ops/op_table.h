@@ -42,6 +42,7 @@ struct QuantizedOut;         // ops/quantize.h
 struct AmaxHistoryProblem;   // ops/quantize.h
 struct DequantizeProblem;    // ops/quantize.h
 struct ColwiseProblem;       // ops/quantize.h
+struct RowTileScalesProblem;   // ops/quantize.h
 struct SwigluQuantizeProblem;  // ops/quantize.h
 struct SwigluGateUpProblem;    // ops/quantize.h
 struct ScaledGemmProblem;    // ops/scaled_gemm.h
@@ -105,6 +106,7 @@ using QuantizeDelayedFn = void(const ExecCtx&, const QuantizeProblem&, const Ama
 using DequantizeFn = void(const ExecCtx&, const DequantizeProblem&, const void* codes, const float* scales, void* out);
 using WithColwiseFn = void(const ExecCtx&, const ColwiseProblem&, const void* codes, const float* scales,
                            const QuantizedOut& colwise);
+using RowTileScalesFn = void(const ExecCtx&, const RowTileScalesProblem&, const float* from, float* to);
 // codes / scales: gate|up's 1x128 row-wise payload; dout: BF16 (backward only).
 using SwigluQuantizeFn = void(const ExecCtx&, const SwigluQuantizeProblem&, const void* codes, const float* scales,
                               const void* dout, const QuantizedOut& rowwise, const QuantizedOut& colwise);
@@ -161,6 +163,7 @@ struct OpTable {
   QuantizeDelayedFn* quantize_delayed = nullptr;
   DequantizeFn* dequantize = nullptr;
   WithColwiseFn* with_colwise = nullptr;
+  RowTileScalesFn* row_tile_scales = nullptr;
   SwigluQuantizeFn* swiglu_quantize = nullptr;  // fused forms only (CUDA); the entry point composes otherwise
   SwigluGateUpFn* swiglu_gate_up = nullptr;     // fused forms only (CUDA); the entry point composes otherwise
   ScaledGemmFn* scaled_gemm = nullptr;

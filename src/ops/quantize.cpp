@@ -193,6 +193,21 @@ quant::QTensor with_colwise(const ExecCtx& ctx, const quant::QTensor& q, MemCate
   return out;
 }
 
+// ---- block scales as row tiles --------------------------------------------------------------------------------------
+quant::QTensor block_scales_as_row_tiles(const ExecCtx& ctx, const quant::QTensor& q, MemCategory category) {
+  const char* op = "block_scales_as_row_tiles";
+  check_quantized(op, ctx, q);
+  const quant::Granularity& g = q.spec.granularity;
+  FP8T_CHECK(!g.per_tensor && g.block_rows > 1, "{}: expects block scales (br x bc with br > 1), got {}", op, g.name());
+  quant::QTensor t = q.rowwise_only();
+  t.spec.granularity = quant::Granularity::row_tile(g.block_cols);
+  RowTileScalesProblem p{q.rowwise_grid(), t.rowwise_grid()};
+  t.rowwise.scales = Tensor::empty(p.to.shape(), DType::F32, category, ctx.device);
+  const std::string key = profile_key(ctx, op, q.rows, q.cols, quant::format_name(q.format()));
+  launcher(ctx, &OpTable::row_tile_scales, key)(ctx, p, q.rowwise.scales.data<float>(), t.rowwise.scales.data<float>());
+  return t;
+}
+
 // ---- SwiGLU fused into quantization ----------------------------------------------------------------------------
 namespace {
 

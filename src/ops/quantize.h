@@ -116,6 +116,18 @@ struct ColwiseProblem {
 quant::QTensor with_colwise(const ExecCtx& ctx, const quant::QTensor& q, MemCategory category = MemCategory::Workspace,
                             std::optional<quant::ScaleLayout> colwise_layout = std::nullopt);
 
+// ---- block scales as row tiles (the dgrad_block ablation) --------------------------------------------------------
+// A block-quantized q (row-wise payload, br×bc blocks, br > 1) re-expressed with granularity 1×bc: the same codes,
+// each row of a block repeating the block's scale, in q's scale layout. The values are unchanged; this is the
+// 1×128 · 128×128 pairing the scaled GEMMs take, so a 128×128-quantized dy can feed Dgrad (DeepSeek-V3 report,
+// App. B.2). A device kernel, so that no scale grid goes through the host inside a step.
+struct RowTileScalesProblem {
+  quant::ScaleGrid from;  // q's row-wise grid (br×bc blocks)
+  quant::ScaleGrid to;    // the 1×bc grid of the same rows, columns, groups and layout
+};
+quant::QTensor block_scales_as_row_tiles(const ExecCtx& ctx, const quant::QTensor& q,
+                                         MemCategory category = MemCategory::Workspace);
+
 // ---- SwiGLU fused into quantization ----------------------------------------------------------------------------
 // SwiGLU on a gate|up [rows, 2F] kept quantized (the FP8 SwiGLU-input cache), straight into the next GEMM's
 // quantized operands; by definition the composition of dequantize, the SwiGLU op and quantize, every intermediate

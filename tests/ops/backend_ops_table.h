@@ -442,6 +442,63 @@ inline void with_colwise_cases(std::vector<BackendOpCase>& out) {
   add_with_colwise_case(out, detail::make_spec(Format::E4M3, Granularity::block_128x128(), false), RM, 384, 256, 1, GN);
 }
 
+// ---- block scales as row tiles (ops::block_scales_as_row_tiles, the dgrad_block ablation) -----------------------
+// The reference: the block quantization's codes, and for every element (r, c) the scale of its block written where
+// the 1×bc grid in `layout` keeps the scale of (r, c) (ScaleGrid::offset_of, not the kernels' strides).
+inline void add_row_tile_scales_case(std::vector<BackendOpCase>& out, const quant::QuantSpec& spec,
+                                     quant::ScaleLayout layout, int64_t rows, int64_t cols, int64_t groups) {
+  BackendOpCase c;
+  c.op = "block_scales_as_row_tiles";
+  c.name = detail::spec_name(spec) + " " + std::string(quant::scale_layout_name(layout)) + " " +
+           detail::shape_name(rows, cols, groups, DType::F32);
+  c.run = [=](const ExecCtx& ctx, uint64_t seed) {
+    std::vector<float> x = random_values(rows, cols, seed);
+    const quant::QTensor q = ops::quantize(ctx, input_on(ctx, x, rows, cols, DType::F32), spec,
+                                           ops::QuantizeOutputs::Rowwise, layout, groups);
+    const quant::Granularity tile = quant::Granularity::row_tile(spec.granularity.block_cols);
+    poison_next(ctx.device,
+                {static_cast<size_t>(quant::ScaleGrid{tile, rows, cols, groups, layout}.numel()) * sizeof(float)});
+    const quant::QTensor t = ops::block_scales_as_row_tiles(ctx, q);
+    std::vector<OpResult> r;
+    add_payloads(r, t);
+    r.push_back({"granularity " + t.spec.granularity.name(), {}, {}});
+    return r;
+  };
+  c.reference = [=](uint64_t seed) {
+    const std::vector<float> x = random_values(rows, cols, seed);
+    const quant::QTensor q = detail::reference_quantize(x, rows, cols, spec, ops::QuantizeOutputs::Rowwise,
+                                                        quant::ScaleLayout::RowMajor, groups);
+    quant::QuantSpec ts = spec;
+    ts.granularity = quant::Granularity::row_tile(spec.granularity.block_cols);
+    quant::QTensor t = quant::QTensor::empty(ts, rows, cols, groups, true, false, layout, Device::cpu());
+    std::memcpy(t.rowwise.codes.raw(), q.rowwise.codes.raw(), q.rowwise.codes.nbytes());
+    const quant::ScaleGrid to = t.rowwise_grid();
+    float* dst = t.rowwise.scales.data<float>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t col = 0; col < cols; col += spec.granularity.block_cols)
+        dst[to.offset_of(r, col)] = q.scale_of(r, col);
+    std::vector<OpResult> res;
+    add_payloads(res, t);
+    res.push_back({"granularity " + ts.granularity.name(), {}, {}});
+    return res;
+  };
+  out.push_back(std::move(c));
+}
+
+inline void row_tile_scales_cases(std::vector<BackendOpCase>& out) {
+  using quant::Format;
+  using quant::Granularity;
+  const auto RM = quant::ScaleLayout::RowMajor, GN = quant::ScaleLayout::GemmNative;
+  // dy of a dense Dgrad (native layout), a ragged last block in both directions, and groups of whole blocks (the
+  // MoE's padded experts) in each layout.
+  add_row_tile_scales_case(out, detail::make_spec(Format::E4M3, Granularity::block_128x128(), false), GN, 384, 256, 1);
+  add_row_tile_scales_case(out, detail::make_spec(Format::E4M3, Granularity::block_128x128(), true), RM, 200, 320, 1);
+  add_row_tile_scales_case(out, detail::make_spec(Format::E4M3, Granularity::block_128x128(), false), RM, 3 * 256, 256,
+                           3);
+  add_row_tile_scales_case(out, detail::make_spec(Format::E5M2, Granularity::block_128x128(), true), GN, 2 * 128, 384,
+                           2);
+}
+
 // ---- SwiGLU fused into quantization (ops::quantize_swiglu_forward / _backward) ----------------------------------
 // The op is defined as the composition dequantize -> swiglu -> quantize: the reference runs those CPU ops, so the
 // CPU op (which is that composition) matches it bit for bit. The CUDA op is one fused kernel whose SwiGLU uses the
@@ -970,6 +1027,7 @@ inline std::vector<BackendOpCase> backend_cases() {
   quantize_cases(out);
   dequantize_cases(out);
   with_colwise_cases(out);
+  row_tile_scales_cases(out);
   swiglu_quantize_cases(out);
   delayed_cases(out);
   scaled_gemm_cases(out);

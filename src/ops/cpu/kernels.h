@@ -46,6 +46,7 @@ QuantizeFn quantize;
 QuantizeDelayedFn quantize_delayed;
 DequantizeFn dequantize;
 WithColwiseFn with_colwise;
+RowTileScalesFn row_tile_scales;
 ScaledGemmFn scaled_gemm;
 ScaledGemmGroupedFn scaled_gemm_grouped;
 ScaledGemmGroupedFn scaled_gemm_grouped_k;

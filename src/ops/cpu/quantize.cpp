@@ -199,6 +199,16 @@ void dequantize(const ExecCtx&, const DequantizeProblem& p, const void* codes, c
   }
 }
 
+// to (g, r, bc) = from (g, r / block_rows, bc): every scale of the 1×bc grid written (neither layout pads it).
+void row_tile_scales(const ExecCtx&, const RowTileScalesProblem& p, const float* from, float* to) {
+  const quant::ScaleStrides a = p.from.strides(), b = p.to.strides();
+  const int64_t rg = p.from.group_rows(), sc = p.from.block_cols(), br = p.from.granularity.block_rows;
+  for (int64_t g = 0; g < p.from.groups; ++g)
+    for (int64_t r = 0; r < rg; ++r)
+      for (int64_t c = 0; c < sc; ++c)
+        to[g * b.group + r * b.row + c * b.col] = from[g * a.group + (r / br) * a.row + c * a.col];
+}
+
 void with_colwise(const ExecCtx&, const ColwiseProblem& p, const void* codes, const float* scales,
                   const QuantizedOut& colwise) {
   const quant::Format f = p.spec.format;

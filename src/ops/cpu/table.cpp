@@ -49,6 +49,7 @@ OpTable make_table() {
   t.quantize_delayed = quantize_delayed;
   t.dequantize = dequantize;
   t.with_colwise = with_colwise;
+  t.row_tile_scales = row_tile_scales;
   t.scaled_gemm = scaled_gemm;
   t.scaled_gemm_grouped = scaled_gemm_grouped;
   t.scaled_gemm_grouped_k = scaled_gemm_grouped_k;

@@ -58,6 +58,7 @@ QuantizeFn quantize;
 QuantizeDelayedFn quantize_delayed;
 DequantizeFn dequantize;
 WithColwiseFn with_colwise;
+RowTileScalesFn row_tile_scales;
 SwigluQuantizeFn swiglu_quantize;
 SwigluGateUpFn swiglu_gate_up;
 ScaledGemmFn scaled_gemm;

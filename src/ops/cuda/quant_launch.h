@@ -56,6 +56,9 @@ cudaError_t launch_transpose_codes(const uint8_t* src, uint8_t* dst, int64_t row
                                    int64_t src_batch, int64_t dst_batch, cudaStream_t stream);
 cudaError_t launch_transpose_scales(const float* src, GridStrides src_strides, float* dst, GridStrides dst_strides,
                                     int64_t rows, int64_t cols, int64_t groups, cudaStream_t stream);
+cudaError_t launch_expand_scale_rows(const float* src, GridStrides src_strides, float* dst, GridStrides dst_strides,
+                                     int64_t rows, int64_t cols, int64_t groups, int64_t block_rows,
+                                     cudaStream_t stream);
 cudaError_t launch_delayed_push(const DeviceAmaxHistoryView& h, const uint32_t* amax_bits, cudaStream_t stream);
 
 }  // namespace fp8train::ops::cuda::detail

@@ -254,6 +254,17 @@ void transpose_scales(const float* src, GridStrides src_strides, float* dst, Gri
                       "transpose_scales_kernel", stream);
 }
 
+void expand_scale_rows(const float* src, GridStrides src_strides, float* dst, GridStrides dst_strides, int64_t rows,
+                       int64_t cols, int64_t groups, int64_t block_rows, cudaStream_t stream) {
+  FP8T_CHECK(rows >= 0 && cols >= 0 && groups >= 0 && block_rows >= 1,
+             "expand_scale_rows: bad grid [{}, {}] x {} (block rows {})", rows, cols, groups, block_rows);
+  if (rows == 0 || cols == 0 || groups == 0) return;
+  FP8T_CHECK(src != nullptr && dst != nullptr, "expand_scale_rows: null scales");
+  check_launch_result(
+      detail::launch_expand_scale_rows(src, src_strides, dst, dst_strides, rows, cols, groups, block_rows, stream),
+      "expand_scale_rows_kernel", stream);
+}
+
 void delayed_compute_scale(const DeviceAmaxHistoryView& h, quant::Format format, bool pow2_scales,
                            float* scale_inverse, cudaStream_t stream) {
   FP8T_CHECK(h.entries != nullptr && h.state != nullptr && h.length >= 1,

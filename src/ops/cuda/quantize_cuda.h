@@ -181,6 +181,10 @@ struct GridStrides {
 // dst block (g, c, r) = src block (g, r, c) for r < rows, c < cols, g < groups (a scale grid transposed).
 void transpose_scales(const float* src, GridStrides src_strides, float* dst, GridStrides dst_strides, int64_t rows,
                       int64_t cols, int64_t groups, cudaStream_t stream);
+// dst block (g, r, c) = src block (g, r / block_rows, c) for r < rows, c < cols, g < groups (block scales repeated
+// on every row of their blocks).
+void expand_scale_rows(const float* src, GridStrides src_strides, float* dst, GridStrides dst_strides, int64_t rows,
+                       int64_t cols, int64_t groups, int64_t block_rows, cudaStream_t stream);
 
 // ---- per-tensor amax and delayed scaling (TE-style `fp8-tensorwise`) ----------------------------------------
 // amax_bits (device, one uint32) = max(amax_bits, bits of max |x|) — NaN-propagating, like quant::amax_of.

@@ -358,6 +358,11 @@ void dequantize(const ExecCtx& ctx, const DequantizeProblem& p, const void* code
   }
 }
 
+void row_tile_scales(const ExecCtx& ctx, const RowTileScalesProblem& p, const float* from, float* to) {
+  expand_scale_rows(from, grid_strides(p.from), to, grid_strides(p.to), p.from.group_rows(), p.from.block_cols(),
+                    p.from.groups, p.from.granularity.block_rows, stream_of(ctx));
+}
+
 void with_colwise(const ExecCtx& ctx, const ColwiseProblem& p, const void* codes, const float* scales,
                   const QuantizedOut& colwise) {
   const char* op = "with_colwise";

@@ -17,6 +17,7 @@ OpTable make_table() {
   t.quantize_delayed = kernels::quantize_delayed;
   t.dequantize = kernels::dequantize;
   t.with_colwise = kernels::with_colwise;
+  t.row_tile_scales = kernels::row_tile_scales;
   t.swiglu_quantize = kernels::swiglu_quantize;
   t.swiglu_gate_up = kernels::swiglu_gate_up;
   t.scaled_gemm = kernels::scaled_gemm;

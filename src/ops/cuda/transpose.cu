@@ -39,6 +39,17 @@ __global__ void transpose_scales_kernel(const float* src, GridStrides s, float* 
   }
 }
 
+// dst (g, r, c) = src (g, r / block_rows, c): a block grid's scales repeated on every row of their blocks.
+__global__ void expand_scale_rows_kernel(const float* src, GridStrides s, float* dst, GridStrides d, int64_t rows,
+                                         int64_t cols, int64_t groups, int64_t block_rows) {
+  const int64_t n = rows * cols * groups;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t g = i / (rows * cols), rc = i % (rows * cols), r = rc / cols, c = rc % cols;
+    dst[g * d.group + r * d.row + c * d.col] = src[g * s.group + (r / block_rows) * s.row + c * s.col];
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_transpose_codes(const uint8_t* src, uint8_t* dst, int64_t rows, int64_t cols, int64_t batches,
@@ -56,6 +67,15 @@ cudaError_t launch_transpose_scales(const float* src, GridStrides src_strides, f
   const int64_t n = rows * cols * groups, blocks = (n + 255) / 256;
   transpose_scales_kernel<<<static_cast<unsigned>(blocks < 4096 ? blocks : 4096), 256, 0, stream>>>(
       src, src_strides, dst, dst_strides, rows, cols, groups);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_expand_scale_rows(const float* src, GridStrides src_strides, float* dst, GridStrides dst_strides,
+                                     int64_t rows, int64_t cols, int64_t groups, int64_t block_rows,
+                                     cudaStream_t stream) {
+  const int64_t n = rows * cols * groups, blocks = (n + 255) / 256;
+  expand_scale_rows_kernel<<<static_cast<unsigned>(blocks < 4096 ? blocks : 4096), 256, 0, stream>>>(
+      src, src_strides, dst, dst_strides, rows, cols, groups, block_rows);
   return cudaGetLastError();
 }
 
