@@ -5,7 +5,7 @@
 # compare.html, and summarize.py reads them all.
 #
 #   bash scripts/parity/study.sh --out DIR --steps N [--seeds "1 2 3"] [--recipes bf16,fp8-deepseek]
-#        [--corpus FILE] [--device cuda] [--health-every H] [--gpus G] [-- extra fp8train options]
+#        [--corpus FILE] [--device cuda] [--health-every H] [--gpus G|ID,ID,...] [-- extra fp8train options]
 #   bash scripts/parity/study.sh --out DIR --budget-s S ...   # N from a 20-step fp8-deepseek probe: the steps
 #                                                              # one run of the slowest recipe trains in S seconds
 #
@@ -15,7 +15,8 @@
 # and run again), so a study can be spread over several calls with the same --steps. --gpus G (G > 1) trains a
 # seed's recipes side by side, one process per recipe, each GPU taking the next recipe in --recipes order as it
 # comes free, then compares them: a slow ablation (promote=never, ~10x slower) listed first keeps one GPU while the
-# others train the rest. The baseline is bf16 where it is listed, else the first recipe. Numerics-health samples
+# others train the rest. --gpus 2,3 names the devices instead (0..G-1 for a count), so that two studies (say, two
+# seeds) can share one machine. The baseline is bf16 where it is listed, else the first recipe. Numerics-health samples
 # (per-GEMM errors against FP32) every H steps, default N/10; 0: none (each sample moves every Linear's operands
 # to the host, tens of seconds at this size).
 set -euo pipefail
@@ -71,7 +72,15 @@ PY
 fi
 echo "$steps" >"$out/steps"
 
-[[ $gpus =~ ^[1-9][0-9]*$ ]] || { echo "study.sh: --gpus takes a positive number, not '$gpus'" >&2; exit 2; }
+# --gpus G: devices 0..G-1; --gpus 2,3: those devices (several studies side by side on one machine)
+if [[ $gpus =~ ^[1-9][0-9]*$ ]]; then
+  gpu_ids=($(seq 0 $((gpus - 1))))
+elif [[ $gpus =~ ^[0-9]+(,[0-9]+)+$ ]]; then
+  IFS=, read -ra gpu_ids <<<"$gpus"
+else
+  echo "study.sh: --gpus takes a count (2) or a list of device ids (2,3), not '$gpus'" >&2
+  exit 2
+fi
 IFS=, read -ra recipe_list <<<"$recipes"
 # Whether DIR's compare.json compares exactly the recipes asked for (a one-recipe compare of --gpus does not count).
 compared() {
@@ -92,14 +101,14 @@ for seed in $seeds; do
   for run in "$dir"/*/; do [[ -d $run && ! -f $run/summary.json ]] && rm -rf "$run"; done
   seed_args=("${common[@]}" --seed "$seed" --steps "$steps" --eval-every $((steps / 10))
     --health-every "${health:-$((steps / 10))}" --out "$dir" "${extra[@]}")
-  if ((gpus > 1)); then
+  if ((${#gpu_ids[@]} > 1)); then
     # one worker per GPU; each takes the next recipe nobody has claimed (mkdir is atomic), so a slow recipe keeps
     # one GPU while the others work through the rest
     claims=$dir/.claims
     rm -rf "$claims"
     mkdir -p "$claims"
     pids=()
-    for ((g = 0; g < gpus; g++)); do
+    for g in "${gpu_ids[@]}"; do
       (
         for ((i = 0; i < ${#recipe_list[@]}; i++)); do
           mkdir "$claims/$i" 2>/dev/null || continue

@@ -178,6 +178,11 @@ def study(tmp):
     check(r.returncode == 0, f"the study resumes ({r.stderr[-500:]})")
     check(calls == ["reuse bf16", "reuse fp8-deepseek:promote=never", "train fp8-deepseek -"],
           f"only the cut run is trained again: {calls}")
+    # A list of device ids: the recipes train on those devices only.
+    r, calls = study_run("4", gpus="2,5")
+    gpus_used = {c.rsplit(" ", 1)[1] for c in calls if c.startswith("train ")}
+    check(r.returncode == 0 and len([c for c in calls if c.startswith("train ")]) == 3 and gpus_used <= {"2", "5"},
+          f"--gpus 2,5 trains on devices 2 and 5 only: {calls}")
     r, _ = study_run("3", gpus="two")
     check(r.returncode != 0 and "--gpus" in r.stderr, "a bad --gpus is refused by name")
 
