@@ -10,7 +10,8 @@ DIR/summary.md:
     lies inside the baseline's seed-to-seed range;
   - the training-loss error by tenth of the run (its evolution with tokens) and the per-GEMM-kind errors of the
     numerics-health samples, averaged over seeds.
-Exits non-zero naming the problem when a compare.json is missing a field or the seeds disagree on the baseline."""
+Exits non-zero naming the problem when a compare.json is missing a field or the seeds disagree on the baseline. A
+compare.json of one recipe (a seed study.sh --gpus is still training) is left out, with a note."""
 import glob
 import json
 import math
@@ -24,7 +25,14 @@ def load(dirname):
     for path in sorted(glob.glob(os.path.join(dirname, "seed-*", "compare.json"))):
         seed = os.path.basename(os.path.dirname(path))[len("seed-"):]
         with open(path) as f:
-            groups[seed] = json.load(f)
+            group = json.load(f)
+        # One recipe compared with itself is no comparison: study.sh --gpus writes such a file while a seed's recipes
+        # are still training (one `compare` per recipe), which another study sharing DIR may be summarizing.
+        if len(group.get("recipes", [])) < 2:
+            print(f"summarize: seed {seed}: compare.json holds one recipe (a seed still training?), left out",
+                  file=sys.stderr)
+            continue
+        groups[seed] = group
     if not groups:
         sys.exit(f"summarize: no seed-*/compare.json under '{dirname}'")
     baselines = {g["baseline"] for g in groups.values()}

@@ -7,6 +7,7 @@ logs what it is asked). Standard library only."""
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -90,6 +91,15 @@ def summary(tmp):
     check(abs(fp8["train_loss_rel_error_last_10pct_mean"] - 0.003) < 1e-12, "mean training-loss error")
     check(abs(fp8["gemm_pooled_rel_error_mean"]["wgrad"] - 0.04) < 1e-12, "GEMM errors averaged over seeds")
     check(os.path.exists(os.path.join(d, "summary.md")), "summary.md is written")
+    # A one-recipe compare.json (a seed whose recipes are still training, under another baseline) is left out.
+    os.makedirs(os.path.join(d, "seed-4"))
+    with open(os.path.join(d, "seed-4", "compare.json"), "w") as f:
+        json.dump({"baseline": "fp8-deepseek", "recipes": [compare_json(2.0, 2.0, 0.0, [0.0] * 10)["recipes"][1]]}, f)
+    r = run(SUMMARIZE, d)
+    s = json.load(open(os.path.join(d, "summary.json")))
+    check(r.returncode == 0 and "seed 4" in r.stderr and s["recipes"]["fp8-deepseek"]["seeds"] == 3,
+          f"a one-recipe compare.json is left out with a note ({r.stderr})")
+    shutil.rmtree(os.path.join(d, "seed-4"))
     # A compare.json without a field the summary needs: refused, naming it.
     bad = compare_json(2.0, 2.0, 0.0, [0.0] * 10)
     del bad["recipes"][1]["final_eval_loss"]
