@@ -11,14 +11,14 @@
 #
 # The corpus is made by make_corpus.py (from the site-packages holding PyTorch) unless --corpus names one; its
 # SHA-256 is in DIR/corpus.txt.json. Each seed's runs go to DIR/seed-S/<recipe>/; a seed whose compare.json
-# covers the recipes asked for is skipped, and a finished run of a recipe is reused (an unfinished one is removed
-# and run again), so a study can be spread over several calls with the same --steps. --gpus G (G > 1) trains a
-# seed's recipes side by side, one process per recipe, each GPU taking the next recipe in --recipes order as it
-# comes free, then compares them: a slow ablation (promote=never, ~10x slower) listed first keeps one GPU while the
-# others train the rest. --gpus 2,3 names the devices instead (0..G-1 for a count), so that two studies (say, two
-# seeds) can share one machine. The baseline is bf16 where it is listed, else the first recipe. Numerics-health samples
-# (per-GEMM errors against FP32) every H steps, default N/10; 0: none (each sample moves every Linear's operands
-# to the host, tens of seconds at this size).
+# covers the recipes asked for is skipped, and a finished run of a recipe is reused. An unfinished one is finished
+# from its last checkpoint when it saved any (pass `-- --save-every N`), else removed and run again. So a study can
+# be spread over several calls with the same --steps, and a run longer than one call can span two.
+# --gpus G (G > 1) trains a seed's recipes side by side, one process per recipe, each GPU taking the next recipe in
+# --recipes order as it comes free, then compares them: a slow ablation (promote=never, ~10x slower) listed first
+# keeps one GPU while the others train the rest. --gpus 2,3 names the devices instead (0..G-1 for a count), so that
+# two studies (say, two seeds) can share one machine. The baseline is bf16 where it is listed, else the first
+# recipe. Numerics-health samples (per-GEMM errors against FP32) every H steps, default N/10; 0: none.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="" steps="" budget="" seeds="1 2 3" recipes="bf16,fp8-deepseek" corpus="" device="cuda" health="" gpus=1
@@ -93,12 +93,22 @@ except (OSError, ValueError, KeyError, TypeError):
 sys.exit(0 if done == sorted(sys.argv[2].split(",")) else 1)
 PY
 }
+# finish RECIPE DIR LOG: resume RECIPE's cut run in DIR from its last checkpoint (`fp8train train --resume`), if it
+# has one; compare's folder for a recipe is its spec with ':' -> '_' and '=' -> '-'.
+finish() {
+  local run=${1//:/_}
+  run=$2/${run//=/-}
+  [[ -d $run && ! -f $run/summary.json && -f $run/checkpoints/latest ]] || return 0
+  echo "study.sh: $1 (seed $seed): resuming its cut run from $(cat "$run/checkpoints/latest")"
+  "$bin" train --resume "$run" >"$3" 2>&1
+}
 for seed in $seeds; do
   dir=$out/seed-$seed
   if compared "$dir"; then echo "study.sh: seed $seed done already ($dir)"; continue; fi
   mkdir -p "$dir"
-  # A run without its summary was cut short (compare refuses to reuse it): train it again.
-  for run in "$dir"/*/; do [[ -d $run && ! -f $run/summary.json ]] && rm -rf "$run"; done
+  # A run without its summary was cut short (compare refuses to reuse it): finished from its last checkpoint where it
+  # saved one (finish, below), else trained again from the start.
+  for run in "$dir"/*/; do [[ -d $run && ! -f $run/summary.json && ! -f $run/checkpoints/latest ]] && rm -rf "$run"; done
   seed_args=("${common[@]}" --seed "$seed" --steps "$steps" --eval-every $((steps / 10))
     --health-every "${health:-$((steps / 10))}" --out "$dir" "${extra[@]}")
   if ((${#gpu_ids[@]} > 1)); then
@@ -112,15 +122,22 @@ for seed in $seeds; do
       (
         for ((i = 0; i < ${#recipe_list[@]}; i++)); do
           mkdir "$claims/$i" 2>/dev/null || continue
-          CUDA_VISIBLE_DEVICES=$g "$bin" compare --recipes "${recipe_list[i]}" "${seed_args[@]}" \
-            >"$dir/recipe$i-gpu$g.log" 2>&1 ||
-            echo "study.sh: ${recipe_list[i]} (seed $seed, GPU $g) failed: $dir/recipe$i-gpu$g.log" >&2
+          {
+            CUDA_VISIBLE_DEVICES=$g finish "${recipe_list[i]}" "$dir" "$dir/resume$i-gpu$g.log" &&
+              CUDA_VISIBLE_DEVICES=$g "$bin" compare --recipes "${recipe_list[i]}" "${seed_args[@]}" \
+                >"$dir/recipe$i-gpu$g.log" 2>&1
+          } || echo "study.sh: ${recipe_list[i]} (seed $seed, GPU $g) failed: $dir/recipe$i-gpu$g.log" >&2
         done
       ) &
       pids+=($!)
     done
     wait "${pids[@]}"
     rm -rf "$claims"
+  else
+    for ((i = 0; i < ${#recipe_list[@]}; i++)); do
+      finish "${recipe_list[i]}" "$dir" "$dir/resume$i.log" ||
+        echo "study.sh: resuming ${recipe_list[i]} (seed $seed) failed: $dir/resume$i.log" >&2
+    done
   fi
   # compares every recipe, reusing the runs that finished above; against bf16 where it is one of them
   baseline=()

@@ -118,6 +118,11 @@ def summary(tmp):
 FAKE = r"""#!/usr/bin/env python3
 import json, os, sys
 a = sys.argv[1:]
+if a[0] == "train":  # train --resume RUN: finishes a cut run that saved a checkpoint
+    assert a[1] == "--resume" and os.path.exists(os.path.join(a[2], "checkpoints", "latest")), a
+    open(os.environ["FAKE_LOG"], "a").write(f"resume {os.path.basename(a[2])} {os.environ.get('CUDA_VISIBLE_DEVICES', '-')}\n")
+    json.dump({"steps": 10}, open(os.path.join(a[2], "summary.json"), "w"))
+    sys.exit(0)
 assert a[0] == "compare", a
 recipes = a[a.index("--recipes") + 1].split(",")
 out = a[a.index("--out") + 1]
@@ -132,6 +137,9 @@ for r in recipes:
     os.makedirs(d)
     log.write(f"train {r} {os.environ.get('CUDA_VISIBLE_DEVICES', '-')}\n")
     if os.environ.get("FAKE_CUT") == r:
+        if "--save-every" in a:  # cut after a checkpoint
+            os.makedirs(os.path.join(d, "checkpoints"))
+            open(os.path.join(d, "checkpoints", "latest"), "w").write("step-00000005")
         sys.exit(f"{r}: cut short")
     json.dump({"steps": 10}, open(os.path.join(d, "summary.json"), "w"))
 entries = [{"recipe": r, "steps": 10, "final_eval_loss": 2.0 + 0.01 * i, "relative_loss_error_vs_baseline": 0.0,
@@ -153,7 +161,7 @@ def study(tmp):
     out, log = os.path.join(tmp, "st"), os.path.join(tmp, "calls.log")
     recipes = "fp8-deepseek:promote=never,bf16,fp8-deepseek"  # the slow one first; the baseline is bf16 anyway
 
-    def study_run(seeds, cut=None, gpus="2"):
+    def study_run(seeds, cut=None, gpus="2", extra=()):
         open(log, "w").close()
         env = dict(os.environ, FP8TRAIN_BIN=fake, FAKE_LOG=log)
         env.pop("FAKE_CUT", None)
@@ -161,7 +169,7 @@ def study(tmp):
         if cut:
             env["FAKE_CUT"] = cut
         r = subprocess.run(["bash", STUDY, "--out", out, "--steps", "10", "--seeds", seeds, "--recipes", recipes,
-                            "--corpus", corpus, "--gpus", gpus], capture_output=True, text=True, env=env)
+                            "--corpus", corpus, "--gpus", gpus, *extra], capture_output=True, text=True, env=env)
         return r, sorted(open(log).read().split("\n")[:-1])
 
     r, calls = study_run("1")
@@ -193,6 +201,17 @@ def study(tmp):
     gpus_used = {c.rsplit(" ", 1)[1] for c in calls if c.startswith("train ")}
     check(r.returncode == 0 and len([c for c in calls if c.startswith("train ")]) == 3 and gpus_used <= {"2", "5"},
           f"--gpus 2,5 trains on devices 2 and 5 only: {calls}")
+    # A cut run that saved a checkpoint is resumed (on a worker's GPU, or in turn on one), not trained again.
+    for gpus in ("2", "1"):
+        seed = "6" if gpus == "2" else "7"
+        r, _ = study_run(seed, cut="bf16", gpus=gpus, extra=("--", "--save-every", "5"))
+        check(r.returncode != 0, f"--gpus {gpus}: the cut run fails the study")
+        r, calls = study_run(seed, gpus=gpus, extra=("--", "--save-every", "5"))
+        resumed = [c for c in calls if c.startswith("resume ")]
+        check(r.returncode == 0 and [c.rsplit(" ", 1)[0] for c in resumed] == ["resume bf16"] and
+              not any(c.startswith("train bf16") for c in calls) and "reuse bf16" in calls and
+              (gpus == "1" or resumed[0].endswith((" 0", " 1"))),
+              f"--gpus {gpus}: the cut run is resumed from its checkpoint, not trained again: {calls}")
     r, _ = study_run("3", gpus="two")
     check(r.returncode != 0 and "--gpus" in r.stderr, "a bad --gpus is refused by name")
 
