@@ -45,6 +45,12 @@ def pct(x, digits=3):
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.{digits}f} %"
 
 
+def spct(x, digits=3):  # signed: "+0.300 %", "−2.551 %"
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return ("+" if x >= 0 else "−") + pct(abs(x), digits)
+
+
 def gemm_kinds(entry):
     """{kind: pooled relative error} from a recipe's gemm_relative_error (None when no health sample)."""
     g = entry.get("gemm_relative_error")
@@ -73,10 +79,15 @@ def main():
                 if key not in r:
                     sys.exit(f"summarize: seed {seed}, recipe {name}: compare.json lacks '{key}'")
             gap = (r["final_eval_loss"] - b) / b
+            # compare.json's training-loss figures: signed where it has them (negative: below the baseline), else
+            # the older unsigned errors
+            signed = "relative_loss_difference_vs_baseline" in r
             rows.append({"seed": seed, "recipe": name, "steps": r["steps"], "held_out_loss": r["final_eval_loss"],
                          "held_out_gap_vs_baseline": gap, "train_loss_rel_error_last_10pct":
-                         r["relative_loss_error_vs_baseline"], "tokens_per_s": r["tokens_per_s"],
-                         "by_tenth": r.get("relative_loss_error_by_tenth"), "gemm": gemm_kinds(r)})
+                         r["relative_loss_error_vs_baseline"], "train_loss_rel_difference_last_10pct":
+                         r.get("relative_loss_difference_vs_baseline"), "tokens_per_s": r["tokens_per_s"],
+                         "signed": signed, "by_tenth": r.get("relative_loss_difference_by_tenth" if signed else
+                                                             "relative_loss_error_by_tenth"), "gemm": gemm_kinds(r)})
             per_recipe.setdefault(name, []).append(rows[-1])
 
     base_losses = [r["held_out_loss"] for r in per_recipe[base]]
@@ -99,6 +110,9 @@ def main():
             "held_out_gap_mean": mean_gap,
             "held_out_gap_abs_max": max(abs(x) for x in gaps),
             "train_loss_rel_error_last_10pct_mean": statistics.mean(r["train_loss_rel_error_last_10pct"] for r in rs),
+            "train_loss_rel_difference_last_10pct_mean":
+                statistics.mean(r["train_loss_rel_difference_last_10pct"] for r in rs)
+                if all(r["signed"] for r in rs) else None,
             "inside_baseline_seed_range": None if spread is None or len(rs) < 2 else abs(mean_gap) <= spread,
             "gemm_pooled_rel_error_mean": {k: statistics.mean(v) for k, v in kinds.items()},
         }
@@ -112,12 +126,14 @@ def main():
         c = json.load(open(corpus))
         md.append(f"Corpus: {c['files']} files, {c['bytes']} bytes, SHA-256 `{c['sha256']}`.\n")
     md.append(f"Baseline: {base}. Held-out loss = the whole held-out split after the last step (nats per byte).\n")
-    md.append("| seed | recipe | steps | held-out loss | vs baseline (same seed) | train loss, last 10 % | tokens/s |")
+    md.append("| seed | recipe | steps | held-out loss | vs baseline (same seed) | train loss vs baseline, last 10 % "
+              "(signed where compare.json has it) | tokens/s |")
     md.append("|---|---|---|---|---|---|---|")
     for r in rows:
         md.append(f"| {r['seed']} | {r['recipe']} | {int(r['steps'])} | {r['held_out_loss']:.5f} | "
                   f"{'+' if r['held_out_gap_vs_baseline'] >= 0 else ''}{pct(r['held_out_gap_vs_baseline'])} | "
-                  f"{pct(r['train_loss_rel_error_last_10pct'])} | {r['tokens_per_s']:.0f} |")
+                  f"{spct(r['train_loss_rel_difference_last_10pct']) if r['signed'] else pct(r['train_loss_rel_error_last_10pct'])}"
+                  f" | {r['tokens_per_s']:.0f} |")
     md.append("")
     md.append(f"{base} seed-to-seed range of the held-out loss: {pct(spread)} of its mean "
               f"({', '.join(f'{x:.5f}' for x in base_losses)}).\n")
@@ -128,16 +144,21 @@ def main():
         inside = {None: "—", True: "yes", False: "no"}[s["inside_baseline_seed_range"]]
         gemm = ", ".join(f"{k} {pct(v, 2)}" for k, v in s["gemm_pooled_rel_error_mean"].items()) or "—"
         md.append(f"| {name} | {s['seeds']} | {pct(s['held_out_gap_mean'])} | {pct(s['held_out_gap_abs_max'])} | "
-                  f"{pct(s['train_loss_rel_error_last_10pct_mean'])} | {inside} | {gemm} |")
+                  f"{spct(s['train_loss_rel_difference_last_10pct_mean']) if s['train_loss_rel_difference_last_10pct_mean'] is not None else pct(s['train_loss_rel_error_last_10pct_mean'])}"
+                  f" | {inside} | {gemm} |")
     md.append("")
-    md.append("Training-loss relative error vs the baseline by tenth of the run (compare.json's "
-              "relative_loss_error_by_tenth):\n")
+    signed_all = all(r["signed"] for r in rows)
+    md.append("Training loss against the baseline by tenth of the run: " +
+              ("the signed relative difference, negative below the baseline (compare.json's "
+               "relative_loss_difference_by_tenth):\n" if signed_all else
+               "the unsigned relative error (compare.json's relative_loss_error_by_tenth):\n"))
     md.append("| seed | recipe | " + " | ".join(f"{10 * (i + 1)} %" for i in range(10)) + " |")
     md.append("|---|---|" + "---|" * 10)
     for r in rows:
         if r["recipe"] == base or not r["by_tenth"]:
             continue
-        md.append(f"| {r['seed']} | {r['recipe']} | " + " | ".join(pct(x, 2) for x in r["by_tenth"]) + " |")
+        show = spct if signed_all else pct
+        md.append(f"| {r['seed']} | {r['recipe']} | " + " | ".join(show(x, 2) for x in r["by_tenth"]) + " |")
     with open(os.path.join(d, "summary.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     print("\n".join(md))

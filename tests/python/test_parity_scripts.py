@@ -91,6 +91,22 @@ def summary(tmp):
     check(abs(fp8["train_loss_rel_error_last_10pct_mean"] - 0.003) < 1e-12, "mean training-loss error")
     check(abs(fp8["gemm_pooled_rel_error_mean"]["wgrad"] - 0.04) < 1e-12, "GEMM errors averaged over seeds")
     check(os.path.exists(os.path.join(d, "summary.md")), "summary.md is written")
+    # compare.json's signed training-loss differences, where it has them, are what the summary shows and averages.
+    sd = os.path.join(tmp, "signed")
+    for seed, diff in ((1, -0.02), (2, 0.01)):
+        os.makedirs(os.path.join(sd, f"seed-{seed}"))
+        c = compare_json(2.0, 2.0 * (1 + diff), abs(diff), [abs(diff)] * 10)
+        for e in c["recipes"]:
+            e["relative_loss_difference_vs_baseline"] = 0.0 if e["recipe"] == "bf16" else diff
+            e["relative_loss_difference_by_tenth"] = [0.0 if e["recipe"] == "bf16" else diff] * 10
+        with open(os.path.join(sd, f"seed-{seed}", "compare.json"), "w") as f:
+            json.dump(c, f)
+    r = run(SUMMARIZE, sd)
+    s2 = json.load(open(os.path.join(sd, "summary.json")))["recipes"]["fp8-deepseek"]
+    md = open(os.path.join(sd, "summary.md")).read()
+    check(r.returncode == 0 and abs(s2["train_loss_rel_difference_last_10pct_mean"] - (-0.005)) < 1e-12 and
+          "−2.000 %" in md and "+1.00 %" in md and "signed relative difference" in md,
+          f"signed training-loss differences are shown with their sign and averaged ({r.stderr})")
     # A one-recipe compare.json (a seed whose recipes are still training, under another baseline) is left out.
     os.makedirs(os.path.join(d, "seed-4"))
     with open(os.path.join(d, "seed-4", "compare.json"), "w") as f:

@@ -70,6 +70,18 @@ TEST(CompareCli, TwoRecipesEndToEnd) {
   EXPECT_GT(fp8["relative_loss_error_vs_baseline"].get<double>(), 0.0);  // FP8 changes the numbers
   EXPECT_LT(fp8["relative_loss_error_vs_baseline"].get<double>(), 0.05);
   EXPECT_EQ(fp8["relative_loss_error_by_tenth"].size(), 10u);
+  // The signed difference: never larger than the error in magnitude, and equal to it when every step of the last
+  // tenth is on one side of the baseline.
+  const double diff = fp8["relative_loss_difference_vs_baseline"].get<double>();
+  EXPECT_LE(std::fabs(diff), fp8["relative_loss_error_vs_baseline"].get<double>() + 1e-15);
+  EXPECT_NE(diff, 0.0);
+  EXPECT_EQ(base["relative_loss_difference_vs_baseline"].get<double>(), 0.0);
+  ASSERT_EQ(fp8["relative_loss_difference_by_tenth"].size(), 10u);
+  for (size_t t = 0; t < 10; ++t) {
+    if (!fp8["relative_loss_error_by_tenth"][t].is_number()) continue;
+    EXPECT_LE(std::fabs(fp8["relative_loss_difference_by_tenth"][t].get<double>()),
+              fp8["relative_loss_error_by_tenth"][t].get<double>() + 1e-15);
+  }
   for (const char* k : {"master_weights_bytes", "compute_weights_bytes", "gradient_bytes", "optimizer_state_bytes",
                         "activation_cache_peak_bytes"}) {
     ASSERT_TRUE(fp8["memory_bytes"].contains(k)) << k;

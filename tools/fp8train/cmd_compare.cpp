@@ -128,14 +128,18 @@ double mean(const std::vector<double>& v) {
 }
 
 // |a − b| / b per step shared by both runs (same step = same batch).
+// (step, |a − b| / b) per step both runs logged; signed: (a − b) / b.
 std::vector<std::pair<double, double>> relative_errors(const std::vector<double>& steps, const std::vector<double>& a,
-                                                       const RunData& base, const std::vector<double>& b) {
+                                                       const RunData& base, const std::vector<double>& b,
+                                                       bool signed_difference = false) {
   std::map<double, double> by_step;
   for (size_t i = 0; i < base.steps.size(); ++i) by_step[base.steps[i]] = b[i];
   std::vector<std::pair<double, double>> out;
   for (size_t i = 0; i < steps.size(); ++i) {
     const auto it = by_step.find(steps[i]);
-    if (it != by_step.end() && it->second != 0) out.emplace_back(steps[i], std::fabs(a[i] - it->second) / it->second);
+    if (it == by_step.end() || it->second == 0) continue;
+    const double d = (a[i] - it->second) / it->second;
+    out.emplace_back(steps[i], signed_difference ? d : std::fabs(d));
   }
   return out;
 }
@@ -170,7 +174,8 @@ void write_comparison(const std::vector<RunData>& runs, size_t baseline, const s
   nlohmann::ordered_json doc;
   doc["baseline"] = base.recipe;
   doc["relative_error_definition"] =
-      "mean over steps > 0.9*steps of |L - L_baseline| / L_baseline, L = the step's total training loss (same batch)";
+      "mean over steps > 0.9*steps of |L - L_baseline| / L_baseline, L = the step's total training loss (same batch); "
+      "the *_difference_* fields are the same means without the absolute value";
   nlohmann::ordered_json recipes = nlohmann::ordered_json::array();
   const nlohmann::json base_memory = base.summary.value("memory (bytes, max over steps)", nlohmann::json::object());
   for (const RunData& r : runs) {
@@ -185,14 +190,21 @@ void write_comparison(const std::vector<RunData>& runs, size_t baseline, const s
     const auto errs_main = relative_errors(r.steps, r.loss_main, base, base.loss_main);
     j["relative_loss_error_vs_baseline"] = finite(mean_after(errs, last_tenth_from));
     j["relative_main_loss_error_vs_baseline"] = finite(mean_after(errs_main, last_tenth_from));
-    nlohmann::json by_tenth = nlohmann::json::array();
-    for (int t = 0; t < 10; ++t) {
-      std::vector<double> v;
-      for (const auto& [s, e] : errs)
-        if (s > t * total_steps / 10 && s <= (t + 1) * total_steps / 10) v.push_back(e);
-      by_tenth.push_back(finite(mean(v)));
-    }
-    j["relative_loss_error_by_tenth"] = by_tenth;
+    // The same means of the signed difference (negative: below the baseline), which the error's |·| hides.
+    const auto diffs = relative_errors(r.steps, r.loss, base, base.loss, true);
+    j["relative_loss_difference_vs_baseline"] = finite(mean_after(diffs, last_tenth_from));
+    const auto by_tenth = [&](const std::vector<std::pair<double, double>>& e) {
+      nlohmann::json tenths = nlohmann::json::array();
+      for (int t = 0; t < 10; ++t) {
+        std::vector<double> v;
+        for (const auto& [s, x] : e)
+          if (s > t * total_steps / 10 && s <= (t + 1) * total_steps / 10) v.push_back(x);
+        tenths.push_back(finite(mean(v)));
+      }
+      return tenths;
+    };
+    j["relative_loss_error_by_tenth"] = by_tenth(errs);
+    j["relative_loss_difference_by_tenth"] = by_tenth(diffs);
     j["tokens_per_s"] = finite(mean(r.tokens_per_s));
     j["wall_seconds"] = r.summary.contains("wall time (s)")
                             ? r.summary["wall time (s)"]
