@@ -97,6 +97,22 @@ TEST_F(BenchCli, TrainReportsThroughputMemoryAndABreakdownThatAddsUp) {
   EXPECT_TRUE(missing.out.empty()) << missing.out;
 }
 
+// The quantize family of the breakdown is every quantization op's time, the dgrad_block ablation's scale re-tiling
+// included (an op left out of it would land in norms_elementwise).
+TEST_F(BenchCli, TrainCountsEveryQuantizationOpAsQuantize) {
+  const CliRun r = run("train --config '" + tiny_config() +
+                       "' --device cpu --steps 1 --warmup 0 --recipe fp8-deepseek:dgrad_block=on --profile");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json& ops = j.at("ops");
+  ASSERT_TRUE(ops.contains("block_scales_as_row_tiles")) << ops.dump();
+  double quantize = 0;
+  for (const auto& [op, v] : ops.items())
+    for (const char* prefix : {"quantize", "dequantize", "with_colwise", "block_scales_as_row_tiles"})
+      if (op.rfind(prefix, 0) == 0) quantize += v.at("ms").get<double>();
+  EXPECT_NEAR(j.at("breakdown_ms").at("quantize").get<double>(), quantize, 1e-9 * quantize + 1e-12);
+}
+
 // --baseline: the baseline recipe's line, the recipe's line, then the comparison, whose numbers follow from the two
 // runs' own (the speed-up from their tokens/s; the ceiling from the Linear GEMM times by the formula).
 TEST_F(BenchCli, TrainAgainstABaselineReportsTheSpeedupAndItsCeiling) {

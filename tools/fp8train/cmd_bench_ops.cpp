@@ -270,6 +270,15 @@ void bench_ops(const BenchOpsOptions& o) {
     record("with_colwise", fmt::format("[{}, {}] e4m3", R, d), 2.0 * static_cast<double>(R * d),
            [&] { (void)ops::with_colwise(ctx, qe); });
     const Tensor x = random_tensor(ctx, T, d, bf, 23);
+    // The dgrad_block ablation's dy: 128x128 scales repeated per row (bytes: the block scales read, the row tiles
+    // written; a launch-bound op at these sizes).
+    quant::QuantSpec blocks = spec;
+    blocks.granularity = quant::Granularity::block_128x128();
+    const quant::QTensor qb = ops::quantize(ctx, x, blocks, ops::QuantizeOutputs::Rowwise, native);
+    const double tiles = static_cast<double>((d + 127) / 128);
+    record("block_scales_as_row_tiles", fmt::format("{} e4m3 128x128", td),
+           4.0 * tiles * (static_cast<double>((T + 127) / 128) + static_cast<double>(T)),
+           [&] { (void)ops::block_scales_as_row_tiles(ctx, qb); });
     const std::pair<ops::QuantizeOutputs, double> outs[] = {
         {ops::QuantizeOutputs::Rowwise, 3.0}, {ops::QuantizeOutputs::Colwise, 3.0}, {ops::QuantizeOutputs::Both, 4.0}};
     for (const auto& [out, per] : outs)

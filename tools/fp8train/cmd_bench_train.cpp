@@ -56,7 +56,8 @@ std::string op_family(const std::string& op) {
     return "moe_routing_permute";
   if (op == "cross_entropy") return "loss";
   if (op.rfind("adamw", 0) == 0 || op.rfind("sum_squares", 0) == 0) return "optimizer";
-  if (op.rfind("quantize", 0) == 0 || op.rfind("dequantize", 0) == 0 || op.rfind("with_colwise", 0) == 0)
+  if (op.rfind("quantize", 0) == 0 || op.rfind("dequantize", 0) == 0 || op.rfind("with_colwise", 0) == 0 ||
+      op.rfind("block_scales_as_row_tiles", 0) == 0)
     return "quantize";
   return "norms_elementwise";  // rmsnorm, rope, swiglu, embedding, axpby, fill
 }
