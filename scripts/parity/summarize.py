@@ -45,10 +45,10 @@ def pct(x, digits=3):
     return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.{digits}f} %"
 
 
-def spct(x, digits=3):  # signed: "+0.300 %", "−2.551 %"
+def spct(x, digits=3):  # signed: "+0.300 %", "-2.551 %"
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "—"
-    return ("+" if x >= 0 else "−") + pct(abs(x), digits)
+    return ("+" if x >= 0 else "-") + pct(abs(x), digits)
 
 
 def gemm_kinds(entry):
@@ -131,7 +131,7 @@ def main():
     md.append("|---|---|---|---|---|---|---|")
     for r in rows:
         md.append(f"| {r['seed']} | {r['recipe']} | {int(r['steps'])} | {r['held_out_loss']:.5f} | "
-                  f"{'+' if r['held_out_gap_vs_baseline'] >= 0 else ''}{pct(r['held_out_gap_vs_baseline'])} | "
+                  f"{spct(r['held_out_gap_vs_baseline'])} | "
                   f"{spct(r['train_loss_rel_difference_last_10pct']) if r['signed'] else pct(r['train_loss_rel_error_last_10pct'])}"
                   f" | {r['tokens_per_s']:.0f} |")
     md.append("")

@@ -105,7 +105,7 @@ def summary(tmp):
     s2 = json.load(open(os.path.join(sd, "summary.json")))["recipes"]["fp8-deepseek"]
     md = open(os.path.join(sd, "summary.md")).read()
     check(r.returncode == 0 and abs(s2["train_loss_rel_difference_last_10pct_mean"] - (-0.005)) < 1e-12 and
-          "−2.000 %" in md and "+1.00 %" in md and "signed relative difference" in md,
+          "-2.000 %" in md and "+1.00 %" in md and "signed relative difference" in md,
           f"signed training-loss differences are shown with their sign and averaged ({r.stderr})")
     # A one-recipe compare.json (a seed whose recipes are still training, under another baseline) is left out.
     os.makedirs(os.path.join(d, "seed-4"))
