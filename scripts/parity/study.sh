@@ -108,7 +108,9 @@ for seed in $seeds; do
   mkdir -p "$dir"
   # A run without its summary was cut short (compare refuses to reuse it): finished from its last checkpoint where it
   # saved one (finish, below), else trained again from the start.
-  for run in "$dir"/*/; do [[ -d $run && ! -f $run/summary.json && ! -f $run/checkpoints/latest ]] && rm -rf "$run"; done
+  for run in "$dir"/*/; do
+    [[ -d $run && ! -f $run/summary.json && ! -f $run/checkpoints/latest ]] && rm -rf "$run"
+  done
   seed_args=("${common[@]}" --seed "$seed" --steps "$steps" --eval-every $((steps / 10))
     --health-every "${health:-$((steps / 10))}" --out "$dir" "${extra[@]}")
   if ((${#gpu_ids[@]} > 1)); then
@@ -126,7 +128,8 @@ for seed in $seeds; do
             CUDA_VISIBLE_DEVICES=$g finish "${recipe_list[i]}" "$dir" "$dir/resume$i-gpu$g.log" &&
               CUDA_VISIBLE_DEVICES=$g "$bin" compare --recipes "${recipe_list[i]}" "${seed_args[@]}" \
                 >"$dir/recipe$i-gpu$g.log" 2>&1
-          } || echo "study.sh: ${recipe_list[i]} (seed $seed, GPU $g) failed: $dir/recipe$i-gpu$g.log" >&2
+          } || echo "study.sh: ${recipe_list[i]} (seed $seed, GPU $g) failed: $dir/resume$i-gpu$g.log or" \
+            "$dir/recipe$i-gpu$g.log" >&2
         done
       ) &
       pids+=($!)

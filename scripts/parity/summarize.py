@@ -51,6 +51,10 @@ def spct(x, digits=3):  # signed: "+0.300 %", "-2.551 %"
     return ("+" if x >= 0 else "-") + pct(abs(x), digits)
 
 
+def train_cell(difference, error):  # the signed training-loss difference where compare.json has it, else the error
+    return spct(difference) if difference is not None else pct(error)
+
+
 def gemm_kinds(entry):
     """{kind: pooled relative error} from a recipe's gemm_relative_error (None when no health sample)."""
     g = entry.get("gemm_relative_error")
@@ -132,8 +136,8 @@ def main():
     for r in rows:
         md.append(f"| {r['seed']} | {r['recipe']} | {int(r['steps'])} | {r['held_out_loss']:.5f} | "
                   f"{spct(r['held_out_gap_vs_baseline'])} | "
-                  f"{spct(r['train_loss_rel_difference_last_10pct']) if r['signed'] else pct(r['train_loss_rel_error_last_10pct'])}"
-                  f" | {r['tokens_per_s']:.0f} |")
+                  f"{train_cell(r['train_loss_rel_difference_last_10pct'], r['train_loss_rel_error_last_10pct'])} | "
+                  f"{r['tokens_per_s']:.0f} |")
     md.append("")
     md.append(f"{base} seed-to-seed range of the held-out loss: {pct(spread)} of its mean "
               f"({', '.join(f'{x:.5f}' for x in base_losses)}).\n")
@@ -143,9 +147,9 @@ def main():
     for name, s in summary["recipes"].items():
         inside = {None: "—", True: "yes", False: "no"}[s["inside_baseline_seed_range"]]
         gemm = ", ".join(f"{k} {pct(v, 2)}" for k, v in s["gemm_pooled_rel_error_mean"].items()) or "—"
+        train = train_cell(s["train_loss_rel_difference_last_10pct_mean"], s["train_loss_rel_error_last_10pct_mean"])
         md.append(f"| {name} | {s['seeds']} | {pct(s['held_out_gap_mean'])} | {pct(s['held_out_gap_abs_max'])} | "
-                  f"{spct(s['train_loss_rel_difference_last_10pct_mean']) if s['train_loss_rel_difference_last_10pct_mean'] is not None else pct(s['train_loss_rel_error_last_10pct_mean'])}"
-                  f" | {inside} | {gemm} |")
+                  f"{train} | {inside} | {gemm} |")
     md.append("")
     signed_all = all(r["signed"] for r in rows)
     md.append("Training loss against the baseline by tenth of the run: " +

@@ -136,7 +136,8 @@ import json, os, sys
 a = sys.argv[1:]
 if a[0] == "train":  # train --resume RUN: finishes a cut run that saved a checkpoint
     assert a[1] == "--resume" and os.path.exists(os.path.join(a[2], "checkpoints", "latest")), a
-    open(os.environ["FAKE_LOG"], "a").write(f"resume {os.path.basename(a[2])} {os.environ.get('CUDA_VISIBLE_DEVICES', '-')}\n")
+    gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "-")
+    open(os.environ["FAKE_LOG"], "a").write(f"resume {os.path.basename(a[2])} {gpu}\n")
     json.dump({"steps": 10}, open(os.path.join(a[2], "summary.json"), "w"))
     sys.exit(0)
 assert a[0] == "compare", a
